@@ -1,0 +1,31 @@
+"""Error types. Every user-facing error renders as one line that names its source."""
+
+from __future__ import annotations
+
+
+class Sm120Error(Exception):
+    """Base for errors caused by user input or host state; printed as one line, no traceback."""
+
+
+class InventoryError(Sm120Error):
+    """A malformed inventory or an unknown host pattern."""
+
+
+class RecipeError(Sm120Error):
+    """A malformed recipe, or no recipe fits a host."""
+
+
+class PatchError(Sm120Error):
+    """A patch that does not apply."""
+
+
+class HostUnreachable(Sm120Error):
+    """The host could not be reached (connect error, timeout, host key refused)."""
+
+
+class HostFailed(Sm120Error):
+    """A step on a host ran and failed."""
+
+
+class LockHeld(HostFailed):
+    """Another run holds the per-host lock."""
