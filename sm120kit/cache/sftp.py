@@ -1,0 +1,255 @@
+"""A wheel store on a cache host, reached over SFTP with a paramiko SFTPClient.
+
+The store takes a callable returning the client, so a caller can hand in a fabric
+connection's ``.sftp()``; the same class therefore also serves a build host's own cache under
+its work_root.
+
+Atomicity rests on two SFTP renames: ``posix-rename@openssh.com`` (replaces the target
+atomically) for writes, and plain SFTP v3 RENAME, which the protocol defines to fail when the
+target exists, for exclusive creates (OpenSSH's sftp-server implements it with link(2)).
+A server without the posix-rename extension gets remove-then-rename, which is not atomic.
+"""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+import secrets
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sm120kit.cache.store import BlobInfo, CacheError, Store
+
+
+def _missing(exc: OSError) -> bool:
+    return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
+
+
+class SFTPStore(Store):
+    """A store rooted at ``root`` on an SFTP server.
+
+    ``root`` may be absolute or relative to the login directory; a leading ``~/`` is read as
+    relative (SFTP does not expand ``~``).
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        root: str,
+        name: str | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        self._connect = connect
+        self._sftp: Any = None
+        self._owns = owns_client
+        if root in ("~", "~/"):
+            root = "."
+        elif root.startswith("~/"):
+            root = root[2:]
+        self.root = root.rstrip("/") or "/"
+        self.name = name or f"sftp:{root}"
+
+    @property
+    def sftp(self) -> Any:
+        """The SFTPClient, opened on first use."""
+        if self._sftp is None:
+            self._sftp = self._connect()
+        return self._sftp
+
+    def close(self) -> None:
+        if self._sftp is not None and self._owns:
+            transport = self._sftp.get_channel().get_transport()
+            self._sftp.close()
+            if transport is not None:
+                transport.close()
+        self._sftp = None
+
+    def _p(self, path: str) -> str:
+        if path.startswith("/") or ".." in path.split("/"):
+            raise CacheError(f"cache {self.name}: bad store path {path!r}")
+        return posixpath.join(self.root, path) if path else self.root
+
+    def _makedirs(self, directory: str) -> None:
+        todo = []
+        here = directory
+        while here not in ("", "/", "."):
+            try:
+                if stat.S_ISDIR(self.sftp.stat(here).st_mode or 0):
+                    break
+            except OSError as exc:
+                if not _missing(exc):
+                    raise
+            todo.append(here)
+            here = posixpath.dirname(here)
+        for path in reversed(todo):
+            try:
+                self.sftp.mkdir(path)
+            except OSError:
+                # Lost a race with another creator; fine as long as it is a directory now.
+                if not stat.S_ISDIR(self.sftp.stat(path).st_mode or 0):
+                    raise
+
+    def _temp_beside(self, target: str) -> str:
+        self._makedirs(posixpath.dirname(target))
+        base = posixpath.basename(target)
+        return posixpath.join(posixpath.dirname(target), f".tmp-{base}-{secrets.token_hex(6)}")
+
+    def _write_temp(self, target: str, data: bytes) -> str:
+        tmp = self._temp_beside(target)
+        with self.sftp.open(tmp, "wb") as fh:
+            fh.write(data)
+        return tmp
+
+    def _replace(self, tmp: str, target: str) -> None:
+        try:
+            self.sftp.posix_rename(tmp, target)
+        except OSError as exc:
+            if _missing(exc):
+                raise
+            # No posix-rename extension on this server: not atomic, see module docstring.
+            try:
+                self.sftp.remove(target)
+            except OSError:
+                pass
+            self.sftp.rename(tmp, target)
+
+    def read_blob(self, path: str) -> bytes | None:
+        try:
+            with self.sftp.open(self._p(path), "rb") as fh:
+                return bytes(fh.read())
+        except OSError as exc:
+            if _missing(exc):
+                return None
+            raise
+
+    def write_blob(self, path: str, data: bytes) -> None:
+        target = self._p(path)
+        self._replace(self._write_temp(target, data), target)
+
+    def upload_blob(self, path: str, src: Path) -> None:
+        target = self._p(path)
+        tmp = self._temp_beside(target)
+        try:
+            self.sftp.put(str(src), tmp, confirm=True)
+            self._replace(tmp, target)
+        except BaseException:
+            self._remove_quietly(tmp)
+            raise
+
+    def download_blob(self, path: str, dest: Path) -> bool:
+        try:
+            self.sftp.get(self._p(path), str(dest))
+        except OSError as exc:
+            if _missing(exc):
+                Path(dest).unlink(missing_ok=True)
+                return False
+            raise
+        return True
+
+    def list_blobs(self, prefix: str = "") -> list[BlobInfo]:
+        found: list[BlobInfo] = []
+        top = self._p(prefix)
+        stack = [(top, prefix.strip("/"))]
+        while stack:
+            remote, rel = stack.pop()
+            try:
+                entries = self.sftp.listdir_attr(remote)
+            except OSError as exc:
+                if _missing(exc):
+                    continue
+                raise
+            for attr in entries:
+                child_rel = f"{rel}/{attr.filename}" if rel else attr.filename
+                child = posixpath.join(remote, attr.filename)
+                if stat.S_ISDIR(attr.st_mode or 0):
+                    stack.append((child, child_rel))
+                elif stat.S_ISREG(attr.st_mode or 0):
+                    found.append(
+                        BlobInfo(child_rel, int(attr.st_size or 0), float(attr.st_mtime or 0))
+                    )
+        return sorted(found)
+
+    def _remove_quietly(self, remote: str) -> None:
+        try:
+            self.sftp.remove(remote)
+        except OSError:
+            pass
+
+    def delete_blob(self, path: str) -> None:
+        try:
+            self.sftp.remove(self._p(path))
+        except OSError as exc:
+            if not _missing(exc):
+                raise
+
+    def create_blob_exclusive(self, path: str, data: bytes) -> bool:
+        target = self._p(path)
+        tmp = self._write_temp(target, data)
+        try:
+            self.sftp.rename(tmp, target)  # SFTP v3 RENAME: fails when target exists
+            return True
+        except OSError:
+            try:
+                self.sftp.stat(target)
+            except OSError:
+                raise CacheError(f"cache {self.name}: cannot create {path}") from None
+            return False
+        finally:
+            self._remove_quietly(tmp)
+
+    def rename_blob(self, src: str, dst: str) -> bool:
+        target = self._p(dst)
+        self._makedirs(posixpath.dirname(target))
+        try:
+            self.sftp.rename(self._p(src), target)
+        except OSError as exc:
+            try:
+                self.sftp.stat(self._p(src))
+            except OSError:
+                return False
+            raise CacheError(f"cache {self.name}: cannot move {src} to {dst}: {exc}") from None
+        return True
+
+    def remove_empty_dirs(self, prefix: str) -> None:
+        here = prefix.strip("/")
+        while here:
+            try:
+                self.sftp.rmdir(self._p(here))
+            except OSError:
+                return
+            here = posixpath.dirname(here)
+
+
+def paramiko_connect(spec: Mapping[str, Any]) -> Any:
+    """Open an SFTPClient from a store spec with plain paramiko.
+
+    Host keys must already be known (system known_hosts, plus ``known_hosts`` from the spec);
+    an unknown host is refused, never silently trusted.
+    """
+    import paramiko
+
+    client = paramiko.SSHClient()
+    client.load_system_host_keys()
+    if spec.get("known_hosts"):
+        client.load_host_keys(str(Path(str(spec["known_hosts"])).expanduser()))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(
+            hostname=str(spec["host"]),
+            port=int(spec.get("port") or 22),
+            username=spec.get("user"),
+            key_filename=spec.get("key_filename"),
+            timeout=30,
+        )
+    except (paramiko.SSHException, OSError) as exc:
+        client.close()
+        raise CacheError(f"cache sftp:{spec['host']}: cannot connect ({exc})") from None
+    try:
+        return client.open_sftp()
+    except paramiko.SSHException as exc:
+        client.close()
+        raise CacheError(
+            f"cache sftp:{spec['host']}: server refused the sftp subsystem ({exc})"
+        ) from None

@@ -1,0 +1,450 @@
+"""Build knobs: one arch list and the host's facts, translated into each package's own settings.
+
+Every package reads its target architectures and its parallelism from a different place:
+
+- plain torch extensions (the sample `minikernel`): ``TORCH_CUDA_ARCH_LIST`` and ``MAX_JOBS``;
+- flash-attn: ``FLASH_ATTN_CUDA_ARCHS`` (it ignores ``TORCH_CUDA_ARCH_LIST``, its own nvcc flags
+  carry ``arch``), ``FLASH_ATTENTION_FORCE_BUILD=TRUE``, ``MAX_JOBS`` x ``NVCC_THREADS``;
+- sgl-kernel: a hard-coded gencode list in its CMake; only its CMake options can drop targets
+  (``-Ccmake.define.X=Y``), plus ``SGL_KERNEL_COMPILE_THREADS`` and ``CMAKE_BUILD_PARALLEL_LEVEL``.
+
+`resolve_knobs` returns the env, the extra front-end arguments and, for ``--explain``, the
+reason for every value. Parallelism is sized so that jobs x nvcc threads x GB per thread fits
+the host's available memory: an over-parallel CUDA build gets killed by the OOM killer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import RecipeError
+from .remote.build_wheel import PARALLEL_KNOBS
+from .remote.build_wheel import classify as _classify
+
+KINDS = ("torch-ext", "flash-attn", "sgl-kernel")
+
+#: Memory one nvcc thread may take. FACTS: about 3-5 GB; flash-attn's setup.py assumes 5.
+DEFAULT_GB_PER_NVCC_THREAD = 4.0
+
+#: flash-attn's own NVCC_THREADS default.
+FLASH_ATTN_NVCC_THREADS = 4
+
+#: sgl-kernel compiles each file for sm_90, sm_90a, sm_100a and sm_120a once below-SM90 code is
+#: off; nvcc --threads splits work per gencode target, so more threads than that gain nothing.
+SGL_KERNEL_NVCC_THREADS = 4
+
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_GIB = 1024**3
+
+
+@dataclass
+class Knobs:
+    """What a build needs: env vars, extra front-end arguments, and why each value was chosen."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    pip_args: list[str] = field(default_factory=list)
+    explain: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def set_env(self, name: str, value: Any, reason: str) -> None:
+        self.env[name] = str(value)
+        self._note(name, str(value), reason)
+
+    def define(self, name: str, value: Any, reason: str) -> None:
+        """A CMake define passed through scikit-build-core's config settings."""
+        arg = f"-Ccmake.define.{name}={value}"
+        self.pip_args = [a for a in self.pip_args if not a.startswith(f"-Ccmake.define.{name}=")]
+        self.pip_args.append(arg)
+        self._note(arg, str(value), reason)
+
+    def note(self, name: str, value: str, reason: str) -> None:
+        """An explain-only line (something deliberately *not* set, and why)."""
+        self.explain.append((name, value, reason))
+
+    def _note(self, name: str, value: str, reason: str) -> None:
+        self.explain = [e for e in self.explain if e[0] != name]
+        self.explain.append((name, value, reason))
+
+    def render(self) -> str:
+        """The ``--explain`` text: one line per setting, its value and its reason."""
+        width = max((len(n) + len(v) for n, v, _ in self.explain), default=0) + 1
+        lines = []
+        for name, value, reason in self.explain:
+            shown = f"{name}={value}" if not name.startswith("-C") else name
+            lines.append(f"{shown:<{width + 1}}  # {reason}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One TORCH_CUDA_ARCH_LIST-style entry such as ``12.0``, ``12.0a`` or ``12.0+PTX``."""
+
+    major: int
+    minor: int
+    suffix: str = ""
+    ptx: bool = False
+
+    @property
+    def sm(self) -> int:
+        return self.major * 10 + self.minor
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}{self.suffix}{'+PTX' if self.ptx else ''}"
+
+
+def parse_arch_list(arch_list: list[str] | str, where: str = "arch_list") -> list[Arch]:
+    """Parse ``["12.0", "9.0a"]`` or ``"12.0;9.0a"``; a bad entry raises a one-line RecipeError."""
+    if isinstance(arch_list, str):
+        items = arch_list.replace(",", ";").replace(" ", ";").split(";")
+    else:
+        items = [str(a).strip() for a in arch_list]
+    archs = []
+    for item in (i for i in items if i):
+        match = _ARCH.match(item)
+        if not match:
+            raise RecipeError(f"{where}: '{item}' is not an arch like 12.0, 12.0a or 12.0+PTX")
+        archs.append(Arch(int(match[1]), int(match[2]), match[3], bool(match[4])))
+    if not archs:
+        raise RecipeError(f"{where}: the arch list is empty")
+    return archs
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Jobs and nvcc threads per job, and the arithmetic that produced them."""
+
+    jobs: int
+    threads: int
+    reason: str
+
+
+def plan_parallelism(
+    cpus: int,
+    mem_bytes: int,
+    *,
+    threads_default: int,
+    gb_per_thread: float = DEFAULT_GB_PER_NVCC_THREAD,
+    jobs_override: int | None = None,
+    threads_override: int | None = None,
+) -> Parallelism:
+    """Size parallel compile jobs and nvcc threads to the CPUs and the memory.
+
+    The memory budget is ``mem_GB / gb_per_thread`` nvcc threads in flight. Threads per job
+    default to `threads_default` but shrink to what the budget allows; jobs are then
+    ``min(cpus // 2, budget // threads)`` for multi-threaded nvcc (flash-attn's own formula,
+    with 4 GB instead of its 5) and ``min(cpus, budget)`` for single-threaded compiles.
+    """
+    cpus = max(1, int(cpus))
+    mem_gb = mem_bytes / _GIB
+    budget = max(1, int(mem_gb // gb_per_thread))
+    if threads_override is not None:
+        threads = threads_override
+    else:
+        threads = max(1, min(threads_default, budget, cpus))
+    cpu_cap = max(1, cpus // 2) if threads_default > 1 else cpus
+    jobs = jobs_override if jobs_override is not None else max(1, min(cpu_cap, budget // threads))
+    reason = (
+        f"{cpus} CPUs, {mem_gb:.1f} GiB available / {gb_per_thread:g} GB per nvcc thread = "
+        f"{budget} thread(s) in flight"
+    )
+    return Parallelism(jobs=jobs, threads=threads, reason=reason)
+
+
+def resolve_knobs(
+    package: str,
+    kind: str,
+    arch_list: list[str] | str,
+    facts: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+    *,
+    sources: dict[str, str] | None = None,
+) -> Knobs:
+    """Translate one arch list and a host's facts into `package`'s build settings.
+
+    `facts` needs ``facts["cpu"]["count"]`` and ``facts["memory"]["available_bytes"]`` (or
+    ``total_bytes``). `overrides` (inventory vars or ``--set`` flags, already merged) may set
+    ``MAX_JOBS``, ``NVCC_THREADS``, ``CMAKE_BUILD_PARALLEL_LEVEL``,
+    ``SGL_KERNEL_COMPILE_THREADS``, ``gb_per_nvcc_thread``, ``cmake.define.X`` or
+    ``cmake_defines`` (a dict; sgl-kernel only) and ``env`` (a dict of extra variables,
+    applied last); any other upper-case key is taken as an env var. `sources` names where each override came from, for the explain text.
+    """
+    if kind not in KINDS:
+        raise RecipeError(
+            f"package {package}: build kind '{kind}' is not one of {', '.join(KINDS)}"
+        )
+    overrides = dict(overrides or {})
+    sources = sources or {}
+    archs = parse_arch_list(arch_list, where=f"package {package}: arch_list")
+    cpus, mem_bytes, mem_what = _host_size(facts, package)
+    gb = _positive_number(
+        overrides.pop("gb_per_nvcc_thread", DEFAULT_GB_PER_NVCC_THREAD),
+        "gb_per_nvcc_thread",
+        package,
+    )
+
+    def given(name: str) -> int | None:
+        if name not in overrides:
+            return None
+        return _positive_int(overrides.pop(name), name, package)
+
+    def origin(name: str) -> str:
+        return f"override from {sources.get(name, 'the run')}"
+
+    knobs = Knobs()
+    if kind == "torch-ext":
+        _torch_ext(knobs, archs, cpus, mem_bytes, gb, mem_what, given, origin)
+    elif kind == "flash-attn":
+        _flash_attn(knobs, archs, cpus, mem_bytes, gb, mem_what, given, origin)
+    else:
+        _sgl_kernel(
+            knobs,
+            archs,
+            cpus,
+            mem_bytes,
+            gb,
+            mem_what,
+            given,
+            origin,
+            overrides.pop("cmake_defines", None) or {},
+        )
+    extra_env = overrides.pop("env", None) or {}
+    for name, value in list(overrides.items()) + list(dict(extra_env).items()):
+        name = str(name)
+        if name.startswith("cmake.define.") and kind == "sgl-kernel":
+            knobs.define(name[len("cmake.define.") :], value, origin(name))
+        elif re.match(r"^[A-Z_][A-Z0-9_]*$", name):
+            knobs.set_env(name, value, origin(name))
+        else:
+            raise RecipeError(
+                f"package {package}: unknown build override '{name}' (env vars are upper "
+                "case; cmake.define.X is for sgl-kernel)"
+            )
+    return knobs
+
+
+def _torch_ext(
+    knobs: Knobs,
+    archs: list[Arch],
+    cpus: int,
+    mem: int,
+    gb: float,
+    mem_what: str,
+    given: Any,
+    origin: Any,
+) -> None:
+    knobs.set_env(
+        "TORCH_CUDA_ARCH_LIST",
+        ";".join(str(a) for a in archs),
+        "torch.utils.cpp_extension turns each entry into -gencode (12.0 -> sm_120, "
+        "+PTX adds compute_120, 12.0a -> sm_120a)",
+    )
+    jobs = given("MAX_JOBS")
+    plan = plan_parallelism(cpus, mem, threads_default=1, gb_per_thread=gb, jobs_override=jobs)
+    knobs.set_env(
+        "MAX_JOBS",
+        plan.jobs,
+        origin("MAX_JOBS")
+        if jobs
+        else f"{plan.reason} ({mem_what}); one job = one single-threaded compile",
+    )
+
+
+def _flash_attn(
+    knobs: Knobs,
+    archs: list[Arch],
+    cpus: int,
+    mem: int,
+    gb: float,
+    mem_what: str,
+    given: Any,
+    origin: Any,
+) -> None:
+    sms = []
+    for arch in archs:
+        if str(arch.sm) not in sms:
+            sms.append(str(arch.sm))
+    dropped = [str(a) for a in archs if a.suffix or a.ptx]
+    knobs.set_env(
+        "FLASH_ATTN_CUDA_ARCHS",
+        ";".join(sms),
+        "flash-attn's own arch knob (default 80;90;100;120); each arch dropped cuts build time "
+        "and memory"
+        + (
+            f"; it takes plain SM numbers, so {', '.join(dropped)} became their base SM"
+            if dropped
+            else ""
+        ),
+    )
+    knobs.note(
+        "TORCH_CUDA_ARCH_LIST",
+        "(not used)",
+        "flash-attn's nvcc flags already contain 'arch', so torch ignores this variable",
+    )
+    knobs.set_env(
+        "FLASH_ATTENTION_FORCE_BUILD",
+        "TRUE",
+        "otherwise setup.py first downloads a prebuilt wheel from GitHub whose name carries no "
+        "GPU arch",
+    )
+    jobs, threads = given("MAX_JOBS"), given("NVCC_THREADS")
+    plan = plan_parallelism(
+        cpus,
+        mem,
+        threads_default=FLASH_ATTN_NVCC_THREADS,
+        gb_per_thread=gb,
+        jobs_override=jobs,
+        threads_override=threads,
+    )
+    knobs.set_env(
+        "NVCC_THREADS",
+        plan.threads,
+        origin("NVCC_THREADS")
+        if threads
+        else f"flash-attn's default {FLASH_ATTN_NVCC_THREADS}, capped by CPUs and memory "
+        f"({plan.reason})",
+    )
+    knobs.set_env(
+        "MAX_JOBS",
+        plan.jobs,
+        origin("MAX_JOBS")
+        if jobs
+        else f"min(cpus // 2, threads in flight // NVCC_THREADS) ({plan.reason}, {mem_what})",
+    )
+
+
+def _sgl_kernel(
+    knobs: Knobs,
+    archs: list[Arch],
+    cpus: int,
+    mem: int,
+    gb: float,
+    mem_what: str,
+    given: Any,
+    origin: Any,
+    defines: dict[str, Any],
+) -> None:
+    knobs.note(
+        "arch list",
+        ";".join(str(a) for a in archs),
+        "sgl-kernel's CMake hard-codes its gencodes (sm_90 always, sm_90a with CUDA >= 12.4, "
+        "sm_100a and sm_120a with CUDA >= 12.8) and clears TORCH_CUDA_ARCH_LIST; only its "
+        "options can drop targets",
+    )
+    if all(a.sm >= 90 for a in archs):
+        knobs.define(
+            "ENABLE_BELOW_SM90",
+            "OFF",
+            "no arch below 9.0 in the list: skips the sm_80/sm_89 code in every file",
+        )
+    else:
+        knobs.note(
+            "-Ccmake.define.ENABLE_BELOW_SM90",
+            "(default ON)",
+            "the arch list has an arch below 9.0",
+        )
+    if not any(a.major == 9 for a in archs):
+        knobs.define(
+            "SGL_KERNEL_ENABLE_FA3",
+            "OFF",
+            "FA3 is Hopper-only and never runs on sm_120; honoured by trees whose CMake "
+            "does not force it ON for CUDA >= 12.4",
+        )
+    else:
+        knobs.note(
+            "-Ccmake.define.SGL_KERNEL_ENABLE_FA3",
+            "(default)",
+            "the arch list has a 9.x arch, which FA3 serves",
+        )
+    threads = given("SGL_KERNEL_COMPILE_THREADS")
+    jobs = given("CMAKE_BUILD_PARALLEL_LEVEL") or given("MAX_JOBS")
+    plan = plan_parallelism(
+        cpus,
+        mem,
+        threads_default=SGL_KERNEL_NVCC_THREADS,
+        gb_per_thread=gb,
+        jobs_override=jobs,
+        threads_override=threads,
+    )
+    knobs.define(
+        "SGL_KERNEL_COMPILE_THREADS",
+        plan.threads,
+        origin("SGL_KERNEL_COMPILE_THREADS")
+        if threads
+        else f"nvcc --threads (upstream default 32 OOMs small hosts); one per gencode target "
+        f"at most, capped by CPUs and memory ({plan.reason})",
+    )
+    reason = (
+        origin("CMAKE_BUILD_PARALLEL_LEVEL")
+        if jobs
+        else f"parallel compile jobs = min(cpus // 2, threads in flight // "
+        f"SGL_KERNEL_COMPILE_THREADS) ({plan.reason}, {mem_what})"
+    )
+    knobs.set_env("CMAKE_BUILD_PARALLEL_LEVEL", plan.jobs, reason)
+    knobs.set_env(
+        "MAX_JOBS",
+        plan.jobs,
+        "same as CMAKE_BUILD_PARALLEL_LEVEL, for the parts of the build that read MAX_JOBS",
+    )
+    for name, value in defines.items():
+        knobs.define(str(name), value, origin(f"cmake_defines.{name}"))
+
+
+def _host_size(facts: dict[str, Any], package: str) -> tuple[int, int, str]:
+    try:
+        cpus = int(facts["cpu"]["count"])
+        memory = facts["memory"]
+    except (KeyError, TypeError, ValueError):
+        raise RecipeError(
+            f"package {package}: host facts lack cpu.count / memory (gather facts first)"
+        ) from None
+    if memory.get("available_bytes"):
+        return cpus, int(memory["available_bytes"]), "memory available now"
+    if memory.get("total_bytes"):
+        return cpus, int(memory["total_bytes"]), "total memory (available unknown)"
+    raise RecipeError(f"package {package}: host facts lack memory.available_bytes")
+
+
+def _positive_int(value: Any, name: str, package: str) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise RecipeError(f"package {package}: override {name}={value!r} is not a positive integer")
+    return number
+
+
+def _positive_number(value: Any, name: str, package: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = 0.0
+    if number <= 0:
+        raise RecipeError(f"package {package}: override {name}={value!r} is not a positive number")
+    return number
+
+
+def classify_build_failure(
+    log_text: str, exit_code: int | None = None, env: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """(kind, advice) for a failed build's log; kinds: oom, nvcc_too_old_for_arch,
+    cuda_home_missing, cxx_std, torch_cuda_mismatch, other.
+
+    The patterns live in `sm120kit.remote.build_wheel` (which runs on hosts and must stand
+    alone); this is the controller's entry point to the same code.
+    """
+    kind, advice = _classify(log_text, exit_code, env)
+    return str(kind), str(advice)
+
+
+__all__ = [
+    "Arch",
+    "Knobs",
+    "PARALLEL_KNOBS",
+    "Parallelism",
+    "classify_build_failure",
+    "parse_arch_list",
+    "plan_parallelism",
+    "resolve_knobs",
+]
