@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .connection import ConnectOptions
-from .errors import Sm120Error
+from .errors import Sm120Error  # noqa: F401  (re-exported for tasks.py)
 from .host import Host
 from .inventory import Inventory, load_inventory
 from .progress import progress_for
@@ -236,3 +236,16 @@ def show_inventory(
         ]
         table.add_row(name, ", ".join(entry["groups"]), "\n".join(lines))
     session.out.print(table)
+
+
+def show_document(
+    c: invoke.Context,
+    doc: dict[str, Any],
+    json_output: bool,
+    render: Callable[[Console, dict[str, Any]], None],
+) -> None:
+    """Print a host-less document (recipes catalog, cache listings): JSON or a table."""
+    if json_output:
+        sys.stdout.write(json.dumps(doc, default=str) + "\n")
+    else:
+        render(make_console(), doc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -62,3 +63,86 @@ def facts_table(result: RunResult) -> Table:
             cuda_summary(facts).replace(", ", "\n"),
         )
     return table
+
+
+def recipes_table(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke recipes` without --host: every recipe (and the one a --driver selects)."""
+    table = Table(title="recipes", show_lines=True)
+    for col in ("recipe", "drivers", "cuda (by driver)", "torch", "arch", "packages"):
+        table.add_column(col, overflow="fold")
+    for name, r in doc["recipes"].items():
+        choices = "\n".join(
+            f"{c['version']} ({c['method']}) for {c['drivers']}" for c in r["cuda_choices"]
+        )
+        table.add_row(
+            f"{name}\n[dim]{r['file']}[/]",
+            r["drivers"],
+            f"{r['cuda']} ({r['cuda_method']})" + (f"\n{choices}" if choices else ""),
+            f"{r['torch']}\n[dim]{r['torch_index']}[/]",
+            ", ".join(r["arch"]),
+            "\n".join(r["packages"]),
+        )
+    console.print(table)
+    if "selected" in doc:
+        sel = doc["selected"]
+        console.print(
+            f"driver {sel['driver']}: [bold]{sel['recipe']}[/], CUDA {sel['cuda']} — {sel['reason']}",
+            highlight=False,
+        )
+
+
+def render_recipes(console: Console, result: RunResult) -> None:
+    """`invoke recipes --host`: which recipe each host gets and why."""
+    table = Table(title="recipe per host", show_lines=True)
+    for col in ("host", "recipe", "cuda", "torch", "why", "notes"):
+        table.add_column(col, overflow="fold")
+    for name, host in result.hosts.items():
+        d = host.data
+        notes = list(d.get("notes") or [])
+        for pkg, problems in (d.get("problems") or {}).items():
+            notes += [f"{pkg}: {p}" for p in problems]
+        table.add_row(
+            name,
+            d.get("recipe") or f"[red]{host.status}[/]",
+            str(d.get("cuda") or ""),
+            str(d.get("torch") or ""),
+            d.get("reason") or host.error or "",
+            "\n".join(notes),
+        )
+    console.print(table)
+
+
+def render_plan(console: Console, result: RunResult) -> None:
+    """`invoke plan` / `provision` / `install-cuda`: per host the recipe, values, then every step."""
+    for name, host in result.hosts.items():
+        d = host.data
+        head = f"[bold]{name}[/]"
+        if d.get("recipe"):
+            head += f": recipe {d['recipe']} (CUDA {d.get('cuda')}) — {d.get('reason', '')}"
+        console.print(head, highlight=False)
+        values = d.get("values") or []
+        if values and result.check_mode:
+            vt = Table(show_header=True, box=None, padding=(0, 2))
+            for col in ("value", "", "from"):
+                vt.add_column(col, overflow="fold")
+            for key, value, source in values:
+                vt.add_row(key, escape(str(value)), f"[dim]{escape(source)}[/]")
+            console.print(vt)
+        for note in d.get("notes") or []:
+            console.print(f"  [yellow]note:[/] {escape(note)}", highlight=False)
+        steps = Table(show_header=False, box=None, padding=(0, 2))
+        steps.add_column("state")
+        steps.add_column("step")
+        steps.add_column("detail", overflow="fold")
+        for step in host.steps:
+            state = step.status
+            if result.check_mode and state == "changed":
+                state = "would change"
+            style = STATUS_STYLE.get(step.status, "white")
+            detail = escape(step.message)
+            if step.commands:
+                detail += "".join(f"\n  $ {escape(cmd)}" for cmd in step.commands)
+            steps.add_row(f"[{style}]{state}[/]", step.name, detail)
+        console.print(steps)
+        if host.error:
+            console.print(f"  [red]{host.status}:[/] {escape(host.error)}", highlight=False)

@@ -26,14 +26,19 @@ class StepResult:
     status: str = "ok"
     message: str = ""
     seconds: float = 0.0
+    #: In check mode: the exact commands the step would run (empty when it is "ok").
+    commands: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "status": self.status,
             "message": self.message,
             "seconds": round(self.seconds, 3),
         }
+        if self.commands:
+            out["commands"] = self.commands
+        return out
 
 
 @dataclass

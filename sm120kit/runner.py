@@ -147,6 +147,20 @@ class HostContext:
         self.log.info("-> %s", json.dumps(doc, sort_keys=True)[:20000])
         return doc
 
+    def changed(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
+        """Mark `step` changed; in check mode record what would run and return False.
+
+        Operations call this once they know a change is needed:
+        `if ctx.changed(step, "install CUDA 13.0.2", cmds): <do it>`.
+        """
+        step.status = "changed"
+        if self.check_mode:
+            step.message = f"would {message}"
+            step.commands = list(commands or [])
+            return False
+        step.message = message
+        return True
+
     def set(self, **fields: Any) -> None:
         """Record task fields for this host's JSON result."""
         self.result.data.update(fields)

@@ -138,14 +138,38 @@ def compilers():
     return out
 
 
+def is_elf(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def pythons():
-    out = []
+    """Python 3 interpreters on PATH. Versions come from the resolved file name (python3.11)
+    rather than by running each one: a process per interpreter would dominate the probe."""
+    out, seen = [], set()
     for path in find_versioned("python3", r"^python3(\.\d+)?$"):
-        code, stdout, stderr = sh(
-            [path, "-c", "import sys;print('%d.%d.%d' % sys.version_info[:3])"]
+        real = os.path.realpath(path)
+        match = re.match(r"^python(3\.\d+)$", os.path.basename(real)) or re.match(
+            r"^python(3\.\d+)$", os.path.basename(path)
         )
-        if code == 0:
-            out.append({"path": path, "version": stdout.strip()})
+        if real == os.path.realpath(sys.executable):
+            version = "%d.%d.%d" % sys.version_info[:3]
+        elif match and is_elf(real):  # wrappers (pyenv shims) may run another version
+            version = match.group(1)
+        else:
+            code, stdout, _ = sh(
+                [path, "-c", "import sys;print('%d.%d.%d' % sys.version_info[:3])"]
+            )
+            if code != 0:
+                continue
+            version = stdout.strip()
+        if (real, version) in seen:
+            continue
+        seen.add((real, version))
+        out.append({"path": path, "version": version})
     return out
 
 
@@ -258,14 +282,22 @@ def toolkit(root, source):
         "nvcc_release": None,
         "nvcc_version": None,
     }
+    recorded_nvcc = None
     try:
         with open(os.path.join(root, "version.json")) as fh:
-            entry["version"] = json.load(fh).get("cuda", {}).get("version")
+            info = json.load(fh)
+        entry["version"] = info.get("cuda", {}).get("version")
+        recorded_nvcc = info.get("cuda_nvcc", {}).get("version")
     except (OSError, ValueError, AttributeError):
         pass
     if os.access(nvcc, os.X_OK):
         entry["nvcc"] = nvcc
-        entry["nvcc_release"], entry["nvcc_version"] = nvcc_version(nvcc)
+        if recorded_nvcc and re.match(r"^\d+\.\d+\.\d+$", recorded_nvcc):
+            # version.json records nvcc's version: no need to run nvcc (slow to start).
+            entry["nvcc_version"] = recorded_nvcc
+            entry["nvcc_release"] = ".".join(recorded_nvcc.split(".")[:2])
+        else:
+            entry["nvcc_release"], entry["nvcc_version"] = nvcc_version(nvcc)
         if not entry["version"]:
             entry["version"] = entry["nvcc_version"]
     return entry

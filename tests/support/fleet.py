@@ -70,7 +70,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "nogpu": {},  # no nvidia-smi at all
 }
 
-STUB = r'''#!{python}
+STUB = r'''#!{python} -S
 """Simulated nvidia-smi (tests only): prints real-format output from {data}."""
 import json, sys
 d = json.load(open({data!r}))

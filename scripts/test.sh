@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh Linux machine, then run it.
+#   bash scripts/test.sh [pytest args]
+# Installs (when missing): openssh-server (the tests start their own sshd fleet on loopback),
+# this package with its test extras, torch 2.13.0 (CPU build where available), a CUDA 13 nvcc
+# from PyPI (when no nvcc exists), cuobjdump (reference for fatbin parsing) and py-spy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+  echo "== installing openssh-server" >&2
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+fi
+command -v ssh-keygen >/dev/null 2>&1 || {
+  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
+}
+
+PY="${PYTHON:-python3}"
+echo "== installing sm120kit and test dependencies" >&2
+"$PY" -m pip install -q -e '.[test]'
+"$PY" -c 'import torch' 2>/dev/null || "$PY" -m pip install -q 'torch==2.13.0'
+"$PY" -m pip install -q nvidia-cuda-cuobjdump py-spy
+
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && [ -z "${CUDA_HOME:-}" ]; then
+  echo "== no nvcc: installing CUDA 13.0 nvcc from PyPI" >&2
+  "$PY" -m pip install -q 'nvidia-cuda-nvcc==13.0.*' 'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-cccl==13.0.*'
+  CUDA_HOME="$("$PY" -c 'import nvidia.cu13; print(list(nvidia.cu13.__path__)[0])')"
+  [ -e "$CUDA_HOME/lib64" ] || ln -s lib "$CUDA_HOME/lib64"
+  export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH"
+fi
+
+echo "== running the test suite" >&2
+exec "$PY" -m pytest "$@"

@@ -1,0 +1,167 @@
+"""From facts to a per-host plan, and the task functions that apply it in order.
+
+`prepare` turns a host's facts and the recipes into a ProvisionState (which recipe, which
+toolkit, which values from where). The operations (sm120kit/ops/*) then each ensure one
+thing; in check mode they only probe and record "would change" with the exact commands.
+`provision` runs toolkit -> env -> builds (through the wheel cache) -> smoke, as one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RecipeError
+from .facts import gather
+from .recipes import Recipe, load_recipes, resolve_for_host, select_recipe
+from .runner import HostContext
+from .state import ProvisionState
+
+
+@dataclass
+class PlanOptions:
+    """Flags shared by recipe-driven tasks."""
+
+    driver: str | None = None
+    arch: str | None = None
+    recipe: str | None = None
+    recipes_dir: str | None = None
+    packages: list[str] | None = None  # None: the host's provision_packages, else the recipe's
+    extra: dict[str, Any] = field(default_factory=dict)  # per-task flags (max_jobs, explain...)
+
+    _recipes: dict[str, Recipe] | None = None
+
+    def recipes(self) -> dict[str, Recipe]:
+        """Recipes are loaded (and validated) once per run, before any host is touched."""
+        if self._recipes is None:
+            directory = Path(self.recipes_dir) if self.recipes_dir else None
+            self._recipes = load_recipes(directory)
+        return self._recipes
+
+
+def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
+    """Facts (one command), then the recipe for this host with overrides and their sources."""
+    state: ProvisionState | None = getattr(ctx, "state", None)
+    if state is not None:
+        return state
+    facts = gather(ctx)
+    with ctx.step("recipe") as step:
+        resolved = resolve_for_host(
+            opts.recipes(),
+            ctx.host,
+            facts,
+            driver=opts.driver,
+            arch=opts.arch,
+            forced=opts.recipe,
+        )
+        step.message = f"{resolved.recipe.name}: {resolved.selection.reason}"
+    state = ProvisionState(ctx.host, facts, resolved, options=dict(opts.extra))
+    ctx.state = state  # type: ignore[attr-defined]
+    ctx.set(
+        recipe=resolved.recipe.name,
+        cuda=resolved.values.get("cuda.version"),
+        reason=resolved.selection.reason,
+    )
+    return state
+
+
+def package_names(state: ProvisionState, opts: PlanOptions) -> list[str]:
+    """Which recipe packages this run builds: --package, else host var provision_packages."""
+    known = state.resolved.package_names()
+    wanted = opts.packages
+    if wanted is None:
+        host_list = state.host.vars.get("provision_packages")
+        wanted = list(host_list) if host_list else known
+    unknown = [p for p in wanted if p not in known]
+    if unknown:
+        raise RecipeError(
+            f"{state.host.name}: package {', '.join(unknown)} is not in recipe "
+            f"{state.resolved.recipe.name} ({state.resolved.recipe.source}); it has: {', '.join(known)}"
+        )
+    return wanted
+
+
+def recipes_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+    """`invoke recipes --host H`: which recipe each host gets, and why."""
+
+    def run(ctx: HostContext) -> None:
+        state = prepare(ctx, opts)
+        ctx.set(
+            arch=state.resolved.values.get("arch"),
+            torch=state.resolved.values.get("torch.version"),
+            problems=state.resolved.problems,
+            notes=state.resolved.notes,
+        )
+
+    return run
+
+
+def recipes_catalog(opts: PlanOptions, driver: str | None, arch: str | None) -> dict[str, Any]:
+    """`invoke recipes` without --host: every recipe, or the one a --driver selects."""
+    recipes = opts.recipes()
+    doc: dict[str, Any] = {
+        "recipes": {
+            name: {
+                "file": r.source,
+                "drivers": str(r.drivers),
+                "arch": r.arch,
+                "cuda": r.cuda.version,
+                "cuda_method": r.cuda.method,
+                "cuda_choices": [
+                    {
+                        "drivers": str(c.drivers) if c.drivers else "",
+                        "version": c.version,
+                        "method": c.method,
+                    }
+                    for c in r.cuda.choices
+                ],
+                "torch": r.torch.version,
+                "torch_index": r.torch.index,
+                "python": r.python,
+                "packages": [f"{p.name}=={p.version}" for p in r.packages],
+                "description": r.description,
+            }
+            for name, r in sorted(recipes.items())
+        }
+    }
+    if driver:
+        sel = select_recipe(recipes, driver=driver, arch=arch, forced=opts.recipe)
+        doc["selected"] = {
+            "recipe": sel.recipe.name,
+            "cuda": sel.cuda_version,
+            "driver": sel.driver,
+            "arch": sel.arch,
+            "reason": sel.reason,
+        }
+    return doc
+
+
+def _ops() -> Any:
+    from . import ops
+
+    return ops
+
+
+def plan_or_provision_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+    """`invoke plan` (check mode) and `invoke provision`: the same steps, in order."""
+
+    def run(ctx: HostContext) -> None:
+        state = prepare(ctx, opts)
+        ctx.set(values=[list(r) for r in state.resolved.rows()], notes=state.resolved.notes)
+        ops = _ops()
+        ops.toolkit.ensure_toolkit(ctx, state)
+        ops.pyenv.ensure_env(ctx, state)
+        names = package_names(state, opts)
+        for name in names:
+            ops.build.ensure_package(ctx, state, name)
+        if not ctx.check_mode:
+            ops.smoke.smoke_packages(ctx, state, names)
+        ctx.set(
+            toolkit=state.toolkit.to_dict() if state.toolkit else None,
+            env=state.env.to_dict() if state.env else None,
+            packages=state.packages,
+        )
+
+    return run

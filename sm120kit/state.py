@@ -1,0 +1,74 @@
+"""What provisioning learns about a host as it goes: facts, recipe, toolkit, env, wheels.
+
+Data flows one way: inventory -> facts -> recipe (ProvisionState.resolved) -> plan/ops fill
+`toolkit`, `env` and `packages` -> results. Every operation takes (ctx, state) and ensures its
+prerequisites through the same state, so `build` alone and `provision` share one path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .host import Host
+from .paths import HostPaths
+from .recipes import ResolvedRecipe
+
+
+@dataclass
+class Toolkit:
+    """A CUDA toolkit usable as CUDA_HOME on the host."""
+
+    version: str  # toolkit release, e.g. "13.0.2" (nvcc's version when the release is unknown)
+    release: str  # major.minor, e.g. "13.0"
+    nvcc_version: str | None  # e.g. "13.0.88"
+    cuda_home: str
+    nvcc: str
+    source: str  # system | work_root | CUDA_HOME | PATH
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PyEnv:
+    """The recipe's managed Python environment on the host."""
+
+    path: str
+    python: str
+    python_version: str
+    python_abi: str  # e.g. cp311
+    platform: str  # e.g. linux_x86_64
+    torch_version: str
+    torch_cuda: str | None  # None for a CPU build
+    cxx11_abi: bool
+    torch_arch_list: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ProvisionState:
+    """Per-host provisioning state shared by the operations of one run."""
+
+    host: Host
+    facts: dict[str, Any]
+    resolved: ResolvedRecipe
+    toolkit: Toolkit | None = None
+    env: PyEnv | None = None
+    packages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # per-run flags (max_jobs, explain...)
+
+    @property
+    def paths(self) -> HostPaths:
+        return HostPaths(self.facts["work_root"])
+
+    @property
+    def arch_list(self) -> list[str]:
+        return list(self.resolved.values["arch"])
+
+    @property
+    def cross_build(self) -> bool:
+        """No GPU on the host: building for a target given by flags or host vars."""
+        return not (self.facts.get("gpu") or {}).get("present")
