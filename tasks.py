@@ -17,6 +17,7 @@ HELP = {
     "json": "print exactly one JSON document on stdout",
     "forks": "hosts worked on at once (0 = invoke.yaml's forks, default 16)",
     "accept_new_host_keys": "trust and record unknown SSH host keys (changed keys are still refused)",
+    "ask_pass": "prompt for the SSH password (or set SM120KIT_SSH_PASSWORD)",
     "driver": "target NVIDIA driver version (for hosts without a GPU; overrides facts)",
     "arch": "target compute capability, e.g. 12.0 (for hosts without a GPU; overrides facts)",
     "recipe": "force this recipe (file stem under recipes/, e.g. r580)",
@@ -36,11 +37,11 @@ def helps(*names: str) -> dict[str, str]:
     return {n: HELP[n] for n in names}
 
 
-COMMON = ("host", "inventory", "json", "forks", "accept_new_host_keys")
+COMMON = ("host", "inventory", "json", "forks", "accept_new_host_keys", "ask_pass")
 RECIPE = ("driver", "arch", "recipe")
 
 
-def _session(c, host, inventory, json, forks=0, accept_new_host_keys=False, **kw):
+def _session(c, host, inventory, json, forks=0, accept_new_host_keys=False, ask_pass=False, **kw):
     return cli.open_session(
         c,
         host=host,
@@ -48,6 +49,7 @@ def _session(c, host, inventory, json, forks=0, accept_new_host_keys=False, **kw
         forks=forks,
         json_output=json,
         accept_new_host_keys=accept_new_host_keys,
+        ask_pass=ask_pass,
         **kw,
     )
 
@@ -67,12 +69,14 @@ def _plan_options(c, driver, arch, recipe, packages=None, **extra):
 
 @task(help=helps(*COMMON))
 @guarded()
-def facts(c, host=None, inventory=None, json=False, forks=0, accept_new_host_keys=False):
+def facts(
+    c, host=None, inventory=None, json=False, forks=0, accept_new_host_keys=False, ask_pass=False
+):
     """Gather host facts (OS, CPU, RAM, disk, compilers, Pythons, driver, GPUs, CUDA), one command per host."""
     from sm120kit.facts import facts_task
     from sm120kit.report import facts_table
 
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys)
+    s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass)
     cli.finish(s, s.run("facts", facts_task), lambda out, r: out.print(facts_table(r)))
 
 
@@ -92,6 +96,7 @@ def recipes(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -103,7 +108,7 @@ def recipes(
     if not host:
         cli.show_document(c, plan.recipes_catalog(opts, driver, arch), json, report.recipes_table)
         return
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys)
+    s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass)
     opts.recipes()  # a broken recipe is one error before any host is touched
     cli.finish(s, s.run("recipes", plan.recipes_task(opts)), report.render_recipes)
 
@@ -117,6 +122,7 @@ def plan(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -126,7 +132,7 @@ def plan(
     from sm120kit import report
 
     opts = _plan_options(c, driver, arch, recipe)
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys, check_mode=True)
+    s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass, check_mode=True)
     opts.recipes()
     cli.finish(s, s.run("plan", planner.plan_or_provision_task(opts)), report.render_plan)
 
@@ -140,6 +146,7 @@ def provision(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -152,7 +159,9 @@ def provision(
     from sm120kit import report
 
     opts = _plan_options(c, driver, arch, recipe, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys, break_lock=break_lock)
+    s = _session(
+        c, host, inventory, json, forks, accept_new_host_keys, ask_pass, break_lock=break_lock
+    )
     opts.recipes()
     cli.finish(
         s, s.run("provision", planner.plan_or_provision_task(opts), lock=True), report.render_plan
@@ -168,6 +177,7 @@ def install_cuda(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -178,7 +188,9 @@ def install_cuda(
     from sm120kit.ops import toolkit
 
     opts = _plan_options(c, driver, arch, recipe)
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys, break_lock=break_lock)
+    s = _session(
+        c, host, inventory, json, forks, accept_new_host_keys, ask_pass, break_lock=break_lock
+    )
     opts.recipes()
     cli.finish(
         s, s.run("install-cuda", toolkit.install_cuda_task(opts), lock=True), report.render_plan
@@ -200,6 +212,7 @@ def _build(
     explain,
     max_jobs,
     nvcc_threads,
+    ask_pass=False,
 ):
     from sm120kit import report
     from sm120kit.ops import build as build_ops
@@ -216,7 +229,9 @@ def _build(
         max_jobs=max_jobs,
         nvcc_threads=nvcc_threads,
     )
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys, break_lock=break_lock)
+    s = _session(
+        c, host, inventory, json, forks, accept_new_host_keys, ask_pass, break_lock=break_lock
+    )
     opts.recipes()
     result = s.run(f"build:{package}", build_ops.build_task(opts, package, s.runner), lock=True)
     cli.finish(s, result, report.render_build)
@@ -235,6 +250,7 @@ def build(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -259,6 +275,7 @@ def build(
         explain,
         max_jobs,
         nvcc_threads,
+        ask_pass=ask_pass,
     )
 
 
@@ -271,6 +288,7 @@ def build_sgl_kernel(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -295,6 +313,7 @@ def build_sgl_kernel(
         explain,
         max_jobs,
         nvcc_threads,
+        ask_pass=ask_pass,
     )
 
 
@@ -307,6 +326,7 @@ def build_flash_attn(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -331,6 +351,7 @@ def build_flash_attn(
         explain,
         max_jobs,
         nvcc_threads,
+        ask_pass=ask_pass,
     )
 
 
@@ -343,6 +364,7 @@ def smoke(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     package=None,
     python=None,
     arch=None,
@@ -353,7 +375,7 @@ def smoke(
     from sm120kit.ops import smoke as smoke_ops
 
     opts = _plan_options(c, driver, arch, recipe, packages=[package] if package else None)
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys)
+    s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass)
     task_fn = smoke_ops.smoke_task(opts, package=package, python=python, arch=arch)
     cli.finish(s, s.run("smoke", task_fn), smoke_ops.render)
 
@@ -367,13 +389,14 @@ def serve_check(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     url="http://127.0.0.1:8000",
     timeout=600.0,
 ):
     """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks)."""
     from sm120kit.ops import smoke as smoke_ops
 
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys)
+    s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass)
     cli.finish(
         s,
         s.run("serve-check", smoke_ops.serve_check_task(url, float(timeout))),
@@ -402,6 +425,7 @@ def cache_key(
     json=False,
     forks=0,
     accept_new_host_keys=False,
+    ask_pass=False,
     driver=None,
     arch=None,
     recipe=None,
@@ -412,7 +436,7 @@ def cache_key(
     if not package:
         raise cli.Sm120Error("--package is required")
     opts = _plan_options(c, driver, arch, recipe, packages=[package])
-    s = _session(c, host, inventory, json, forks, accept_new_host_keys)
+    s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass)
     opts.recipes()
     cli.finish(s, s.run("cache.key", build_ops.key_task(opts, package)), build_ops.render_key)
 
