@@ -214,7 +214,6 @@ def _build(
     nvcc_threads,
     ask_pass=False,
 ):
-    from sm120kit import report
     from sm120kit.ops import build as build_ops
 
     if not package:
@@ -234,7 +233,7 @@ def _build(
     )
     opts.recipes()
     result = s.run(f"build:{package}", build_ops.build_task(opts, package, s.runner), lock=True)
-    cli.finish(s, result, report.render_build)
+    cli.finish(s, result, build_ops.render_build)
 
 
 BUILD_FLAGS = (*COMMON, *RECIPE, "break_lock", "explain", "max_jobs", "nvcc_threads")

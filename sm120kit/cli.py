@@ -164,6 +164,7 @@ def open_session(
         break_lock=break_lock,
     )
     runner = Runner(options, progress_for(err, enabled=True))
+    runner.settings = conf
     return Session(conf, inv, hosts, runner, json_output, out, err)
 
 

@@ -180,6 +180,8 @@ class Runner:
         self.options = options
         self.progress = progress or NullProgress()
         self.run_dir: Path | None = None
+        #: The task layer's settings (invoke.yaml), for run-wide services like the wheel cache.
+        self.settings: dict[str, Any] = {}
 
     def _make_run_dir(self, task: str) -> Path:
         root = Path(os.path.expanduser(self.options.run_root))

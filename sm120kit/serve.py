@@ -117,6 +117,11 @@ def serve_check(
     return _result(url, final_poll, waited, attempts, verdict, reason, hint, evidence)
 
 
+def check_arguments(url: str, timeout: float) -> None:
+    """Raise Sm120Error (one line naming --url or --timeout) before any host is touched."""
+    _validate(url, timeout, 2.0, 3.0)
+
+
 def poll(conn: Connection, url: str, request_timeout: float = 3.0) -> dict[str, Any]:
     """One GET of /health and /v1/models on the host (the probe's raw "poll" JSON)."""
     return run_script(

@@ -120,6 +120,8 @@ class SmokeReport:
     arch_source: str | None = None
     gpu: bool = False
     error: str | None = None
+    #: No interpreter at ``python`` (``error`` says why): the env does not exist.
+    missing_python: bool = False
 
     @property
     def status(self) -> str:
@@ -143,6 +145,7 @@ class SmokeReport:
             arch_source=data.get("arch_source"),
             gpu=bool(data.get("gpu")),
             error=data.get("error"),
+            missing_python=bool(data.get("missing_python")),
         )
 
 

@@ -6,7 +6,8 @@ and runs ``python - '<json args>'``. Prints exactly one JSON document on stdout.
 
 Arguments (one JSON document, argv[1])::
 
-    {"python": "/path/to/python" | null,   # env to check; null: the interpreter running this
+    {"python": "/path/to/python" | null,   # env to check: a python, a venv dir or a command
+                                            # name on PATH; null: the interpreter running this
      "packages": ["sgl-kernel", ...],       # distribution names
      "arch": "12.0" | null,                 # compute capability to judge for
      "gpu": false,                          # run one tiny real op per package when CUDA works
@@ -24,6 +25,7 @@ Output::
      "arch": "12.0" | null, "arch_source": "args" | "gpu" | "none", "gpu": bool,
      "torch": {"version", "cxx11_abi", "cuda", "cuda_available", "capability", "error"},
      "error": "..." (only when the env could not be inspected),
+     "missing_python": true (only when no interpreter is at "python"; "error" says why),
      "packages": {name: {"installed", "version", "requires_torch": "==2.9.1" | "" | null,
         "location", "checks": [{"check": "import_order" | "undefined_symbols" |
         "arch_coverage" | "loader" | "gpu_op", "status": "pass" | "warn" | "fail" | "skip",
@@ -43,6 +45,7 @@ import json
 import mmap
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -1585,12 +1588,42 @@ def probe_package(
     }
 
 
+def resolve_python(given: str | None) -> tuple[str, str | None]:
+    """(interpreter path, None) for a python path, a venv/prefix directory or a command name;
+    (what was given, one-line reason) when no interpreter is there."""
+    if not given:
+        return sys.executable, None
+    path = os.path.expanduser(given)
+    if os.sep not in path:
+        found = shutil.which(path)
+        if not found:
+            return given, f"no Python interpreter '{given}' on PATH"
+        path = found
+    if os.path.isdir(path):
+        for name in ("bin/python", "bin/python3"):
+            candidate = os.path.join(path, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate, None
+        if not os.path.exists(os.path.join(path, "bin")):
+            return given, f"{given} is a directory without bin/python (not a venv)"
+        return given, f"{given}/bin has no python executable"
+    if not os.path.exists(path):
+        return given, f"no Python interpreter at {given} (does not exist)"
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return given, f"{given} is not an executable file"
+    return path, None
+
+
 def probe(args: dict[str, Any]) -> dict[str, Any]:
     """Run every check; the JSON-ready result."""
-    python = args.get("python") or sys.executable
+    python, missing = resolve_python(args.get("python"))
     args = dict(args, python=python)
     packages = list(args.get("packages") or [])
     out: dict[str, Any] = {"probe_version": PROBE_VERSION, "python": python, "packages": {}}
+    if missing:
+        out["error"] = missing
+        out["missing_python"] = True
+        return out
     timeout = float(args.get("timeout") or 300)
     env_info, err = run_target(python, INSPECT_SRC, {"packages": packages}, timeout)
     if env_info is None:

@@ -1,0 +1,1048 @@
+"""Build one recipe package on a host: source -> patches -> knobs -> wheel (via the cache) -> install.
+
+`ensure_package(ctx, state, name)` is the operation `build`, `build-flash-attn`,
+`build-sgl-kernel` and `provision` share. Its steps, each "ok" when nothing had to be done:
+
+- ``source:<pkg>``: the pinned source, unpacked under ``work_root/src/<pkg>-<ver>-<digest>``
+  by ``remote/fetch_source.py`` (PyPI/mirror sdist with its index sha256 checked, a git commit,
+  or a local tree packed on the controller, hashed, and uploaded). That directory stays
+  pristine: it is never patched or built in.
+- ``patch:<pkg>``: the recipe's patches for this version are classified against a copy of the
+  source (``build/<pkg>/tree``) and applied there; a marker records which source and patch set
+  the copy holds, so a rerun re-checks (every patch "already applied") and a changed source
+  or patch set gets a fresh copy. A patch that does not apply stops the build with the
+  rejected hunk; neither tree changes.
+- ``wheel:<pkg>``: knobs (`sm120kit.knobs`) and the toolkit/env give the build env and the
+  cache key; `WheelCache.obtain` finds the wheel in a store or runs the build (in a throwaway
+  copy ``build/<pkg>/work``, log under ``work_root/logs``, progress polled every 2 s).
+- ``install:<pkg>``: ``pip install --no-deps --force-reinstall --no-index`` into the env,
+  skipped when ``<env>/.sm120kit/installed/<pkg>.json`` already records this key and wheel.
+
+In check mode (`invoke plan`) every step only probes and records what it would run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import shlex
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..cache.key import KeyInputs, compute_key, describe, patch_digests
+from ..errors import HostFailed, PatchError, RecipeError
+from ..knobs import Knobs, resolve_knobs
+from ..patching import Patch, check_and_apply, load_patch, select
+from ..plan import PlanOptions, package_names, prepare
+from ..remote import fetch_source as fs
+from ..remote import parse_last_json, script_command, script_source
+from ..remote.build_wheel import build_command
+from ..results import RunResult, StepResult
+from ..runner import HostContext, Runner
+from ..state import ProvisionState
+
+if TYPE_CHECKING:
+    from ..wheelcache import BuiltWheel
+
+#: Build kind (knobs.KINDS) of the packages whose build front end is not a plain extension.
+KIND_BY_PACKAGE = {"flash-attn": "flash-attn", "sgl-kernel": "sgl-kernel"}
+
+#: Marker the patch step leaves in the patched copy: which source and patches it holds.
+PATCHED_MARKER = ".sm120kit-patched.json"
+
+#: A build may take hours on a small host (FACTS: sgl-kernel); past this it is killed.
+DEFAULT_BUILD_TIMEOUT = 8 * 3600
+
+#: Seconds between two reads of the remote progress file.
+PROGRESS_POLL_SECONDS = 2.0
+
+#: Top-level directories of a local tree that are build outputs, not sources.
+_TOP_SKIP = frozenset({"build", "dist"})
+_ANY_SKIP = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
+
+_explain_lock = threading.Lock()
+_cache_lock = threading.Lock()
+
+
+def build_kind(name: str) -> str:
+    """knobs.py's build kind for a package: flash-attn, sgl-kernel, else a torch extension."""
+    return KIND_BY_PACKAGE.get(name, "torch-ext")
+
+
+def _q(text: str) -> str:
+    return shlex.quote(text)
+
+
+# --------------------------------------------------------------------------- per-run cache
+
+
+def _run_cache(runner: Runner) -> dict[str, Any]:
+    """Controller-side results shared by the host threads of one run (packed trees, index)."""
+    with _cache_lock:
+        cache: dict[str, Any] | None = getattr(runner, "_sm120kit_build_cache", None)
+        if cache is None:
+            cache = {"lock": threading.Lock(), "values": {}}
+            runner._sm120kit_build_cache = cache  # type: ignore[attr-defined]
+        return cache
+
+
+def _once(runner: Runner, key: str, compute: Callable[[], Any]) -> Any:
+    """`compute()` once per run and key, whichever host thread asks first."""
+    cache = _run_cache(runner)
+    with cache["lock"]:
+        values: dict[str, Any] = cache["values"]
+        if key not in values:
+            try:
+                values[key] = ("ok", compute())
+            except Exception as exc:  # every host asking gets the same one-line error
+                values[key] = ("error", exc)
+        status, value = values[key]
+    if status == "error":
+        raise value
+    return value
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass
+class SourcePlan:
+    """Where a package's source comes from, known on the controller before touching a host."""
+
+    kind: str  # fetch_source kind: sdist | git | path
+    args: dict[str, Any]  # fetch_source arguments without dest/cache_dir
+    digest: str  # the key's source digest (sha256:/git:/tree:), "" while a git ref is unresolved
+    dir_digest: str  # what names the source directory
+    what: str  # one line for messages
+    local_tarball: str | None = None  # path kind: the packed tree on the controller
+
+
+def repo_root(state: ProvisionState) -> Path:
+    """The directory ``path`` sources are relative to: the one holding recipes/ and patches/."""
+    return state.resolved.recipe.patches_dir.parent
+
+
+def pack_tree(root: Path, out_dir: Path, stem: str) -> tuple[Path, str]:
+    """A deterministic tar of a local source tree and fetch_source's tree hash of its content.
+
+    Build outputs (top-level build/ and dist/, ``*.egg-info``, ``__pycache__``, VCS dirs)
+    stay out. The hash is computed on the tar unpacked the way the host unpacks it, so the
+    host's check (``tree_sha256``) and the cache key agree by construction.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".{stem}.tar.part"
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in _tree_files(root):
+            rel = path.relative_to(root).as_posix()
+            info = tar.gettarinfo(str(path), arcname=rel)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if info.isfile():
+                info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
+            elif info.issym():
+                info.mode = 0o777
+                tar.addfile(info)
+    with tempfile.TemporaryDirectory(dir=out_dir) as unpacked:
+        fs.unpack(str(tmp), unpacked)
+        digest = fs.tree_hash(unpacked)
+    final = out_dir / f"{stem}-{digest[:12]}.tar"
+    os.replace(tmp, final)
+    return final, digest
+
+
+def _tree_files(root: Path) -> Iterator[Path]:
+    """Files and symlinks of a source tree, sorted, without build outputs."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        keep = sorted(
+            d
+            for d in dirnames
+            if d not in _ANY_SKIP
+            and not d.endswith(".egg-info")
+            and not (here == root and d in _TOP_SKIP)
+        )
+        # os.walk does not descend into linked dirs: they travel as links.
+        dirnames[:] = [d for d in keep if not (here / d).is_symlink()]
+        links = [d for d in keep if (here / d).is_symlink()]
+        for name in sorted(filenames + links):
+            if name == fs.MARKER or name.endswith(".pyc"):
+                continue
+            yield here / name
+
+
+def index_sdist(index_url: str, package: str, version: str) -> tuple[str, str]:
+    """(url, sha256) of `package` `version`'s sdist on a PEP 691/503 simple index."""
+    page = index_url.rstrip("/") + "/" + fs._normalize(package) + "/"
+    request = urllib.request.Request(
+        page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            body = resp.read().decode("utf-8", "replace")
+            ctype = resp.headers.get("Content-Type", "")
+    except (OSError, ValueError) as exc:
+        raise HostFailed(f"{package}: cannot read the index page {page}: {exc}") from None
+    links: list[tuple[str, str, str | None]] = []
+    if "json" in ctype:
+        for entry in json.loads(body).get("files", []):
+            sha = (entry.get("hashes") or {}).get("sha256")
+            links.append((entry["filename"], urllib.parse.urljoin(page, entry["url"]), sha))
+    else:
+        for href in re.findall(r'href="([^"]+)"', body):
+            url = urllib.parse.urljoin(page, href.replace("&amp;", "&"))
+            base, _, fragment = url.partition("#")
+            name = urllib.parse.unquote(base.rsplit("/", 1)[-1])
+            sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
+            links.append((name, base, sha))
+    for ext in (".tar.gz", ".zip"):
+        for filename, url, sha in links:
+            if not filename.endswith(ext):
+                continue
+            stem, _, found = filename[: -len(ext)].rpartition("-")
+            if fs._normalize(stem) == fs._normalize(package) and found == version:
+                if not sha:
+                    raise HostFailed(
+                        f"{package}: the index {page} lists no sha256 for {filename}; "
+                        "the download could not be verified"
+                    )
+                return url, sha
+    raise HostFailed(f"{package}: no sdist of version {version} on {page}")
+
+
+def git_resolve(url: str, ref: str) -> str:
+    """The full commit id of `ref` (a full id is returned as is; else `git ls-remote`)."""
+    if re.fullmatch(r"[0-9a-f]{40}", ref):
+        return ref
+    proc = subprocess.run(
+        ["git", "ls-remote", url, ref], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    line = proc.stdout.strip().splitlines()[:1]
+    if proc.returncode != 0 or not line:
+        raise RecipeError(
+            f"git ref {ref!r} of {url} is not a full commit id and `git ls-remote` cannot "
+            "resolve it: pin a full commit (recipe.packages.<pkg>.source.ref)"
+        )
+    return line[0].split()[0]
+
+
+def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePlan:
+    """Resolve the package's source on the controller: nothing runs on the host."""
+    pkg = state.resolved.package(name)
+    source: dict[str, str] = pkg["source"]
+    version = str(pkg["version"])
+    kind = source.get("kind")
+    if kind == "pypi":
+        index = source.get("index") or "pypi"
+        index_url = fs.DEFAULT_INDEX if index in ("pypi", "") else index
+        if source.get("sha256"):
+            sha, url = source["sha256"], ""
+        else:
+            url, sha = _once(
+                ctx.runner,
+                f"index:{index_url}:{name}:{version}",
+                lambda: index_sdist(index_url, name, version),
+            )
+        args: dict[str, Any] = {
+            "kind": "sdist",
+            "package": name,
+            "version": version,
+            "sha256": sha,
+            "index_url": index_url,
+        }
+        if url:
+            args["url"] = url
+        return SourcePlan("sdist", args, f"sha256:{sha}", sha, f"{name} {version} sdist ({index})")
+    if kind == "git":
+        url, ref, subdir = source["url"], source["ref"], source.get("subdir") or ""
+        args = {"kind": "git", "repo": url, "commit": ref, "subdir": subdir}
+        digest = f"git:{ref}" if re.fullmatch(r"[0-9a-f]{40}", ref) else ""
+        where = f"{url}@{ref}" + (f":{subdir}" if subdir else "")
+        return SourcePlan("git", args, digest, ref, f"{name} {version} from {where}")
+    if kind == "path":
+        root = Path(source["path"])
+        if not root.is_absolute():
+            root = repo_root(state) / root
+        root = root.resolve()
+        if not root.is_dir():
+            raise RecipeError(
+                f"package {name}: source path {root} is not a directory "
+                f"({state.resolved.sources.get(f'packages.{name}.source.path', 'recipe')})"
+            )
+        out = Path(str(ctx.runner.run_dir or tempfile.gettempdir())) / "sources"
+        tarball, digest = _once(
+            ctx.runner,
+            f"path:{root}",
+            lambda: pack_tree(root, out, f"{name}-{version}"),
+        )
+        args = {"kind": "path", "tree_sha256": digest}
+        return SourcePlan(
+            "path", args, f"tree:{digest}", digest, f"{name} {version} from {root}", str(tarball)
+        )
+    raise RecipeError(f"package {name}: source kind {kind!r} cannot be fetched")
+
+
+def _read_json(ctx: HostContext, path: str) -> dict[str, Any] | None:
+    res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true")
+    try:
+        value = json.loads(res.stdout) if res.stdout.strip() else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass
+class Source:
+    """A source tree on the host (or, in check mode, where it would be)."""
+
+    path: str
+    digest: str
+    present: bool
+
+
+def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
+    """Step ``source:<pkg>``: the pinned, verified, pristine source tree on the host."""
+    version = str(state.resolved.package(name)["version"])
+    with ctx.step(f"source:{name}") as step:
+        plan = plan_source(ctx, state, name)
+        dest = state.paths.source(name, version, plan.dir_digest)
+        remote_tar = posixpath.join(
+            state.paths.downloads, os.path.basename(plan.local_tarball or "")
+        )
+        args = {**plan.args, "dest": dest, "cache_dir": state.paths.downloads}
+        if plan.local_tarball:
+            args["tarball"] = remote_tar
+        marker = _read_json(ctx, posixpath.join(dest, fs.MARKER))
+        if fs._matches(marker, fs.identity(args)):
+            step.message = f"{plan.what}: {dest}"
+            return Source(dest, plan.digest or _git_digest(marker), True)
+        commands = [script_command(ctx.host.python, args)]
+        if plan.local_tarball:
+            commands.insert(0, f"upload {plan.local_tarball} -> {remote_tar}")
+        if not ctx.changed(step, f"fetch {plan.what} into {dest}", commands):
+            return Source(dest, plan.digest, False)
+        if plan.local_tarball:
+            ctx.run(f"mkdir -p {_q(state.paths.downloads)}")
+            ctx.conn.put(plan.local_tarball, remote_tar)
+        doc = ctx.script("fetch_source", args, timeout=3 * 3600)
+        if not doc.get("ok"):
+            raise HostFailed(f"{name}: fetching {plan.what} failed: {doc.get('error')}")
+        step.message = f"fetched {plan.what} into {dest}"
+        return Source(dest, plan.digest or _git_digest(doc), True)
+
+
+def _git_digest(doc: dict[str, Any] | None) -> str:
+    ident = (doc or {}).get("identity") or {}
+    resolved = ident.get("resolved") or ident.get("commit") or ""
+    return f"git:{resolved}" if resolved else ""
+
+
+# --------------------------------------------------------------------------- patches
+
+
+@dataclass
+class Patched:
+    """The tree a build starts from, and what each patch was found to be."""
+
+    tree: str
+    patches: list[dict[str, str]] = field(default_factory=list)
+
+
+def package_patches(state: ProvisionState, name: str) -> tuple[list[Patch], list[str]]:
+    """The recipe's patches that apply to this version, and a note per skipped one."""
+    pkg = state.resolved.package(name)
+    files = list(pkg.get("patches") or [])
+    patches_dir = state.resolved.recipe.patches_dir
+    loaded = [load_patch(patches_dir / f) for f in files]
+    chosen, skipped = select(loaded, str(pkg["version"]))
+    return chosen, [f"{p.name} skipped: {why}" for p, why in skipped]
+
+
+def patch_key(patches: list[Patch]) -> tuple[tuple[str, str], ...]:
+    """(file name, sha256 of the file) per patch, in application order."""
+    return patch_digests([p.path for p in patches])
+
+
+def ensure_patched(ctx: HostContext, state: ProvisionState, name: str, source: Source) -> Patched:
+    """Step ``patch:<pkg>``: a patched copy of the pristine source (or the source itself)."""
+    chosen, skipped = package_patches(state, name)
+    if not chosen:
+        if skipped:
+            with ctx.step(f"patch:{name}") as step:
+                step.message = "; ".join(skipped)
+        return Patched(source.path)
+    digests = patch_key(chosen)
+    tree = posixpath.join(state.paths.build(name), "tree")
+    want = {"source": source.digest, "patches": [list(d) for d in digests]}
+    names = ", ".join(p.name for p in chosen)
+    with ctx.step(f"patch:{name}") as step:
+        marker = _read_json(ctx, posixpath.join(tree, PATCHED_MARKER)) if source.present else None
+        if marker == want:
+            report = check_and_apply(
+                ctx.conn, tree, chosen, apply=not ctx.check_mode, python=ctx.host.python
+            )
+            states = _states(report.states, digests)
+            fresh = [s["name"] for s in states if s["state"] != "already applied"]
+            if fresh:
+                ctx.changed(step, f"apply {', '.join(fresh)} in {tree}", [f"patch_tree {tree}"])
+            else:
+                step.message = f"already applied: {names}"
+            return Patched(tree, states)
+        new = tree + ".new"
+        commands = [
+            f"rm -rf {_q(new)} && cp -a {_q(source.path)} {_q(new)}",
+            f"patch_tree {new}: {names}",
+            f"rm -rf {_q(tree)} && mv {_q(new)} {_q(tree)}",
+        ]
+        if not ctx.changed(step, f"apply {names} to a copy of {source.path}", commands):
+            states = [{"name": n, "sha256": d, "state": "unknown"} for n, d in digests]
+            if source.present:  # classify now, so a plan already shows a patch that fails
+                report = check_and_apply(
+                    ctx.conn, source.path, chosen, apply=False, python=ctx.host.python
+                )
+                states = _states(report.states, digests)
+            return Patched(tree, states)
+        ctx.run(
+            f"rm -rf {_q(new)} && mkdir -p {_q(state.paths.build(name))} && "
+            f"cp -a {_q(source.path)} {_q(new)}",
+            what=f"copy the {name} source",
+        )
+        try:
+            report = check_and_apply(ctx.conn, new, chosen, apply=True, python=ctx.host.python)
+        except PatchError:
+            ctx.conn.run(f"rm -rf {_q(new)}")
+            raise
+        ctx.run(
+            f"printf '%s' {_q(json.dumps(want))} > {_q(posixpath.join(new, PATCHED_MARKER))} && "
+            f"rm -rf {_q(tree)} && mv {_q(new)} {_q(tree)}",
+            what=f"record the patched {name} tree",
+        )
+        states = _states(report.states, digests)
+        step.message = "; ".join(f"{s['name']}: {s['state']}" for s in states)
+        return Patched(tree, states)
+
+
+def _states(
+    entries: list[dict[str, Any]], digests: tuple[tuple[str, str], ...]
+) -> list[dict[str, str]]:
+    sha = dict(digests)
+    return [
+        {"name": str(e["name"]), "sha256": sha.get(str(e["name"]), ""), "state": str(e["state"])}
+        for e in entries
+    ]
+
+
+# --------------------------------------------------------------------------- knobs and key
+
+
+def package_knobs(state: ProvisionState, name: str) -> Knobs:
+    """Knobs for `name` on this host: recipe knobs, host vars max_jobs/nvcc_threads, run flags."""
+    kind = build_kind(name)
+    pkg = state.resolved.package(name)
+    overrides: dict[str, Any] = dict(pkg.get("knobs") or {})
+    sources = {
+        k: state.resolved.sources.get(f"packages.{name}.knobs.{k}", "the recipe") for k in overrides
+    }
+    threads_name = {"flash-attn": "NVCC_THREADS", "sgl-kernel": "SGL_KERNEL_COMPILE_THREADS"}
+    layers = [
+        (state.host.vars.get("max_jobs"), state.host.vars.get("nvcc_threads"), "host var"),
+        (state.options.get("max_jobs"), state.options.get("nvcc_threads"), "flag"),
+    ]
+    for jobs, threads, where in layers:
+        if jobs:
+            overrides["MAX_JOBS"] = jobs
+            sources["MAX_JOBS"] = (
+                "--max-jobs" if where == "flag" else state.host.var_sources.get("max_jobs", where)
+            )
+        if threads and kind in threads_name:
+            overrides[threads_name[kind]] = threads
+            sources[threads_name[kind]] = (
+                "--nvcc-threads"
+                if where == "flag"
+                else state.host.var_sources.get("nvcc_threads", where)
+            )
+    return resolve_knobs(name, kind, state.arch_list, state.facts, overrides, sources=sources)
+
+
+def toolchain_env(state: ProvisionState) -> list[tuple[str, str, str]]:
+    """(name, value, reason) of the env the toolkit and host compiler add to every build."""
+    rows: list[tuple[str, str, str]] = []
+    tk = state.toolkit
+    if tk is not None:
+        rows.append(
+            (
+                "CUDA_HOME",
+                tk.cuda_home,
+                f"CUDA {tk.version} toolkit ({tk.source}); nvcc {tk.nvcc_version}",
+            )
+        )
+    ccbin = state.host.vars.get("nvcc_ccbin")
+    if ccbin:
+        gcc = str(ccbin)
+        gxx = posixpath.join(posixpath.dirname(gcc), posixpath.basename(gcc).replace("gcc", "g++"))
+        why = f"host var nvcc_ccbin ({state.host.var_sources.get('nvcc_ccbin', 'inventory')})"
+        rows += [
+            ("NVCC_CCBIN", gxx, f"{why}: nvcc's host compiler"),
+            ("CUDAHOSTCXX", gxx, f"{why}: CMake's CUDA host compiler"),
+            ("CC", gcc, f"{why}: the C/C++ parts built with the same GCC"),
+            ("CXX", gxx, f"{why}: the C/C++ parts built with the same GCC"),
+        ]
+    return rows
+
+
+def build_env(state: ProvisionState, knobs: Knobs) -> dict[str, str]:
+    """The knob env plus the toolchain (CUDA_HOME, nvcc_ccbin); PATH gets the toolkit's bin/
+    prepended on the host, where its value is known."""
+    env = dict(knobs.env)
+    env.update({name: value for name, value, _ in toolchain_env(state)})
+    return env
+
+
+def _key_env(knobs: Knobs) -> dict[str, str]:
+    """The knob env and the CMake defines: both can change the binary (key.py drops the
+    parallelism ones)."""
+    env = dict(knobs.env)
+    for arg in knobs.pip_args:
+        if arg.startswith("-Ccmake.define."):
+            define, _, value = arg[len("-Ccmake.define.") :].partition("=")
+            if define not in ("SGL_KERNEL_COMPILE_THREADS",):
+                env[f"cmake.define.{define}"] = value
+        else:
+            env[f"arg:{arg}"] = "1"
+    return env
+
+
+def cc_version(state: ProvisionState) -> str:
+    """The host compiler nvcc uses: host var nvcc_ccbin's GCC, else the first gcc on PATH."""
+    from .toolkit import choose_compiler
+
+    ccbin = state.host.vars.get("nvcc_ccbin")
+    chosen = choose_compiler(state.facts, str(ccbin) if ccbin else None)
+    return f"gcc {chosen['version']}" if chosen and chosen.get("version") else ""
+
+
+def key_inputs(
+    state: ProvisionState,
+    name: str,
+    source_digest: str,
+    patches: tuple[tuple[str, str], ...],
+    knobs: Knobs,
+) -> KeyInputs:
+    """Every input of the package's cache key, from the toolkit and env this host has."""
+    pkg = state.resolved.package(name)
+    values = state.resolved.values
+    toolkit, env = state.toolkit, state.env
+    if toolkit is not None:
+        cuda = toolkit.nvcc_version or toolkit.version
+    else:
+        cuda = str(values.get("cuda.version", ""))
+    if env is not None:
+        torch, abi, py_abi, platform = (
+            env.torch_version,
+            env.cxx11_abi,
+            env.python_abi,
+            env.platform,
+        )
+    else:
+        torch, abi = str(values.get("torch.version", "")), True
+        py_abi = "cp" + str(values.get("python", "")).replace(".", "")
+        platform = f"linux_{state.facts.get('arch') or 'x86_64'}"
+    return KeyInputs(
+        package=name,
+        version=str(pkg["version"]),
+        source_digest=source_digest,
+        patches=patches,
+        build_env=_key_env(knobs),
+        arch_list=tuple(state.arch_list),
+        cuda_version=cuda,
+        torch_version=torch,
+        torch_cxx11_abi=abi,
+        python_abi=py_abi,
+        platform=platform,
+        cc_version=cc_version(state),
+    )
+
+
+def explain(ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs) -> None:
+    """``--explain``: the env and flags with the reason for each, on stderr and in the JSON."""
+    rows = [{"package": name, "name": n, "value": v, "reason": r} for n, v, r in knobs.explain]
+    rows += [
+        {"package": name, "name": n, "value": v, "reason": r} for n, v, r in toolchain_env(state)
+    ]
+    if state.toolkit is not None:
+        rows.append(
+            {
+                "package": name,
+                "name": "PATH",
+                "value": f"{state.toolkit.cuda_home}/bin:$PATH",
+                "reason": "the toolkit's nvcc first, for build systems that look it up on PATH",
+            }
+        )
+    existing = [r for r in ctx.result.data.get("explain") or [] if r.get("package") != name]
+    ctx.set(explain=existing + rows)
+    table = Table(title=f"{ctx.host.name}: {name} build settings", show_lines=False)
+    for col in ("setting", "value", "why"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(escape(row["name"]), escape(row["value"]), escape(row["reason"]))
+    with _explain_lock:
+        Console(stderr=True, width=160).print(table)
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _progress_detail(text: str, seconds: float) -> str:
+    try:
+        doc = json.loads(text) if text.strip() else {}
+    except ValueError:
+        doc = {}
+    if doc.get("total"):
+        return f"[{doc.get('done', 0)}/{doc['total']}] {seconds:.0f}s"
+    if doc.get("units"):
+        return f"{doc['units']} units {seconds:.0f}s"
+    return f"{seconds:.0f}s"
+
+
+@contextmanager
+def _poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
+    """While the block runs, show the remote build's progress file on the live display."""
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def poll() -> None:
+        while not stop.wait(PROGRESS_POLL_SECONDS):
+            try:
+                res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true", timeout=30)
+            except Exception:  # a poll never fails the build; the build's own result decides
+                return
+            ctx.runner.progress.step(
+                ctx.host.name, step, _progress_detail(res.stdout, time.monotonic() - start)
+            )
+
+    thread = threading.Thread(target=poll, name=f"progress-{ctx.host.name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=35)
+
+
+def make_builder(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    tree: str,
+    knobs: Knobs,
+    key: str,
+) -> Callable[[], BuiltWheel]:
+    """The closure `WheelCache.obtain` runs on a miss: build_wheel.py in a fresh copy of `tree`."""
+
+    def build() -> BuiltWheel:
+        from ..wheelcache import BuiltWheel
+
+        assert state.env is not None and state.toolkit is not None
+        bdir = state.paths.build(name)
+        work, out = posixpath.join(bdir, "work"), posixpath.join(bdir, "out")
+        progress = posixpath.join(bdir, "progress.json")
+        log = posixpath.join(state.paths.logs, f"build-{name}-{key[:12]}.log")
+        timeout = float(state.options.get("build_timeout") or DEFAULT_BUILD_TIMEOUT)
+        ctx.run(
+            f"rm -rf {_q(work)} {_q(out)} {_q(progress)} && mkdir -p {_q(bdir)} && "
+            f"cp -a {_q(tree)} {_q(work)}",
+            what=f"copy the {name} tree to build in",
+        )
+        args = {
+            "src": work,
+            "python": state.env.python,
+            "env": build_env(state, knobs),
+            "pip_args": list(knobs.pip_args),
+            "out_dir": out,
+            "log": log,
+            "progress": progress,
+            "front_end": "pip",
+            "timeout": timeout,
+        }
+        # PATH is extended on the host: only there is its current value known.
+        cuda_bin = posixpath.join(state.toolkit.cuda_home, "bin")
+        command = f'PATH={_q(cuda_bin)}:"$PATH" ' + script_command(ctx.host.python, args)
+        ctx.log.info("build %s: %s", name, " ".join(build_command(args, out)))
+        with _poll_progress(ctx, f"wheel:{name}", progress):
+            res = ctx.conn.run(command, stdin=script_source("build_wheel"), timeout=timeout + 300)
+        doc = parse_last_json(res.stdout)
+        if doc is None:
+            tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+            raise HostFailed(f"{name}: the build script failed (exit {res.exit_code}): {tail[0]}")
+        ctx.log.info("build %s result: %s", name, json.dumps(doc)[:4000])
+        if not doc.get("ok"):
+            _fetch_log(ctx, log, name)
+            failure = doc.get("failure") or {}
+            tail = [ln.strip() for ln in doc.get("log_tail") or [] if ln.strip()]
+            ctx.log.error("build %s failed; log tail:\n%s", name, "\n".join(tail))
+            last = last_error_line(tail) or doc.get("error") or ""
+            raise HostFailed(
+                f"{name}: build failed ({failure.get('kind', 'error')}): "
+                f"{failure.get('advice') or doc.get('error')}; log {log} on {ctx.host.name}, "
+                f"last line: {last}"
+            )
+        ctx.conn.run(f"rm -rf {_q(work)}")
+        return BuiltWheel(
+            path=str(doc["wheel"]),
+            sha256=str(doc["sha256"]),
+            seconds=float(doc.get("seconds") or 0.0),
+            log=log,
+        )
+
+    return build
+
+
+#: Lines pip and the front end wrap a failed build in: they never say what went wrong.
+_WRAPPER = re.compile(
+    r"^(\[notice\]|# sm120kit|ERROR: Failed|Failed to build|error: subprocess-exited|note: |"
+    r"full command: |cwd: |[×│╰]|exit code: |Building wheel for .* finished)"
+)
+_ERRORISH = re.compile(r"error|FAILED|Killed|fatal|Traceback|No such file", re.IGNORECASE)
+
+
+def last_error_line(tail: list[str]) -> str:
+    """The log line that best says why a build failed: the last error-like line that is not
+    pip's wrapping, else the last line that is not (at most 200 characters)."""
+    useful = [ln for ln in tail if ln and not _WRAPPER.match(ln)]
+    for line in reversed(useful):
+        if _ERRORISH.search(line):
+            return line[:200]
+    return useful[-1][:200] if useful else ""
+
+
+def _fetch_log(ctx: HostContext, log: str, name: str) -> None:
+    """A failed build's full log, copied beside the run's host log on the controller."""
+    run_dir = ctx.runner.run_dir
+    if run_dir is None:
+        return
+    try:
+        ctx.conn.get(log, str(Path(run_dir) / f"{ctx.host.name}-build-{name}.log"))
+    except Exception as exc:  # the error message already names the log on the host
+        ctx.log.warning("could not copy %s: %s", log, exc)
+
+
+# --------------------------------------------------------------------------- the operation
+
+
+def _ensure_prerequisites(ctx: HostContext, state: ProvisionState) -> None:
+    """The toolkit and env, so that `invoke build` works on its own (provision did them)."""
+    if state.toolkit is None:
+        from . import toolkit as toolkit_ops
+
+        state.toolkit = toolkit_ops.ensure_toolkit(ctx, state)
+    if state.env is None:
+        from . import pyenv as pyenv_ops
+
+        state.env = pyenv_ops.ensure_env(ctx, state)
+
+
+def installed_marker(state: ProvisionState, name: str) -> str | None:
+    if state.env is None:
+        return None
+    return posixpath.join(state.env.path, ".sm120kit", "installed", f"{name}.json")
+
+
+def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[str, Any]:
+    """Source, patches, wheel (built or from the cache), install: see the module docstring."""
+    pkg = state.resolved.package(name)
+    version = str(pkg["version"])
+    knobs = package_knobs(state, name)
+    problems = state.resolved.problems.get(name)
+    if problems:
+        if state.options.get("explain"):
+            explain(ctx, state, name, knobs)
+        raise HostFailed(
+            f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
+            + "; ".join(problems)
+        )
+    record: dict[str, Any] = {"version": version, "wheel_from": None}
+    state.packages[name] = record
+    source = ensure_source(ctx, state, name)
+    record["source_digest"] = source.digest
+    patched = ensure_patched(ctx, state, name, source)
+    record["patches"] = patched.patches
+    _ensure_prerequisites(ctx, state)
+    if state.options.get("explain"):
+        explain(ctx, state, name, knobs)
+    record["env"] = build_env(state, knobs)
+    record["pip_args"] = list(knobs.pip_args)
+    if not source.digest or state.toolkit is None or state.env is None:
+        # Check mode before the toolkit/env/source exist: the key is not known yet.
+        with ctx.step(f"wheel:{name}") as step:
+            ctx.changed(step, f"build or fetch {name} {version} (key known once it exists)")
+        with ctx.step(f"install:{name}") as step:
+            ctx.changed(step, f"install {name} {version}")
+        return record
+    digests = tuple((p["name"], p["sha256"]) for p in patched.patches) or patch_key(
+        package_patches(state, name)[0]
+    )
+    inputs = key_inputs(state, name, source.digest, digests, knobs)
+    key = compute_key(inputs)
+    record["key"] = key
+    marker_path = installed_marker(state, name)
+    assert marker_path is not None
+    installed = _read_json(ctx, marker_path)
+    already = bool(installed and installed.get("key") == key and installed.get("sha256"))
+    with ctx.step(f"wheel:{name}") as step:
+        if already and installed is not None:
+            record.update(
+                wheel=installed.get("wheel"),
+                sha256=installed.get("sha256"),
+                wheel_from=installed.get("wheel_from"),
+                log=installed.get("log"),
+                seconds=0.0,
+            )
+            step.message = f"installed wheel has key {key[:12]}"
+        else:
+            _obtain(ctx, state, name, inputs, key, patched.tree, knobs, record, step)
+    with ctx.step(f"install:{name}") as step:
+        if already:
+            step.message = f"{name} {version} installed ({key[:12]})"
+            record["installed"] = "already"
+        else:
+            _install(ctx, state, name, record, marker_path, step)
+    return record
+
+
+def _obtain(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    inputs: KeyInputs,
+    key: str,
+    tree: str,
+    knobs: Knobs,
+    record: dict[str, Any],
+    step: StepResult,
+) -> None:
+    from ..wheelcache import cache_for
+
+    builder = make_builder(ctx, state, name, tree, knobs, key)
+    dest = posixpath.join(state.paths.build(name), "wheels")
+    built: dict[str, Any] = {}
+
+    def build() -> BuiltWheel:
+        wheel = builder()
+        built.update(seconds=wheel.seconds, log=wheel.log)
+        return wheel
+
+    obtained = cache_for(ctx.runner).obtain(ctx, inputs, build, dest)
+    record.update(
+        wheel=obtained.path or None,
+        sha256=obtained.sha256 or None,
+        wheel_from=obtained.wheel_from,
+        log=built.get("log"),
+        seconds=round(float(built.get("seconds") or 0.0), 3),
+    )
+    if ctx.check_mode:
+        if obtained.wheel_from.startswith("cache:"):
+            ctx.changed(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
+        else:
+            args = {"src": tree, "python": state.env.python if state.env else "python"}
+            cmd = build_command({**args, "pip_args": knobs.pip_args}, dest)
+            env = " ".join(f"{k}={_q(v)}" for k, v in sorted(build_env(state, knobs).items()))
+            ctx.changed(step, f"build {name} ({key[:12]})", [f"{env} {shlex.join(cmd)}"])
+        return
+    what = (
+        f"built in {record['seconds']:.0f}s"
+        if obtained.wheel_from == "build"
+        else f"from {obtained.wheel_from}"
+    )
+    ctx.changed(step, f"{os.path.basename(obtained.path)} {what} (key {key[:12]})")
+
+
+def _install(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    record: dict[str, Any],
+    marker_path: str,
+    step: StepResult,
+) -> None:
+    assert state.env is not None
+    wheel = record.get("wheel") or f"<{name} wheel>"
+    pip = (
+        f"{_q(state.env.python)} -m pip install --no-deps --force-reinstall --no-index {_q(wheel)}"
+    )
+    if not ctx.changed(step, f"install {os.path.basename(wheel)} into {state.env.path}", [pip]):
+        return
+    doc = {
+        "package": name,
+        "version": record["version"],
+        "key": record["key"],
+        "sha256": record["sha256"],
+        "wheel": record["wheel"],
+        "wheel_from": record["wheel_from"],
+        "log": record.get("log"),
+        "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    ctx.run(pip, timeout=1800, what=f"pip install {os.path.basename(wheel)}")
+    ctx.run(
+        f"mkdir -p {_q(posixpath.dirname(marker_path))} && "
+        f"printf '%s' {_q(json.dumps(doc, sort_keys=True))} > {_q(marker_path)}",
+        what=f"record the {name} install",
+    )
+    record["installed"] = "now"
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def build_task(
+    opts: PlanOptions, package: str, runner: Runner | None = None
+) -> Callable[[HostContext], None]:
+    """`invoke build --package P` (and build-flash-attn / build-sgl-kernel)."""
+
+    def run(ctx: HostContext) -> None:
+        state = prepare(ctx, opts)
+        package_names(state, opts)  # an unknown package: one line naming the recipe
+        try:
+            ensure_package(ctx, state, package)
+        finally:
+            ctx.set(
+                packages=state.packages,
+                toolkit=state.toolkit.to_dict() if state.toolkit else None,
+                env=state.env.to_dict() if state.env else None,
+            )
+
+    return run
+
+
+class _Probe:
+    """A HostContext seen in check mode: ensure_* only probe (for cache.key, which changes
+    nothing: a step that would change stays "ok" and says "would ...")."""
+
+    def __init__(self, ctx: HostContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def check_mode(self) -> bool:
+        return True
+
+    def changed(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
+        step.message, step.commands = f"would {message}", list(commands or [])
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+def key_task(opts: PlanOptions, package: str) -> Callable[[HostContext], None]:
+    """`invoke cache.key --package P`: every key input on each host, and the key; builds nothing.
+
+    The toolkit and env are probed in check mode: where they do not exist yet, the key is the
+    one they would give (recipe versions), and the JSON says ``"predicted": true``.
+    """
+
+    def run(ctx: HostContext) -> None:
+        state = prepare(ctx, opts)
+        package_names(state, opts)
+        _ensure_prerequisites(_Probe(ctx), state)  # type: ignore[arg-type]
+        with ctx.step(f"key:{package}") as step:
+            plan = plan_source(ctx, state, package)
+            digest = plan.digest
+            if not digest and plan.kind == "git":
+                digest = "git:" + git_resolve(plan.args["repo"], plan.args["commit"])
+            patches = patch_key(package_patches(state, package)[0])
+            inputs = key_inputs(state, package, digest, patches, package_knobs(state, package))
+            key = compute_key(inputs)
+            step.message = key
+        ctx.set(
+            package=package,
+            key=key,
+            inputs=[list(row) for row in describe(inputs)],
+            key_inputs=inputs.to_dict(),
+            # A toolkit or env that would be installed: its versions are the recipe's.
+            predicted=any(s.message.startswith("would ") for s in ctx.result.steps),
+        )
+
+    return run
+
+
+# --------------------------------------------------------------------------- output
+
+
+def render_build(console: Console, result: RunResult) -> None:
+    """Per host and package: version, where the wheel came from, key, build time, log."""
+    table = Table(title=result.task, show_lines=False)
+    for col in ("host", "package", "version", "wheel from", "key", "seconds", "log"):
+        table.add_column(col, overflow="fold")
+    for host, res in result.hosts.items():
+        packages: dict[str, Any] = res.data.get("packages") or {}
+        if not packages:
+            table.add_row(host, "", "", f"[red]{res.status}[/]", "", "", escape(res.error or ""))
+        for name, rec in packages.items():
+            table.add_row(
+                host,
+                name,
+                str(rec.get("version") or ""),
+                escape(str(rec.get("wheel_from") or res.status)),
+                str(rec.get("key") or "")[:12],
+                f"{rec.get('seconds') or 0:.0f}",
+                escape(str(rec.get("log") or "")),
+            )
+    console.print(table)
+
+
+def render_key(console: Console, result: RunResult) -> None:
+    """`cache.key`: each input and the key, per host."""
+    for host, res in result.hosts.items():
+        if not res.data.get("inputs"):
+            console.print(f"[bold]{host}[/]: [red]{res.status}[/] {escape(res.error or '')}")
+            continue
+        title = f"{host}: {res.data.get('package')}"
+        if res.data.get("predicted"):
+            title += " (predicted: toolkit/env not installed yet)"
+        table = Table(title=title, show_header=False, box=None, padding=(0, 2))
+        table.add_column("input")
+        table.add_column("value", overflow="fold")
+        for label, value in res.data["inputs"]:
+            style = "bold" if label == "key" else ""
+            table.add_row(label, f"[{style}]{escape(value)}[/]" if style else escape(value))
+        console.print(table)
+
+
+__all__ = [
+    "KIND_BY_PACKAGE",
+    "Patched",
+    "Source",
+    "SourcePlan",
+    "build_env",
+    "build_kind",
+    "build_task",
+    "ensure_package",
+    "ensure_patched",
+    "ensure_source",
+    "explain",
+    "index_sdist",
+    "key_inputs",
+    "key_task",
+    "make_builder",
+    "pack_tree",
+    "package_knobs",
+    "package_patches",
+    "plan_source",
+    "render_build",
+    "render_key",
+]

@@ -1,0 +1,383 @@
+"""The managed Python environment: one venv per recipe, Python, torch and flavour on each host.
+
+It lives at ``<work_root>/envs/<recipe>-py<X.Y>-torch<version>-<cpu|cuXY>`` (`HostPaths.env`)
+and holds its own torch (never the machine's): ``pip install torch==<torch.version>`` from the
+default index when ``torch.index`` is ``pypi``, else with ``--index-url <torch.index>``, plus
+build tools (`build_tools`: ninja, setuptools, wheel, packaging; cmake and scikit-build-core
+only when a package built on the host needs CMake, i.e. sgl-kernel, so the minikernel path
+stays light). Its interpreter is a python3 of the host whose X.Y equals the recipe's ``python``.
+
+Completeness: a venv cannot be renamed into place (its scripts carry absolute shebangs), so it
+is built at its final path and a marker file, ``.sm120kit-env.json``, written last and
+atomically, says it is complete; it records the spec (python, torch version, index, flavour),
+the tools and what torch reported. A directory without a marker (an interrupted run), or with
+another spec, is removed and rebuilt; missing tools are added without a rebuild. An env whose
+marker matches is "ok" at the cost of one probe command.
+
+Checks, on every run: torch's CUDA major equals the toolkit's (cpp_extension refuses
+otherwise) and its arch list has every target arch; a CPU torch (recipe ``torch.cuda = "cpu"``)
+is allowed only for cross-builds (no GPU on the host) or with host var ``allow_cpu_torch: true``,
+and the step says which. Host vars ``pip_cache_dir`` and ``pip_args`` go to every pip install
+(`sm120kit.ops.toolkit.pip_args`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import drivers as drv
+from ..errors import HostFailed
+from ..state import ProvisionState, PyEnv
+from .toolkit import pip_args, sm_code
+
+if TYPE_CHECKING:
+    from ..plan import PlanOptions
+    from ..runner import HostContext
+
+MARKER = ".sm120kit-env.json"
+BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
+CMAKE_TOOLS = ("cmake", "scikit-build-core")
+#: Recipe packages built through CMake (scikit-build-core).
+CMAKE_PACKAGES = frozenset({"sgl-kernel"})
+ENV_TIMEOUT = 2 * 3600.0
+PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+
+#: Printed by the env's python: what the build and the cache key need to know about it.
+INSPECT = """\
+import json, sys, sysconfig
+info = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
+        "python_abi": "cp%d%d" % sys.version_info[:2],
+        "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_")}
+try:
+    import torch
+    info["torch_version"] = torch.__version__
+    info["torch_cuda"] = torch.version.cuda
+    info["cxx11_abi"] = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    flags = getattr(torch._C, "_cuda_getArchFlags", None)
+    info["torch_arch_list"] = (flags() or "").split() if flags and torch.version.cuda else []
+except Exception as exc:
+    info["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(info, sort_keys=True))
+"""
+
+
+def flavour(torch_cuda: str) -> str:
+    """``cpu`` or ``cu<XY>`` (``13.0`` -> ``cu130``), as torch's indexes name builds."""
+    return "cpu" if torch_cuda == "cpu" else "cu" + torch_cuda.replace(".", "")
+
+
+def build_tools(packages: list[str]) -> list[str]:
+    """Build tools the env needs for `packages` (CMake ones only when one builds with CMake)."""
+    tools = list(BASE_TOOLS)
+    if CMAKE_PACKAGES & set(packages):
+        tools += CMAKE_TOOLS
+    return tools
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the recipe asks of the env, and where it goes."""
+
+    recipe: str
+    python: str
+    torch_version: str
+    torch_index: str
+    torch_cuda: str
+    path: str
+    tools: tuple[str, ...]
+
+    @classmethod
+    def from_state(cls, state: ProvisionState, packages: list[str] | None = None) -> EnvSpec:
+        v = state.resolved.values
+        if packages is None:
+            host_list = state.host.vars.get("provision_packages")
+            packages = list(host_list) if host_list else state.resolved.package_names()
+        recipe, python = str(v["recipe"]), str(v["python"])
+        torch_version, torch_cuda = str(v["torch.version"]), str(v["torch.cuda"])
+        return cls(
+            recipe=recipe,
+            python=python,
+            torch_version=torch_version,
+            torch_index=str(v["torch.index"]),
+            torch_cuda=torch_cuda,
+            path=state.paths.env(recipe, python, torch_version, flavour(torch_cuda)),
+            tools=tuple(build_tools(packages)),
+        )
+
+    @property
+    def env_python(self) -> str:
+        return posixpath.join(self.path, "bin", "python")
+
+    @property
+    def marker(self) -> str:
+        return posixpath.join(self.path, MARKER)
+
+    def identity(self) -> dict[str, str]:
+        """What must equal the marker's spec for the env to be reused."""
+        return {
+            "python": self.python,
+            "torch": self.torch_version,
+            "index": self.torch_index,
+            "flavour": flavour(self.torch_cuda),
+        }
+
+
+def choose_python(facts: Mapping[str, Any], want: str, host: str) -> dict[str, Any]:
+    """The host's first python3 whose X.Y is `want`; HostFailed naming what exists otherwise."""
+    found = list(facts.get("python") or [])
+    for entry in found:
+        if ".".join(str(entry.get("version", "")).split(".")[:2]) == want:
+            return dict(entry)
+    have = ", ".join(f"{e['path']} ({e['version']})" for e in found) or "none"
+    raise HostFailed(
+        f"{host}: the recipe wants Python {want} but the host has {have}; install python{want} "
+        "(with its venv module) or set recipe.python"
+    )
+
+
+def cpu_torch_reason(state: ProvisionState) -> str | None:
+    """Why a CPU torch is acceptable on this host, or None when it is not."""
+    if state.cross_build:
+        return "cross-build: no GPU on the host"
+    if state.host.vars.get("allow_cpu_torch") is True:
+        return "host var allow_cpu_torch"
+    return None
+
+
+def torch_problems(
+    info: Mapping[str, Any],
+    spec: EnvSpec,
+    *,
+    toolkit_major: int,
+    arch: list[str],
+    cpu_reason: str | None,
+) -> list[str]:
+    """Why the env's torch cannot serve the builds (empty when it can)."""
+    if info.get("torch_error"):
+        return [f"torch does not import: {info['torch_error']}"]
+    version, cuda = info.get("torch_version"), info.get("torch_cuda")
+    problems: list[str] = []
+    if cuda is None:
+        if spec.torch_cuda != "cpu":
+            problems.append(
+                f"torch {version} from {spec.torch_index} is a CPU build, but the recipe's "
+                f"torch.cuda is {spec.torch_cuda}"
+            )
+        elif cpu_reason is None:
+            problems.append(
+                f"torch {version} is a CPU build: only cross-builds (no GPU on the host) may use "
+                "one, or set host var allow_cpu_torch: true"
+            )
+        return problems
+    if spec.torch_cuda == "cpu":
+        problems.append(
+            f"torch {version} is built for CUDA {cuda}, but the recipe's torch.cuda is cpu"
+        )
+    if drv.cuda_major(cuda) != toolkit_major:
+        problems.append(
+            f"torch {version} is built for CUDA {cuda} but the toolkit is CUDA {toolkit_major}.x: "
+            "cpp_extension refuses a different CUDA major"
+        )
+    have = set(info.get("torch_arch_list") or [])
+    for a in arch:
+        code = sm_code(a).rstrip("af")
+        if code not in have and code.replace("sm_", "compute_") not in have:
+            problems.append(
+                f"torch {version}'s arch list {' '.join(sorted(have)) or '(empty)'} lacks {code}"
+            )
+    return problems
+
+
+def _index_args(spec: EnvSpec) -> list[str]:
+    return [] if spec.torch_index == "pypi" else ["--index-url", spec.torch_index]
+
+
+def env_steps(
+    spec: EnvSpec,
+    python: str,
+    host_vars: Mapping[str, Any],
+    *,
+    rebuild: bool,
+    exists: bool,
+    tools: list[str],
+) -> list[dict[str, Any]]:
+    """Steps for remote/make_env.py: a fresh env (`rebuild`) or only the missing `tools`."""
+    py, cache = spec.env_python, pip_args(host_vars)
+    steps: list[dict[str, Any]] = []
+    if rebuild:
+        if exists:
+            steps.append({"op": "remove", "path": spec.path})
+        steps.append({"op": "run", "argv": [python, "-m", "venv", spec.path]})
+    if tools:
+        steps.append({"op": "run", "argv": [py, *PIP, *cache, *tools]})
+    if rebuild:
+        torch_req = f"torch=={spec.torch_version}"
+        steps.append({"op": "run", "argv": [py, *PIP, *cache, *_index_args(spec), torch_req]})
+    steps += [
+        {"op": "inspect", "argv": [py, "-c", INSPECT]},
+        {"op": "marker", "path": spec.marker, "spec": spec.identity(), "tools": list(spec.tools)},
+    ]
+    return steps
+
+
+def render_step(step: Mapping[str, Any]) -> str:
+    """The shell equivalent of one env step, as `plan` shows it."""
+    op = step["op"]
+    if op == "remove":
+        return f"rm -rf {shlex.quote(step['path'])}"
+    if op == "run":
+        return shlex.join(step["argv"])
+    if op == "inspect":
+        return f"{shlex.quote(step['argv'][0])} -c '<print interpreter and torch facts as JSON>'"
+    if op == "marker":
+        return f"write {step['path']} (spec {step['spec']}, tools {step['tools']})"
+    raise ValueError(f"unknown step op {op!r}")
+
+
+def _pyenv(info: Mapping[str, Any], spec: EnvSpec) -> PyEnv:
+    return PyEnv(
+        path=spec.path,
+        python=spec.env_python,
+        python_version=str(info.get("python_version")),
+        python_abi=str(info.get("python_abi")),
+        platform=str(info.get("platform")),
+        torch_version=str(info.get("torch_version")),
+        torch_cuda=info.get("torch_cuda"),
+        cxx11_abi=bool(info.get("cxx11_abi")),
+        torch_arch_list=list(info.get("torch_arch_list") or []),
+    )
+
+
+def planned_env(spec: EnvSpec, python: Mapping[str, Any], facts: Mapping[str, Any]) -> PyEnv:
+    """What `ensure_env` would build (check mode); torch's own facts are the recipe's."""
+    xy = spec.python.split(".")
+    return PyEnv(
+        path=spec.path,
+        python=spec.env_python,
+        python_version=str(python.get("version")),
+        python_abi=f"cp{xy[0]}{xy[1]}",
+        platform=f"linux_{facts.get('arch') or 'x86_64'}",
+        torch_version=spec.torch_version,
+        torch_cuda=None if spec.torch_cuda == "cpu" else spec.torch_cuda,
+        cxx11_abi=True,  # torch >= 2.7 wheels use the C++11 ABI
+        torch_arch_list=[],
+    )
+
+
+def _toolkit_major(state: ProvisionState) -> int:
+    if state.toolkit is not None:
+        return drv.cuda_major(state.toolkit.release)
+    return drv.cuda_major(state.resolved.values["cuda.version"])
+
+
+def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | None = None) -> PyEnv:
+    """Reuse or build the recipe's env; sets and returns ``state.env``.
+
+    `packages` (default: host var provision_packages, else the recipe's) decide the build
+    tools. In check mode only the probe runs; ``state.env`` is then the planned env. An env
+    already in ``state`` is returned as is unless `packages` asks for a tool check.
+    """
+    if state.env is not None and packages is None:
+        return state.env  # ensured earlier in this run
+    spec = EnvSpec.from_state(state, packages)
+    cpu_reason = cpu_torch_reason(state)
+    name = state.host.name
+    with ctx.step("env") as step:
+        if spec.torch_cuda == "cpu" and cpu_reason is None:
+            raise HostFailed(
+                f"{name}: torch.cuda is cpu (from {state.resolved.sources.get('torch.cuda')}) "
+                "but the host has a GPU: a CPU torch is for cross-builds only; set host var "
+                "allow_cpu_torch: true to build with it anyway"
+            )
+        python = choose_python(state.facts, spec.python, name)
+        probe = ctx.script("make_env", {"action": "probe", "env": spec.path, "marker": MARKER})
+        marker = probe.get("marker") or {}
+        complete = bool(marker) and probe.get("python_ok") and marker.get("spec") == spec.identity()
+        missing = [t for t in spec.tools if t not in (marker.get("tools") or [])]
+        if complete and not missing:
+            info = marker.get("info") or {}
+            env = _check(info, spec, state, cpu_reason)
+            step.message = _describe(env, cpu_reason)
+            state.env = env
+            return env
+        if complete:
+            what = f"add {' '.join(missing)} to env {spec.path}"
+        elif probe.get("exists"):
+            why = "different spec" if marker else "incomplete: no marker"
+            what = f"rebuild env {spec.path} ({why}) with torch {spec.torch_version}"
+        else:
+            what = (
+                f"create env {spec.path} (Python {python['version']}, torch {spec.torch_version})"
+            )
+        steps = env_steps(
+            spec,
+            str(python["path"]),
+            state.host.vars,
+            rebuild=not complete,
+            exists=bool(probe.get("exists")),
+            tools=missing if complete else list(spec.tools),
+        )
+        commands = [render_step(s) for s in steps]
+        if not ctx.changed(step, what, commands):
+            state.env = planned_env(spec, python, state.facts)
+            return state.env
+        step.commands = commands
+        doc = ctx.script(
+            "make_env",
+            {
+                "action": "apply",
+                "env": spec.path,
+                "marker": MARKER,
+                "steps": steps,
+                "cleanup": [] if complete else [spec.path],
+            },
+            timeout=ENV_TIMEOUT,
+        )
+        if not doc.get("ok"):
+            raise HostFailed(f"{name}: env {spec.path}: {doc.get('error')}")
+        env = _check(doc.get("info") or {}, spec, state, cpu_reason)
+        step.message = f"{what}: {_describe(env, cpu_reason)} in {doc.get('seconds', 0):.1f}s"
+    state.env = env
+    return env
+
+
+def _check(
+    info: Mapping[str, Any], spec: EnvSpec, state: ProvisionState, cpu_reason: str | None
+) -> PyEnv:
+    problems = torch_problems(
+        info,
+        spec,
+        toolkit_major=_toolkit_major(state),
+        arch=state.arch_list,
+        cpu_reason=cpu_reason,
+    )
+    if problems:
+        raise HostFailed(f"{state.host.name}: env {spec.path}: {'; '.join(problems)}")
+    return _pyenv(info, spec)
+
+
+def _describe(env: PyEnv, cpu_reason: str | None) -> str:
+    torch = f"torch {env.torch_version}"
+    if env.torch_cuda is None:
+        torch += f" (CPU build, allowed: {cpu_reason})"
+    else:
+        torch += f" (CUDA {env.torch_cuda}, arch {' '.join(env.torch_arch_list)})"
+    return f"{env.path}: Python {env.python_version}, {torch}"
+
+
+def env_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+    """Toolkit then env, as one task (for an `invoke env` task and for tests)."""
+    from ..plan import prepare
+    from .toolkit import ensure_toolkit
+
+    def run(ctx: HostContext) -> None:
+        state = prepare(ctx, opts)
+        toolkit = ensure_toolkit(ctx, state)
+        env = ensure_env(ctx, state, opts.packages)
+        ctx.set(toolkit=toolkit.to_dict(), env=env.to_dict(), notes=state.resolved.notes)
+
+    return run

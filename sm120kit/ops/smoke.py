@@ -1,0 +1,419 @@
+"""The `smoke` and `serve-check` tasks, and the smoke step of `provision`.
+
+Smoke runs the stdlib-only probe (sm120kit/remote/smoke_probe.py) on each host against one
+Python env: the recipe's managed env (never created here: a missing one fails the host and
+names --python), or any interpreter or venv given with --python. The probe's JSON is kept
+whole (`"smoke"`); per package the checks are judged into pass / warn / fail / skip
+(`"packages"`). A package the recipe lists but the env lacks is a skip; one named with
+--package, or one `provision` just built, is a fail.
+
+serve-check polls a server URL as the host sees it (sm120kit/serve.py) and records the
+verdict; anything but "ready" fails the host with the verdict and reason.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .. import serve
+from .. import smoke as probe
+from ..errors import HostFailed, RecipeError, Sm120Error
+from ..facts import gather
+from ..plan import PlanOptions, prepare
+from ..results import RunResult
+from ..runner import HostContext
+from ..state import ProvisionState
+
+#: Kernel packages checked when neither --package nor a recipe names them.
+DEFAULT_PACKAGES = ("sgl-kernel", "flash-attn", "minikernel")
+
+#: Seconds per probe subprocess (one import, one dlopen...) and for the whole probe command.
+CHECK_TIMEOUT = 300.0
+PROBE_TIMEOUT = 3600.0
+
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+_MAX_PROBLEM_LINES = 12
+# The host's one-line error names the cause: the static checks diagnose (no cudart, another
+# torch, no SASS), the import check only quotes the loader.
+_CAUSE_FIRST = {
+    "installed": 0,
+    "undefined_symbols": 1,
+    "arch_coverage": 2,
+    "loader": 3,
+    "import_order": 4,
+    "gpu_op": 5,
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one host's smoke run checks: which interpreter, which packages, judged for what."""
+
+    python: str
+    python_source: str  # "--python" | "managed env" | "provisioned env"
+    env: str | None  # the managed env's directory (None with --python)
+    packages: tuple[str, ...]
+    explicit: bool  # named packages: absent ones fail instead of skipping
+    arch: str | None
+    arch_source: str
+    gpu: bool
+
+
+# --------------------------------------------------------------------------------- arch
+
+
+def normalize_cc(value: Any) -> str | None:
+    """``12.0`` from "12.0", "12.0a", "12.0+PTX", "sm_120"; None when absent or not a capability."""
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if text.upper().endswith("+PTX"):
+        text = text[:-4]
+    if text[-1:] in ("a", "f") and "." in text:
+        text = text[:-1]
+    try:
+        cc = probe.parse_cc(text)
+    except ValueError:
+        return None
+    return f"{cc[0]}.{cc[1]}" if cc else None
+
+
+def gpu_capability(facts: Mapping[str, Any] | None) -> str | None:
+    """The first GPU's compute capability from the facts (None: no GPU or a driver too old)."""
+    gpu = (facts or {}).get("gpu") or {}
+    if not gpu.get("present"):
+        return None
+    for g in gpu.get("gpus") or []:
+        cc = normalize_cc(g.get("compute_cap"))
+        if cc:
+            return cc
+    return None
+
+
+def choose_arch(
+    flag: str | None,
+    facts: Mapping[str, Any] | None,
+    host_vars: Mapping[str, Any],
+    arch_list: Iterable[str] | None,
+    recipe: str | None = None,
+) -> tuple[str | None, str]:
+    """(capability, where it came from): --arch, the GPU, host var target_arch, the recipe."""
+    if flag not in (None, ""):
+        cc = normalize_cc(flag)
+        if cc is None:
+            raise Sm120Error(f"--arch {flag!r}: not a compute capability like 12.0")
+        return cc, "--arch"
+    cc = gpu_capability(facts)
+    if cc:
+        return cc, "GPU (facts)"
+    cc = normalize_cc(host_vars.get("target_arch"))
+    if cc:
+        return cc, "host var target_arch"
+    for entry in arch_list or ():
+        cc = normalize_cc(entry)
+        if cc:
+            return cc, f"recipe {recipe} arch" if recipe else "recipe arch"
+    return None, "none (no --arch, GPU, target_arch or recipe)"
+
+
+# --------------------------------------------------------------------------------- env
+
+
+def managed_env_path(state: ProvisionState) -> str:
+    """The recipe's managed env directory on the host (ops.pyenv's layout; nothing created)."""
+    if state.env is not None:
+        return state.env.path
+    from .pyenv import EnvSpec
+
+    return EnvSpec.from_state(state).path
+
+
+def _managed_python(state: ProvisionState) -> tuple[str, str, str]:
+    """(interpreter, its label, env directory) of the recipe's env."""
+    if state.env is not None:
+        return state.env.python, "provisioned env", state.env.path
+    env = managed_env_path(state)
+    return posixpath.join(env, "bin", "python"), "managed env", env
+
+
+# --------------------------------------------------------------------------------- verdicts
+
+
+def judge_packages(
+    doc: Mapping[str, Any], names: Iterable[str], explicit: bool
+) -> dict[str, dict[str, Any]]:
+    """Per package: the worst status and its checks (an absent package is one check)."""
+    where = doc.get("python") or "the env"
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        raw = (doc.get("packages") or {}).get(name) or {"installed": False}
+        if not raw.get("installed"):
+            status = "fail" if explicit else "skip"
+            why = "named with --package" if explicit else "not in this env"
+            check = {
+                "check": "installed",
+                "status": status,
+                "reason": f"not installed in {where} ({why})",
+                "details": {},
+            }
+            out[name] = {"status": status, "installed": False, "version": None, "checks": [check]}
+            continue
+        checks = list(raw.get("checks") or [])
+        out[name] = {
+            "status": probe.worst_status(c.get("status", "fail") for c in checks),
+            "installed": True,
+            "version": raw.get("version"),
+            "checks": checks,
+        }
+    return out
+
+
+def rows(packages: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """``(package, check, status, reason)``, one per check, in probe order."""
+    return [
+        (name, c["check"], c["status"], c.get("reason", ""))
+        for name, pkg in packages.items()
+        for c in pkg["checks"]
+    ]
+
+
+def failure(packages: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """``<pkg>: <reason>`` per failed package (the check that names the cause), or None."""
+    parts = []
+    for name, pkg in packages.items():
+        if pkg["status"] != "fail":
+            continue
+        failed = [c for c in pkg["checks"] if c["status"] == "fail"]
+        first = min(failed, key=lambda c: _CAUSE_FIRST.get(c["check"], len(_CAUSE_FIRST)))
+        parts.append(f"{name}: {first.get('reason') or first['check']}")
+    return "; ".join(parts) or None
+
+
+# --------------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """One probe run on one host: the probe's JSON, parsed, and the per-package verdicts."""
+
+    doc: dict[str, Any]
+    report: probe.SmokeReport
+    packages: dict[str, dict[str, Any]]
+
+
+def run_probe(ctx: HostContext, target: Target) -> SmokeRun:
+    """Run the probe on the host for `target` (one command); nothing is judged fatal here."""
+    args = probe.probe_args(
+        target.packages,
+        python=target.python,
+        arch=target.arch,
+        gpu=target.gpu,
+        timeout=CHECK_TIMEOUT,
+    )
+    ctx.runner.progress.step(
+        ctx.host.name, "smoke", f"{len(target.packages)} package(s) in {target.python}"
+    )
+    doc = ctx.script(probe.SCRIPT, args, timeout=PROBE_TIMEOUT)
+    report = probe.report_from_json(doc, ctx.host.name)
+    return SmokeRun(doc, report, judge_packages(doc, target.packages, target.explicit))
+
+
+def raise_on_failure(ctx: HostContext, target: Target, run: SmokeRun) -> None:
+    """HostFailed (one line) when the env is missing, uninspectable, or a package fails."""
+    report = run.report
+    if report.missing_python and target.env is not None:
+        raise HostFailed(
+            f"smoke failed: the managed env {target.env} does not exist on {ctx.host.name} "
+            f"({report.error}); provision it first, or pass --python PATH to check an "
+            "interpreter or venv built by other means"
+        )
+    if report.error:
+        raise HostFailed(f"smoke failed: {report.error}")
+    why = failure(run.packages)
+    if why:
+        raise HostFailed(f"smoke failed: {why}")
+
+
+def _summary(packages: Mapping[str, Mapping[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for pkg in packages.values():
+        counts[pkg["status"]] = counts.get(pkg["status"], 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no packages"
+
+
+def _state_for_python(ctx: HostContext, opts: PlanOptions) -> ProvisionState | None:
+    """The recipe when it resolves; with --python a host without one is still checked."""
+    gather(ctx)
+    try:
+        return prepare(ctx, opts)
+    except RecipeError as exc:
+        step = ctx.result.steps[-1] if ctx.result.steps else None
+        if step is not None and step.name == "recipe":
+            step.status = "skipped"
+            step.message = f"no recipe ({exc}); --python given: checking without one"
+        return None
+
+
+def smoke_task(
+    opts: PlanOptions,
+    *,
+    package: str | None = None,
+    python: str | None = None,
+    arch: str | None = None,
+) -> Callable[[HostContext], None]:
+    """`invoke smoke`: check kernel packages in the managed env or the --python env per host."""
+    if arch not in (None, "") and normalize_cc(arch) is None:
+        raise Sm120Error(f"--arch {arch!r}: not a compute capability like 12.0")
+    if python is not None and not str(python).strip():
+        raise Sm120Error("--python is empty: give an interpreter path or a venv directory")
+
+    def run(ctx: HostContext) -> None:
+        env: str | None = None
+        if python:
+            state = _state_for_python(ctx, opts)
+            py, py_source = str(python), "--python"
+        else:
+            try:
+                state = prepare(ctx, opts)
+            except RecipeError as exc:
+                raise RecipeError(
+                    f"{exc}; or pass --python PATH to check an env built by other means"
+                ) from None
+            py, py_source, env = _managed_python(state)
+        names: tuple[str, ...]
+        if package:
+            names, explicit = (package,), True
+        elif state is not None:
+            names, explicit = tuple(state.resolved.package_names()), False
+        else:
+            names, explicit = DEFAULT_PACKAGES, False
+        cc, cc_source = choose_arch(
+            arch,
+            ctx.facts,
+            ctx.host.vars,
+            state.arch_list if state is not None else None,
+            state.resolved.recipe.name if state is not None else None,
+        )
+        gpu = gpu_capability(ctx.facts) is not None
+        target = Target(py, py_source, env, names, explicit, cc, cc_source, gpu)
+        with ctx.step("smoke") as step:
+            run = run_probe(ctx, target)
+            ctx.set(
+                smoke=run.doc,
+                packages=run.packages,
+                python=run.report.python or py,
+                python_source=py_source,
+                env=env,
+                arch=cc,
+                arch_source=cc_source,
+            )
+            step.message = _summary(run.packages)
+            raise_on_failure(ctx, target, run)
+
+    return run
+
+
+def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) -> None:
+    """`provision`'s last step: smoke the packages it built in the recipe's env.
+
+    Judged for the GPU's capability, else the recipe's first arch. A fail raises HostFailed;
+    each package's verdict also lands in ``state.packages[name]["smoke"]``.
+    """
+    if not names:
+        return
+    py, py_source, env = _managed_python(state)
+    cc, cc_source = choose_arch(None, state.facts, {}, state.arch_list, state.resolved.recipe.name)
+    gpu = gpu_capability(state.facts) is not None
+    target = Target(py, py_source, env, tuple(names), True, cc, cc_source, gpu)
+    with ctx.step("smoke") as step:
+        run = run_probe(ctx, target)
+        # `packages` in provision's JSON is the build record: the verdicts go inside it.
+        ctx.set(smoke=run.doc)
+        for name, verdict in run.packages.items():
+            state.packages.setdefault(name, {})["smoke"] = {
+                "status": verdict["status"],
+                "checks": [
+                    {k: c.get(k) for k in ("check", "status", "reason")} for c in verdict["checks"]
+                ],
+            }
+        step.message = _summary(run.packages)
+        raise_on_failure(ctx, target, run)
+
+
+def render(console: Console, result: RunResult) -> None:
+    """Per host: the env and arch, then one row per check (pass / warn / fail / skip)."""
+    for name, host in result.hosts.items():
+        d = host.data
+        doc = d.get("smoke")
+        if not isinstance(doc, dict):
+            console.print(
+                Text(f"{name}: {host.status}: {host.error or 'no smoke result'}", style="red")
+            )
+            continue
+        torch = (doc.get("torch") or {}).get("version") or "no torch"
+        arch = d.get("arch") or "no arch"
+        title = (
+            f"{name}: {d.get('python')} ({d.get('python_source')}), torch {torch}, "
+            f"arch {arch} from {d.get('arch_source')}"
+        )
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for col in ("package", "check", "status", "reason"):
+            table.add_column(col, overflow="fold")
+        if doc.get("error"):
+            table.add_row("*", "probe", "[red]fail[/]", Text(str(doc["error"])))
+        torch_error = (doc.get("torch") or {}).get("error")
+        if torch_error:
+            table.add_row("torch", "import", "[yellow]warn[/]", Text(str(torch_error)))
+        packages = d.get("packages") or {}
+        for row_pkg, check, status, reason in rows(packages):
+            style = _STYLE.get(status, "red")
+            table.add_row(row_pkg, check, f"[{style}]{status}[/]", Text(reason))
+        console.print(table)
+        report = probe.SmokeReport.from_json(doc)
+        for pkg_name, pkg in report.packages.items():
+            if packages.get(pkg_name, {}).get("status") != "fail":
+                continue
+            lines = probe.problem_lines(pkg)
+            for line in lines[:_MAX_PROBLEM_LINES]:
+                console.print(Text(f"  {pkg_name}: {line}", style="dim"))
+            if len(lines) > _MAX_PROBLEM_LINES:
+                console.print(
+                    Text(f"  {pkg_name}: ... {len(lines) - _MAX_PROBLEM_LINES} more", style="dim")
+                )
+
+
+# --------------------------------------------------------------------------------- serve-check
+
+
+def serve_check_task(url: str, timeout: float) -> Callable[[HostContext], None]:
+    """`invoke serve-check`: wait for `url` (as each host sees it) to be ready, or say why not."""
+    serve.check_arguments(url, timeout)
+
+    def run(ctx: HostContext) -> None:
+        with ctx.step("serve-check") as step:
+            ctx.runner.progress.step(ctx.host.name, "serve-check", f"polling {url}")
+            result = serve.serve_check(ctx.conn, url, timeout)
+            ctx.set(serve=result)
+            step.message = f"{result['verdict']}: {result['reason']}"
+            if not result.get("ready"):
+                raise HostFailed(f"{result['verdict']}: {result['reason']}")
+
+    return run
+
+
+def render_serve(console: Console, result: RunResult) -> None:
+    """Per host: the verdict, reason, hint and evidence (processes, ports, GPU, stacks)."""
+    for name, host in result.hosts.items():
+        console.print(Text(name, style="bold"))
+        doc = host.data.get("serve")
+        if isinstance(doc, dict):
+            console.print(serve.render_serve_result(doc))
+        else:
+            console.print(Text(f"  {host.status}: {host.error}", style="red"))

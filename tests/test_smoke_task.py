@@ -1,0 +1,362 @@
+"""`invoke smoke` over the SSH fleet and locally, against real broken builds of real kernels.
+
+The sample kernel (examples/minikernel) is built with real nvcc for each variant: right, not
+linked against cudart, for an arch list without 12.0, and without an RPATH into torch; each
+goes into its own ``--system-site-packages`` venv (torch 2.13.0 visible). Two cases minikernel
+cannot express come from the smoke-probe fixtures (tests/fixtures/smoke/build.py): PTX-only
+device code for compute_120, and a .so that needs a symbol of another torch. The fleet hosts
+share this filesystem, so a venv under a tmp dir is reachable from gpu1's sshd.
+
+Only the GPU is simulated (fleet hosts' nvidia-smi stubs): the GPU op check skips because the
+CPU torch has no CUDA, which the tests assert.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sm120kit.errors import Sm120Error
+from sm120kit.ops import smoke as smoke_ops
+from tests.conftest import invoke_env, json_of, run_invoke
+from tests.support.fleet import Fleet
+from tests.support.sample_wheel import build_sample_wheel, install_into_venv, nvcc_available
+
+needs_nvcc = pytest.mark.skipif(
+    not (nvcc_available() and shutil.which("g++")), reason="needs nvcc and g++ to build kernels"
+)
+
+#: Fleet host with a (simulated) RTX PRO 6000 on driver 580: recipe r580 resolves.
+GPU_HOST = "gpu1"
+HOSTS = f"{GPU_HOST},local"
+
+
+@dataclass(frozen=True)
+class Envs:
+    """The venvs the variants are installed into (one per variant) and the fixture venv."""
+
+    good: Path
+    nocudart: Path
+    sm90: Path
+    norpath: Path
+    fixtures: Path  # smoke-ptx, smoke-oldtorch, ... (tests/fixtures/smoke/build.py)
+    good_wheel: Path
+
+
+@pytest.fixture(scope="session")
+def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
+    """Build the four minikernel variants (cached across sessions) and the smoke fixtures."""
+    if not (nvcc_available() and shutil.which("g++")):
+        pytest.skip("needs nvcc and g++ to build kernels")
+    from tests.fixtures.smoke import build
+
+    root = tmp_path_factory.mktemp("smoke-envs")
+    variants = {
+        "good": build_sample_wheel(),
+        "nocudart": build_sample_wheel(extra_env={"MINIKERNEL_CUDART": "none"}),
+        "sm90": build_sample_wheel(arch_list="9.0"),
+        "norpath": build_sample_wheel(extra_env={"MINIKERNEL_NO_TORCH_RPATH": "1"}),
+    }
+    venvs = {}
+    for name, wheel in variants.items():
+        venvs[name] = root / name
+        install_into_venv(wheel.wheel, venvs[name])
+    fixtures = build.build(root / "fixtures")
+    return Envs(
+        **venvs,
+        fixtures=Path(fixtures.python).parent.parent,
+        good_wheel=variants["good"].wheel,
+    )
+
+
+def smoke(
+    fleet: Fleet, tmp: Path, *args: str, hosts: str = HOSTS, json: bool = True
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run the real `invoke smoke` on `hosts`; (process, JSON document or {})."""
+    argv = ["smoke", "-H", hosts, *args] + (["--json"] if json else [])
+    proc = run_invoke(argv, invoke_env(fleet, tmp))
+    return proc, (json_of(proc) if json else {})
+
+
+def checks(host: dict[str, Any], package: str) -> dict[str, dict[str, Any]]:
+    return {c["check"]: c for c in host["packages"][package]["checks"]}
+
+
+# --- the variants, over SSH and locally -------------------------------------------------------
+
+
+@needs_nvcc
+def test_right_build_passes_and_absent_recipe_packages_skip(
+    fleet: Fleet, envs: Envs, tmp_path: Path
+) -> None:
+    """No --package: the recipe's three packages (or the default three without a recipe)."""
+    proc, doc = smoke(fleet, tmp_path, "--python", str(envs.good), "--arch", "12.0")
+    assert proc.returncode == 0, proc.stderr
+    for name in (GPU_HOST, "local"):
+        host = doc["hosts"][name]
+        assert host["status"] == "ok", host["error"]
+        assert sorted(host["packages"]) == ["flash-attn", "minikernel", "sgl-kernel"]
+        mk = checks(host, "minikernel")
+        assert host["packages"]["minikernel"]["status"] == "pass"
+        assert mk["import_order"]["status"] == "pass"
+        assert mk["undefined_symbols"]["status"] == "pass"
+        assert mk["arch_coverage"]["status"] == "pass"
+        assert "sm_120 runs on 12.0" in mk["arch_coverage"]["reason"]
+        for absent in ("sgl-kernel", "flash-attn"):
+            assert host["packages"][absent]["status"] == "skip"
+            [check] = host["packages"][absent]["checks"]
+            assert check["check"] == "installed" and "not installed" in check["reason"]
+        # The probe's own JSON, whole: the venv's interpreter, its torch, the arch judged.
+        assert host["smoke"]["python"] == str(envs.good / "bin" / "python")
+        assert host["smoke"]["torch"]["version"].startswith("2.13.0")
+        assert host["smoke"]["arch"] == "12.0" and host["arch_source"] == "--arch"
+        assert host["smoke"]["packages"]["minikernel"]["installed"] is True
+        assert host["python_source"] == "--python"
+    # gpu1 has a (simulated) GPU: the op is asked for, and skips on the CPU torch.
+    gpu = checks(doc["hosts"][GPU_HOST], "minikernel")["gpu_op"]
+    assert gpu["status"] == "skip" and "is_available() is False" in gpu["reason"]
+    # gpu1's recipe resolves; `local` has no driver or target_driver here: no recipe needed.
+    assert doc["hosts"][GPU_HOST]["recipe"] == "r580"
+    recipe_step = next(s for s in doc["hosts"]["local"]["steps"] if s["name"] == "recipe")
+    assert recipe_step["status"] == "skipped" and "--python given" in recipe_step["message"]
+
+
+@needs_nvcc
+def test_not_linked_against_cudart_fails(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
+    proc, doc = smoke(
+        fleet, tmp_path, "--python", str(envs.nocudart), "--package", "minikernel", "--arch", "12.0"
+    )
+    assert proc.returncode == 2
+    for name in (GPU_HOST, "local"):
+        host = doc["hosts"][name]
+        assert host["status"] == "failed"
+        assert host["packages"]["minikernel"]["status"] == "fail"
+        mk = checks(host, "minikernel")
+        assert mk["undefined_symbols"]["status"] == "fail"
+        assert "not linked against cudart" in mk["undefined_symbols"]["reason"]
+        # What the real loader said, importing the extension after torch.
+        assert "undefined symbol: __cudaPushCallConfiguration" in mk["import_order"]["reason"]
+        assert host["error"].startswith("smoke failed: minikernel: ")
+        assert "not linked against cudart" in host["error"]
+        assert "\n" not in host["error"]
+
+
+@needs_nvcc
+def test_arch_list_without_12_0_fails(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
+    proc, doc = smoke(
+        fleet, tmp_path, "--python", str(envs.sm90), "--package", "minikernel", "--arch", "12.0"
+    )
+    assert proc.returncode == 2
+    for name in (GPU_HOST, "local"):
+        host = doc["hosts"][name]
+        arch = checks(host, "minikernel")["arch_coverage"]
+        assert arch["status"] == "fail"
+        assert "has sm_90" in arch["reason"] and "no kernel image" in arch["reason"]
+        assert host["error"].startswith("smoke failed: minikernel: ")
+
+
+@needs_nvcc
+def test_ptx_only_warns_and_exits_zero(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
+    """compute_120 PTX and no SASS: it runs after a JIT, so a warn, and the host stays ok."""
+    proc, doc = smoke(
+        fleet, tmp_path, "--python", str(envs.fixtures), "--package", "smoke-ptx", "--arch", "12.0"
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in (GPU_HOST, "local"):
+        host = doc["hosts"][name]
+        assert host["status"] == "ok"
+        assert host["packages"]["smoke-ptx"]["status"] == "warn"
+        arch = checks(host, "smoke-ptx")["arch_coverage"]
+        assert arch["status"] == "warn" and "only PTX compute_120" in arch["reason"]
+
+
+@needs_nvcc
+def test_built_against_another_torch_fails(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
+    proc, doc = smoke(
+        fleet,
+        tmp_path,
+        *("--python", str(envs.fixtures / "bin" / "python"), "--package", "smoke-oldtorch"),
+        "--arch",
+        "12.0",
+    )
+    assert proc.returncode == 2
+    for name in (GPU_HOST, "local"):
+        host = doc["hosts"][name]
+        undefined = checks(host, "smoke-oldtorch")["undefined_symbols"]
+        assert undefined["status"] == "fail"
+        assert "torch" in undefined["reason"] and "2.13.0" in undefined["reason"]
+        assert host["smoke"]["packages"]["smoke-oldtorch"]["requires_torch"] == "==2.9.1"
+        assert host["error"].startswith("smoke failed: smoke-oldtorch: ")
+
+
+@needs_nvcc
+def test_no_rpath_into_torch(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
+    """Loads after `import torch` (the package does that first), not alone: a warn."""
+    proc, doc = smoke(
+        fleet, tmp_path, "--python", str(envs.norpath), "--package", "minikernel", "--arch", "12.0"
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in (GPU_HOST, "local"):
+        host = doc["hosts"][name]
+        order = checks(host, "minikernel")["import_order"]
+        assert order["status"] == "warn", order
+        assert "libc10.so" in order["reason"]
+        assert checks(host, "minikernel")["undefined_symbols"]["status"] == "pass"
+        [ext] = host["smoke"]["packages"]["minikernel"]["extensions"]
+        assert not any("torch" in p for p in ext["rpath"] + ext["runpath"])
+
+
+@needs_nvcc
+def test_table_output(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
+    """Without --json: one row per check with status and reason, per host."""
+    proc, _ = smoke(
+        fleet,
+        tmp_path,
+        *("--python", str(envs.nocudart), "--package", "minikernel", "--arch", "12.0"),
+        hosts="local",
+        json=False,
+    )
+    assert proc.returncode == 2
+    out = proc.stdout
+    assert f"local: {envs.nocudart / 'bin' / 'python'} (--python)" in out
+    assert "arch 12.0 from --arch" in out
+    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if "│ minikernel" in line}
+    assert set(rows) >= {"import_order", "undefined_symbols", "arch_coverage", "loader", "gpu_op"}
+    assert "fail" in rows["undefined_symbols"] and "pass" in rows["arch_coverage"]
+    assert "undefined __cudaPushCallConfiguration" in out  # the per-.so problem lines
+    assert "smoke failed: minikernel:" in proc.stderr  # the recap
+
+
+# --- which env, which packages, which arch ------------------------------------------------------
+
+
+def test_missing_managed_env_names_python_flag(fleet: Fleet, tmp_path: Path) -> None:
+    """Without --python the recipe's env is checked; it is never created by smoke."""
+    proc, doc = smoke(fleet, tmp_path, hosts=GPU_HOST)
+    assert proc.returncode == 2
+    host = doc["hosts"][GPU_HOST]
+    work_root = str(fleet.by_name(GPU_HOST).work_root)
+    # ops.pyenv's layout: <work_root>/envs/<recipe>-py<X.Y>-torch<version>-<cpu|cuXY>
+    assert re.fullmatch(
+        re.escape(work_root) + r"/envs/r580-py3\.\d+-torch[\d.]+-(cpu|cu\d+)", host["env"]
+    ), host["env"]
+    assert host["error"].startswith(f"smoke failed: the managed env {host['env']} does not exist")
+    assert "--python" in host["error"] and "\n" not in host["error"]
+    assert not Path(host["env"]).exists()
+
+
+def test_host_without_recipe_needs_python(fleet: Fleet, tmp_path: Path) -> None:
+    """gpu3 has no GPU and no target_driver: no recipe, so only --python can check it."""
+    proc, doc = smoke(fleet, tmp_path, hosts="gpu3")
+    assert proc.returncode == 2
+    error = doc["hosts"]["gpu3"]["error"]
+    assert "target driver unknown" in error and "--python PATH" in error
+
+    proc, doc = smoke(fleet, tmp_path, "--python", sys.executable, hosts="gpu3")
+    assert proc.returncode == 0, proc.stderr
+    host = doc["hosts"]["gpu3"]
+    assert sorted(host["packages"]) == sorted(smoke_ops.DEFAULT_PACKAGES)
+    assert host["arch"] is None and host["smoke"]["arch_source"] == "none"
+
+
+def test_bad_python_and_named_absent_package_fail(fleet: Fleet, tmp_path: Path) -> None:
+    proc, doc = smoke(fleet, tmp_path, "--python", str(tmp_path / "no-such-venv"), hosts=GPU_HOST)
+    assert proc.returncode == 2
+    assert doc["hosts"][GPU_HOST]["error"] == (
+        f"smoke failed: no Python interpreter at {tmp_path / 'no-such-venv'} (does not exist)"
+    )
+    proc, doc = smoke(
+        fleet, tmp_path, "--python", sys.executable, "--package", "flash-attn", hosts="local"
+    )
+    assert proc.returncode == 2
+    host = doc["hosts"]["local"]
+    assert host["packages"]["flash-attn"]["status"] == "fail"
+    assert host["error"].startswith("smoke failed: flash-attn: not installed in ")
+
+
+def test_bad_arch_is_bad_input(fleet: Fleet, tmp_path: Path) -> None:
+    proc, doc = smoke(fleet, tmp_path, "--python", sys.executable, "--arch", "twelve")
+    assert proc.returncode == 1
+    assert doc == {"error": "--arch 'twelve': not a compute capability like 12.0", "hosts": {}}
+
+
+@pytest.fixture
+def managed_env(fleet: Fleet, tmp_path: Path) -> Iterator[Path]:
+    """gpu2's managed env path, learnt from a smoke run; removed again afterwards."""
+    _, doc = smoke(fleet, tmp_path, hosts="gpu2")
+    env = Path(doc["hosts"]["gpu2"]["env"])
+    assert env.is_relative_to(fleet.by_name("gpu2").work_root)
+    yield env
+    shutil.rmtree(env, ignore_errors=True)
+
+
+@needs_nvcc
+def test_managed_env_is_checked(
+    fleet: Fleet, envs: Envs, managed_env: Path, tmp_path: Path
+) -> None:
+    """A provisioned env (simulated by installing the wheel there): checked with no flags,
+    judged for the GPU's capability from the facts."""
+    install_into_venv(envs.good_wheel, managed_env)
+    proc, doc = smoke(fleet, tmp_path, hosts="gpu2")
+    assert proc.returncode == 0, proc.stderr
+    host = doc["hosts"]["gpu2"]
+    assert host["python"] == str(managed_env / "bin" / "python")
+    assert host["python_source"] == "managed env"
+    assert (host["arch"], host["arch_source"]) == ("12.0", "GPU (facts)")
+    assert host["packages"]["minikernel"]["status"] == "pass"
+    assert host["packages"]["sgl-kernel"]["status"] == "skip"
+
+
+# --- pure rules -------------------------------------------------------------------------------
+
+
+def test_arch_order() -> None:
+    gpu = {"gpu": {"present": True, "gpus": [{"compute_cap": "12.0"}]}}
+    old = {"gpu": {"present": True, "gpus": [{"compute_cap": None}]}}
+    target = {"target_arch": "12.1"}
+    assert smoke_ops.choose_arch("12.0a", gpu, target, ["9.0"]) == ("12.0", "--arch")
+    assert smoke_ops.choose_arch(None, gpu, target, ["9.0"]) == ("12.0", "GPU (facts)")
+    assert smoke_ops.choose_arch(None, old, target, ["9.0"]) == ("12.1", "host var target_arch")
+    assert smoke_ops.choose_arch(None, None, {}, ["12.0+PTX"], "r580") == (
+        "12.0",
+        "recipe r580 arch",
+    )
+    assert smoke_ops.choose_arch(None, None, {}, None)[0] is None
+    with pytest.raises(Sm120Error, match="--arch 'x'"):
+        smoke_ops.choose_arch("x", None, {}, None)
+
+
+def test_failure_line_names_the_cause() -> None:
+    packages = smoke_ops.judge_packages(
+        {
+            "python": "/e/bin/python",
+            "packages": {
+                "a": {
+                    "installed": True,
+                    "checks": [
+                        {"check": "import_order", "status": "fail", "reason": "ImportError: x"},
+                        {"check": "undefined_symbols", "status": "fail", "reason": "no cudart"},
+                    ],
+                },
+                "b": {"installed": True, "checks": [{"check": "loader", "status": "warn"}]},
+            },
+        },
+        ["a", "b", "c"],
+        explicit=False,
+    )
+    assert [p["status"] for p in packages.values()] == ["fail", "warn", "skip"]
+    assert smoke_ops.failure(packages) == "a: no cudart"
+    assert smoke_ops.rows(packages)[-1] == (
+        "c",
+        "installed",
+        "skip",
+        "not installed in /e/bin/python (not in this env)",
+    )
