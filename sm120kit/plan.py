@@ -127,7 +127,9 @@ def recipes_catalog(opts: PlanOptions, driver: str | None, arch: str | None) -> 
         }
     }
     if driver:
-        sel = select_recipe(recipes, driver=driver, arch=arch, forced=opts.recipe)
+        # Without --arch the catalog answers for SM120 (compute capability 12.0), the target
+        # every recipe serves.
+        sel = select_recipe(recipes, driver=driver, arch=arch or "12.0", forced=opts.recipe)
         doc["selected"] = {
             "recipe": sel.recipe.name,
             "cuda": sel.cuda_version,
