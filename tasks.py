@@ -200,11 +200,13 @@ def install_cuda(
 def _build(
     c,
     package,
+    *,
     host,
     inventory,
     json,
     forks,
     accept_new_host_keys,
+    ask_pass,
     driver,
     arch,
     recipe,
@@ -212,7 +214,6 @@ def _build(
     explain,
     max_jobs,
     nvcc_threads,
-    ask_pass=False,
 ):
     from sm120kit.ops import build as build_ops
 
@@ -234,6 +235,11 @@ def _build(
     opts.recipes()
     result = s.run(f"build:{package}", build_ops.build_task(opts, package, s.runner), lock=True)
     cli.finish(s, result, build_ops.render_build)
+
+
+def _flags(local_vars):
+    """A task body's flags, to hand on to the shared implementation."""
+    return {k: v for k, v in local_vars.items() if k not in ("c", "package")}
 
 
 BUILD_FLAGS = (*COMMON, *RECIPE, "break_lock", "explain", "max_jobs", "nvcc_threads")
@@ -259,99 +265,41 @@ def build(
     nvcc_threads=0,
 ):
     """Build (or fetch from the wheel cache) and install one recipe package on the hosts."""
-    _build(
+    _build(c, package, **_flags(locals()))
+
+
+def _package_task(package, doc):
+    """`build-<package>`: `build` with the package fixed."""
+
+    def body(
         c,
-        package,
-        host,
-        inventory,
-        json,
-        forks,
-        accept_new_host_keys,
-        driver,
-        arch,
-        recipe,
-        break_lock,
-        explain,
-        max_jobs,
-        nvcc_threads,
-        ask_pass=ask_pass,
-    )
+        host=None,
+        inventory=None,
+        json=False,
+        forks=0,
+        accept_new_host_keys=False,
+        ask_pass=False,
+        driver=None,
+        arch=None,
+        recipe=None,
+        break_lock=False,
+        explain=False,
+        max_jobs=0,
+        nvcc_threads=0,
+    ):
+        _build(c, package, **_flags(locals()))
+
+    body.__doc__ = doc
+    return task(name=f"build-{package}", help=helps(*BUILD_FLAGS))(guarded()(body))
 
 
-@task(name="build-sgl-kernel", help=helps(*BUILD_FLAGS))
-@guarded()
-def build_sgl_kernel(
-    c,
-    host=None,
-    inventory=None,
-    json=False,
-    forks=0,
-    accept_new_host_keys=False,
-    ask_pass=False,
-    driver=None,
-    arch=None,
-    recipe=None,
-    break_lock=False,
-    explain=False,
-    max_jobs=0,
-    nvcc_threads=0,
-):
-    """Build sgl-kernel for the recipe's arch (CMake defines, SM120 loader patch)."""
-    _build(
-        c,
-        "sgl-kernel",
-        host,
-        inventory,
-        json,
-        forks,
-        accept_new_host_keys,
-        driver,
-        arch,
-        recipe,
-        break_lock,
-        explain,
-        max_jobs,
-        nvcc_threads,
-        ask_pass=ask_pass,
-    )
-
-
-@task(name="build-flash-attn", help=helps(*BUILD_FLAGS))
-@guarded()
-def build_flash_attn(
-    c,
-    host=None,
-    inventory=None,
-    json=False,
-    forks=0,
-    accept_new_host_keys=False,
-    ask_pass=False,
-    driver=None,
-    arch=None,
-    recipe=None,
-    break_lock=False,
-    explain=False,
-    max_jobs=0,
-    nvcc_threads=0,
-):
-    """Build flash-attn for the recipe's arch (FLASH_ATTN_CUDA_ARCHS, forced source build)."""
-    _build(
-        c,
-        "flash-attn",
-        host,
-        inventory,
-        json,
-        forks,
-        accept_new_host_keys,
-        driver,
-        arch,
-        recipe,
-        break_lock,
-        explain,
-        max_jobs,
-        nvcc_threads,
-        ask_pass=ask_pass,
-    )
+build_sgl_kernel = _package_task(
+    "sgl-kernel", "Build sgl-kernel for the recipe's arch (CMake defines, SM120 loader patch)."
+)
+build_flash_attn = _package_task(
+    "flash-attn",
+    "Build flash-attn for the recipe's arch (FLASH_ATTN_CUDA_ARCHS, forced source build).",
+)
 
 
 @task(help=helps(*COMMON, "package", "python", "arch", "driver", "recipe"))

@@ -955,6 +955,9 @@ def test_invoke_build_minikernel_on_four_hosts_builds_once(fleet: Any, tmp_path:
         "recipe.torch.version": "2.13.0",
         "recipe.torch.cuda": "cpu",
         "max_jobs": 1,
+        # sshd sessions do not inherit this machine's pip settings; torch 2.13.0+cpu is here
+        # (PyPI's own 2.13.0 is the CUDA build).
+        "pip_args": ["--find-links", "/opt/wheels"],
     }
     names = ["gpu1", "gpu2", "gpu3", "gpu4"]
     doc = {

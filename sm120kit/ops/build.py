@@ -33,8 +33,6 @@ import tarfile
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -189,41 +187,17 @@ def _tree_files(root: Path) -> Iterator[Path]:
 
 def index_sdist(index_url: str, package: str, version: str) -> tuple[str, str]:
     """(url, sha256) of `package` `version`'s sdist on a PEP 691/503 simple index."""
-    page = index_url.rstrip("/") + "/" + fs._normalize(package) + "/"
-    request = urllib.request.Request(
-        page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
-    )
     try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
-            body = resp.read().decode("utf-8", "replace")
-            ctype = resp.headers.get("Content-Type", "")
-    except (OSError, ValueError) as exc:
-        raise HostFailed(f"{package}: cannot read the index page {page}: {exc}") from None
-    links: list[tuple[str, str, str | None]] = []
-    if "json" in ctype:
-        for entry in json.loads(body).get("files", []):
-            sha = (entry.get("hashes") or {}).get("sha256")
-            links.append((entry["filename"], urllib.parse.urljoin(page, entry["url"]), sha))
-    else:
-        for href in re.findall(r'href="([^"]+)"', body):
-            url = urllib.parse.urljoin(page, href.replace("&amp;", "&"))
-            base, _, fragment = url.partition("#")
-            name = urllib.parse.unquote(base.rsplit("/", 1)[-1])
-            sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
-            links.append((name, base, sha))
-    for ext in (".tar.gz", ".zip"):
-        for filename, url, sha in links:
-            if not filename.endswith(ext):
-                continue
-            stem, _, found = filename[: -len(ext)].rpartition("-")
-            if fs._normalize(stem) == fs._normalize(package) and found == version:
-                if not sha:
-                    raise HostFailed(
-                        f"{package}: the index {page} lists no sha256 for {filename}; "
-                        "the download could not be verified"
-                    )
-                return url, sha
-    raise HostFailed(f"{package}: no sdist of version {version} on {page}")
+        sdists = fs.sdist_links(index_url, package, version)
+    except fs.FetchError as exc:
+        raise HostFailed(f"{package}: {exc}") from None
+    for _filename, url, sha in sdists:
+        if sha:
+            return url, sha
+    raise HostFailed(
+        f"{package}: the index lists no sha256 for {sdists[0][0]}; "
+        "the download could not be verified"
+    )
 
 
 def git_resolve(url: str, ref: str) -> str:

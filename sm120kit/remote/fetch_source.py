@@ -90,12 +90,9 @@ def _normalize(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def resolve_sdist(index_url, package, version, sha256):
-    """The URL of `package`'s sdist for `version` on a simple index (PEP 691 JSON or 503 HTML).
-
-    The file whose listed sha256 equals the expected one wins; otherwise the one named like
-    an sdist of that version (its hash is checked after the download anyway).
-    """
+def sdist_links(index_url, package, version):
+    """[(filename, url, sha256 or None)] of `package`'s sdists for `version` on a simple index
+    (PEP 691 JSON or PEP 503 HTML). The controller uses this too, to pin a hash before a run."""
     page = index_url.rstrip("/") + "/" + _normalize(package) + "/"
     request = urllib.request.Request(
         page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
@@ -105,7 +102,7 @@ def resolve_sdist(index_url, package, version, sha256):
             body = resp.read().decode("utf-8", "replace")
             ctype = resp.headers.get("Content-Type", "")
     except (OSError, ValueError) as exc:
-        raise FetchError(f"cannot read the index page {page}: {exc}") from None
+        raise FetchError("cannot read the index page %s: %s" % (page, exc)) from None
     links = []  # (filename, url, sha256 or None)
     if "json" in ctype:
         for entry in json.loads(body).get("files", []):
@@ -124,18 +121,28 @@ def resolve_sdist(index_url, package, version, sha256):
             digest = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
             links.append((name, base, digest))
     sdists = []
-    for link in links:
-        for ext in (".tar.gz", ".zip"):
+    for ext in (".tar.gz", ".zip"):
+        for link in links:
             if link[0].endswith(ext):
                 name, _, found = link[0][: -len(ext)].rpartition("-")
                 if _normalize(name) == _normalize(package) and found == version:
                     sdists.append(link)
+    if not sdists:
+        raise FetchError("no sdist of %s %s on %s" % (package, version, page))
+    return sdists
+
+
+def resolve_sdist(index_url, package, version, sha256):
+    """The URL of `package`'s sdist for `version` on a simple index.
+
+    The file whose listed sha256 equals the expected one wins; otherwise the one named like
+    an sdist of that version (its hash is checked after the download anyway).
+    """
+    sdists = sdist_links(index_url, package, version)
     for link in sdists:
         if link[2] and link[2] == sha256:
             return link[1]
-    if sdists:
-        return sdists[0][1]
-    raise FetchError(f"no sdist of {package} {version} on {page}")
+    return sdists[0][1]
 
 
 def download(urls, sha256, cache_dir):
