@@ -29,6 +29,8 @@ HELP = {
     "python": "check this interpreter or venv instead of the recipe's managed env",
     "url": "server URL as seen from the host, e.g. http://127.0.0.1:8000",
     "timeout": "seconds to wait for readiness",
+    "pid": "the server's process id on the host (for the evidence when the port is not open)",
+    "process_match": "regex on the server's command line (default: sglang/vllm/uvicorn-like)",
 }
 
 
@@ -327,7 +329,7 @@ def smoke(
     cli.finish(s, s.run("smoke", task_fn), smoke_ops.render)
 
 
-@task(name="serve-check", help=helps(*COMMON, "url", "timeout"))
+@task(name="serve-check", help=helps(*COMMON, "url", "timeout", "pid", "process_match"))
 @guarded()
 def serve_check(
     c,
@@ -339,6 +341,8 @@ def serve_check(
     ask_pass=False,
     url="http://127.0.0.1:8000",
     timeout=600.0,
+    pid=0,
+    process_match=None,
 ):
     """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks)."""
     from sm120kit.ops import smoke as smoke_ops
@@ -346,7 +350,12 @@ def serve_check(
     s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass)
     cli.finish(
         s,
-        s.run("serve-check", smoke_ops.serve_check_task(url, float(timeout))),
+        s.run(
+            "serve-check",
+            smoke_ops.serve_check_task(
+                url, float(timeout), pid=pid or None, process_match=process_match
+            ),
+        ),
         smoke_ops.render_serve,
     )
 

@@ -168,3 +168,26 @@ def test_bad_url_is_bad_input(fleet: Fleet, tmp_path: Path) -> None:
     proc, doc = serve_check(fleet, tmp_path, "ftp://127.0.0.1:1")
     assert proc.returncode == 1
     assert doc["hosts"] == {} and "--url 'ftp://127.0.0.1:1'" in doc["error"]
+
+
+@pytest.mark.parametrize("how", ["pid", "process-match"])
+def test_server_named_by_pid_or_command_line(
+    fleet: Fleet, spawn: Spawn, tmp_path: Path, how: str
+) -> None:
+    """A server whose command line looks like nothing known is found through --pid or
+    --process-match, and judged by its CPU time (how busy it still is right after its start
+    depends on the machine's load, so either judgement counts)."""
+    tag = f"my-own-server-{uuid.uuid4().hex[:8]}"
+    server = spawn("--mode", "sleep", "--tag", tag)
+    wait_until(lambda: started(server), "server start")
+    extra = ["--pid", str(server.pid)] if how == "pid" else ["--process-match", tag]
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = run_invoke(
+        ["serve-check", "-H", ",".join(HOSTS), "--url", url, "--timeout", "2", "--json", *extra],
+        invoke_env(fleet, tmp_path),
+    )
+    assert proc.returncode == 2
+    for name in HOSTS:
+        serve = json_of(proc)["hosts"][name]["serve"]
+        assert serve["verdict"] in (HUNG, WARMING_UP), serve["reason"]
+        assert server.pid in [p["pid"] for p in serve["evidence"]["processes"]]

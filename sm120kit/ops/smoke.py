@@ -392,14 +392,20 @@ def render(console: Console, result: RunResult) -> None:
 # --------------------------------------------------------------------------------- serve-check
 
 
-def serve_check_task(url: str, timeout: float) -> Callable[[HostContext], None]:
-    """`invoke serve-check`: wait for `url` (as each host sees it) to be ready, or say why not."""
+def serve_check_task(
+    url: str, timeout: float, *, pid: int | None = None, process_match: str | None = None
+) -> Callable[[HostContext], None]:
+    """`invoke serve-check`: wait for `url` (as each host sees it) to be ready, or say why not.
+
+    `pid` / `process_match` name the server process when nothing listens on the port yet
+    (otherwise sglang/vllm/uvicorn-like command lines are looked for).
+    """
     serve.check_arguments(url, timeout)
 
     def run(ctx: HostContext) -> None:
         with ctx.step("serve-check") as step:
             ctx.runner.progress.step(ctx.host.name, "serve-check", f"polling {url}")
-            result = serve.serve_check(ctx.conn, url, timeout)
+            result = serve.serve_check(ctx.conn, url, timeout, pid=pid, process_match=process_match)
             ctx.set(serve=result)
             step.message = f"{result['verdict']}: {result['reason']}"
             if not result.get("ready"):
