@@ -29,7 +29,7 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && [ -
   "$PY" -m pip install -q 'nvidia-cuda-nvcc==13.0.*' 'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-cccl==13.0.*'
   CUDA_HOME="$("$PY" -c 'import nvidia.cu13; print(list(nvidia.cu13.__path__)[0])')"
   [ -e "$CUDA_HOME/lib64" ] || ln -s lib "$CUDA_HOME/lib64"
-  export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH"
+  export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH" SM120KIT_NVCC="$CUDA_HOME/bin/nvcc"
 fi
 
 echo "== running the test suite" >&2

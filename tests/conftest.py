@@ -31,6 +31,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     f.stop()
 
 
+@pytest.fixture(scope="session")
+def smoke_fixtures(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The smoke probe's real artifacts (tests/fixtures/smoke/build.py), built once a session:
+    .so files with and without cudart, RPATH, 12.0 SASS or PTX, another torch's symbols, and
+    two venvs holding them as installed distributions (plus sgl-kernel-like loaders)."""
+    import shutil
+
+    from tests.fixtures.smoke import build
+
+    if not (os.path.exists(build.NVCC) and shutil.which("g++")):
+        pytest.skip("needs nvcc and g++")
+    return build.build(tmp_path_factory.mktemp("smoke"), build.NVCC)
+
+
 def invoke_env(fleet: Fleet | None, tmp: Path, **extra: str) -> dict[str, str]:
     """Environment for running the real `invoke` CLI against the fleet."""
     env = dict(os.environ)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -57,7 +58,7 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 FAKE_FA = FIXTURES / "fake_flash_attn"
 SGL_TREE = FIXTURES / "sglkernel_tree"
-NVCC = Path("/usr/local/cuda/bin/nvcc")
+NVCC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
 
 #: A CPU-only build box that cross-builds for an R580 SM120 host (as inventory/hosts.yaml's
 #: `local` host does): torch 2.13.0+cpu from PyPI (here: /opt/wheels).

@@ -241,16 +241,6 @@ def test_parse_probe_output_errors_are_one_line() -> None:
 # --- real builds ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def smoke_fixtures(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """All fixture .so files and the two venvs (upstream-like and patched sgl-kernel)."""
-    if not (os.path.exists(NVCC) and shutil.which("g++")):
-        pytest.skip("needs nvcc and g++")
-    from tests.fixtures.smoke import build
-
-    return build.build(tmp_path_factory.mktemp("smoke"), NVCC)
-
-
 def run_probe(args: dict[str, Any], python: str = sys.executable) -> dict[str, Any]:
     """Run the probe the way the controller does: the script on stdin, `python - '<json>'`."""
     proc = subprocess.run(

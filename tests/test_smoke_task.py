@@ -52,12 +52,10 @@ class Envs:
 
 
 @pytest.fixture(scope="session")
-def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
+def envs(tmp_path_factory: pytest.TempPathFactory, smoke_fixtures: Any) -> Envs:
     """Build the four minikernel variants (cached across sessions) and the smoke fixtures."""
     if not (nvcc_available() and shutil.which("g++")):
         pytest.skip("needs nvcc and g++ to build kernels")
-    from tests.fixtures.smoke import build
-
     root = tmp_path_factory.mktemp("smoke-envs")
     variants = {
         "good": build_sample_wheel(),
@@ -69,10 +67,9 @@ def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
     for name, wheel in variants.items():
         venvs[name] = root / name
         install_into_venv(wheel.wheel, venvs[name])
-    fixtures = build.build(root / "fixtures")
     return Envs(
         **venvs,
-        fixtures=Path(fixtures.python).parent.parent,
+        fixtures=Path(smoke_fixtures.python).parent.parent,
         good_wheel=variants["good"].wheel,
     )
 
