@@ -86,7 +86,9 @@ def download(url, dest, sha256):
         os.makedirs(parent)
     digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(dest, "wb") as out:
+        # The .part file exists before the request goes out, so a run killed at any point of
+        # the download leaves a dot-named file the next run cleans up.
+        with open(dest, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
             expected = resp.headers.get("Content-Length")
             total = 0
             while True:
