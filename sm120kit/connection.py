@@ -277,6 +277,10 @@ def _ssh_exception() -> type[Exception]:
     return SSHException
 
 
+#: Seconds to wait for the channel's EOF after the exit status arrived (see _exec).
+_EOF_GRACE = 5.0
+
+
 def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None) -> CommandResult:
     """Run one command on an SSH transport: stdin sent whole, stdout/stderr read as they come."""
     chan = transport.open_session()
@@ -298,6 +302,7 @@ def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None
         chan.shutdown_write()
     out, err = bytearray(), bytearray()
     deadline = None if timeout is None else time.monotonic() + timeout
+    drain_until: float | None = None
     while True:
         busy = False
         if chan.recv_ready():
@@ -307,7 +312,17 @@ def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None
             err += chan.recv_stderr(65536)
             busy = True
         if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            break
+            # OpenSSH sends exit-status as soon as it reaps the command (session.c
+            # session_exit_message), which can be before the command's last output has been
+            # read from its pipes: stopping at exit-status then loses that output (an empty
+            # stdout under load). The output is complete at the channel's EOF; a command that
+            # left a background process holding its stdout never sends one, hence the bound.
+            if chan.eof_received or chan.closed:
+                break
+            now = time.monotonic()
+            drain_until = drain_until or now + _EOF_GRACE
+            if now > drain_until:
+                break
         if deadline is not None and time.monotonic() > deadline:
             chan.close()
             return CommandResult(

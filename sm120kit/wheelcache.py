@@ -10,7 +10,12 @@
 2. On a miss, one host thread per key builds (in-run election); the others wait and then take
    the wheel from the cache. If the builder fails, every waiter fails with "builder X failed";
    only when the builder was lost (unreachable) does the next waiter build instead. A host
-   with the var ``build_host: <other>`` never builds and waits for the cache.
+   with the var ``build_host: <other>`` never builds and waits for the cache: woken when that
+   host's build in this run ends, failing at once when it was lost or its wheel reached no
+   store the waiter reads, and after ``wait_timeout`` when it is outside the run.
+   A store is skipped only while it is unreachable (``store.unreachable``: connection, timeout,
+   credentials), for a back-off that doubles up to ``MAX_DOWN_BACKOFF``; any other lookup
+   error is a miss for that look.
 3. The builder first takes the key's lock in the first shared store (else the controller
    store), so two runs never build one key at once; a run that finds the lock held polls the
    stores until the wheel appears, the lock is released (then it builds) or goes stale
@@ -55,12 +60,15 @@ from .cache.store import (
     META_NAME,
     CacheError,
     CorruptEntry,
+    EntryMissing,
     LocalStore,
     LockOwner,
     Store,
+    StoreUnavailable,
     default_local_root,
     entry_dir,
     make_store,
+    unreachable,
 )
 from .connection import ConnectOptions, SSHConnection
 from .errors import HostFailed, HostUnreachable, Sm120Error
@@ -78,9 +86,16 @@ CACHE_DEFAULTS: dict[str, Any] = {
     "host_store": True,
     "stores": [],
     "wait_timeout": 7200.0,
-    "stale_lock_after": 7200.0,
+    "stale_lock_after": 300.0,
     "poll_interval": 2.0,
 }
+
+#: Longest back-off (s) before a store that could not be reached is asked again.
+MAX_DOWN_BACKOFF = 60.0
+#: Poll interval (s) while an in-run builder works: its end wakes the waiters anyway.
+IN_RUN_POLL = 30.0
+#: Failed looks in a row after which a wheel published in this run counts as out of reach.
+MAX_FAILED_LOOKS = 5
 
 #: Host vars read here.
 STORES_VAR = "wheel_cache_stores"
@@ -110,6 +125,8 @@ class Obtained:
     events: list[str] = field(default_factory=list)
     #: Wheel bytes sent between controller and host for this wheel (both directions).
     bytes_moved: int = 0
+    #: After a build: the controller/shared stores the wheel was put into.
+    stored_in: list[str] = field(default_factory=list)
 
 
 # ---- configuration ---------------------------------------------------------------------------
@@ -123,7 +140,7 @@ class CacheConfig:
     host_store: bool = True
     stores: list[dict[str, Any]] = field(default_factory=list)
     wait_timeout: float = 7200.0
-    stale_lock_after: float = 7200.0
+    stale_lock_after: float = 300.0
     poll_interval: float = 2.0
 
     @classmethod
@@ -257,7 +274,7 @@ def open_store(spec: Mapping[str, Any], connect: ConnectOptions) -> Store:
         try:
             return SSHConnection(host, options).sftp()
         except HostUnreachable as exc:
-            raise CacheError(f"cache {spec['name']}: {exc}") from None
+            raise StoreUnavailable(f"cache {spec['name']}: {exc}") from None
 
     return SFTPStore(client, str(spec["path"]), name=str(spec["name"]), owns_client=True)
 
@@ -364,6 +381,14 @@ class _Failure:
 
 
 @dataclass
+class _Published:
+    """A build of this run that succeeded: who built it and which stores took the wheel."""
+
+    host: str
+    stores: list[str]
+
+
+@dataclass
 class _Slot:
     """In-run election state of one key."""
 
@@ -371,6 +396,16 @@ class _Slot:
     builder: str | None = None
     finished: int = 0  # builds ended (success or failure); a waiter re-looks after each
     failure: _Failure | None = None
+    published: _Published | None = None
+
+
+@dataclass
+class _Down:
+    """A store that could not be reached: skipped until ``until`` (monotonic), then asked again."""
+
+    reason: str
+    until: float
+    failures: int
 
 
 @dataclass
@@ -396,7 +431,7 @@ class WheelCache:
         self._slots: dict[str, _Slot] = {}
         self._local = threading.local()
         self._opened: list[Store] = []
-        self._down: dict[str, str] = {}
+        self._down: dict[str, _Down] = {}
         self._run_dir: tempfile.TemporaryDirectory[str] | None = None
         controller = self.config.controller_store()
         if controller is None:
@@ -496,13 +531,29 @@ class WheelCache:
         with self._lock:
             self.stats[name] = self.stats.get(name, 0) + n
 
-    def _mark_down(self, name: str, exc: BaseException, events: list[str]) -> None:
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    def _is_down(self, name: str) -> _Down | None:
+        """The down mark of a store while its back-off lasts, else None."""
         with self._lock:
-            first = name not in self._down
-            self._down[name] = reason
-        if first:
-            events.append(f"store {name} unavailable, skipped for this run ({reason})")
+            down = self._down.get(name)
+        return down if down is not None and time.monotonic() < down.until else None
+
+    def _mark_down(self, name: str, exc: BaseException, events: list[str]) -> None:
+        """A store could not be reached: skip it for a back-off that doubles per failure."""
+        reason = _one_line(exc)
+        with self._lock:
+            prev = self._down.get(name)
+            failures = (prev.failures if prev else 0) + 1
+            backoff = min(MAX_DOWN_BACKOFF, self.config.poll_interval * 2 ** (failures - 1))
+            self._down[name] = _Down(reason, time.monotonic() + backoff, failures)
+        _add_event(
+            events, f"store {name} unreachable ({reason}); skipped, asked again in {backoff:.1f}s"
+        )
+
+    def _mark_up(self, name: str, events: list[str]) -> None:
+        with self._lock:
+            prev = self._down.pop(name, None)
+        if prev is not None:
+            _add_event(events, f"store {name} reachable again")
 
     # ---- check mode -------------------------------------------------------------------------
 
@@ -521,13 +572,24 @@ class WheelCache:
     # ---- lookup and install ---------------------------------------------------------------
 
     def _try_cache(
-        self, ctx: Any, key: str, sources: list[_Source], dest_dir: str, events: list[str]
+        self,
+        ctx: Any,
+        key: str,
+        sources: list[_Source],
+        dest_dir: str,
+        events: list[str],
+        failed: set[str] | None = None,
     ) -> Obtained | None:
+        """The wheel from the first store that has it, or None; ``failed`` collects the stores
+        whose lookup went wrong this time (a miss that says nothing)."""
         for src in sources:
-            if src.name in self._down:
+            down = self._is_down(src.name)
+            if down is not None:
+                _add_event(events, f"store {src.name} skipped: unreachable ({down.reason})")
                 continue
             try:
                 meta = src.store.get_meta(key)
+                self._mark_up(src.name, events)
                 if meta is None:
                     continue
                 if src.host_root is not None:
@@ -540,14 +602,25 @@ class WheelCache:
                     f"{key[:12]}: entry in {src.name} corrupt ({exc.reason}); quarantined"
                 )
                 continue
+            except EntryMissing:
+                continue  # it changed under us (another put of the key): a miss this time
             except (HostFailed, HostUnreachable):
                 raise
             except Exception as exc:  # noqa: BLE001 - a store's own errors: try the next one
+                ctx.log.warning("lookup of %s in %s failed", key[:12], src.name, exc_info=True)
+                if failed is not None:
+                    failed.add(src.name)
                 if src.host_root is not None:
                     # Per host, not per run: another host's store may be fine.
-                    events.append(f"host store unusable on {ctx.host.name}: {exc}"[:300])
-                else:
+                    _add_event(events, f"host store unusable on {ctx.host.name}: {_one_line(exc)}")
+                elif unreachable(exc):
                     self._mark_down(src.name, exc, events)
+                else:
+                    # One bad read (an entry caught mid-change, a glitch) says nothing about
+                    # the store: a miss this time, and the next look asks it again.
+                    _add_event(
+                        events, f"lookup in {src.name} failed ({_one_line(exc)}); taken as a miss"
+                    )
                 continue
             got.events = events
             self._count(f"hits:{src.name}")
@@ -579,7 +652,12 @@ class WheelCache:
         """Create dest_dir on the host and return it as an absolute path (for SFTP puts)."""
         quoted = _shell_path(dest_dir)
         res = ctx.run(f"mkdir -p -- {quoted} && cd -- {quoted} && pwd", what="mkdir")
-        return res.stdout.strip().splitlines()[-1]
+        lines = res.stdout.strip().splitlines()
+        if not lines or not lines[-1].startswith("/"):
+            raise HostFailed(
+                f"{ctx.host.name}: creating {dest_dir} printed no directory: {res.stdout!r:.200}"
+            )
+        return lines[-1]
 
     def _install_from_store(
         self, ctx: Any, src: _Source, key: str, meta: Mapping[str, Any], dest_dir: str
@@ -644,16 +722,19 @@ class WheelCache:
         events: list[str],
     ) -> Obtained:
         name = ctx.host.name
-        designated = ctx.host.vars.get(BUILD_HOST_VAR)
-        may_build = not designated or str(designated) == name
+        designated = str(ctx.host.vars.get(BUILD_HOST_VAR) or "")
+        may_build = not designated or designated == name
         slot = self._slot(key)
-        deadline: float | None = None
+        what = f"{inputs.package} (key {key[:12]})"
+        started = time.monotonic()
         waited_for: str | None = None
         shown = ""
+        strikes = 0  # looks in a row whose lookups failed after the designated host published
         while True:
             with slot.cond:
                 seen = slot.finished
-            got = self._try_cache(ctx, key, sources, dest_dir, events)
+            failed: set[str] = set()
+            got = self._try_cache(ctx, key, sources, dest_dir, events, failed)
             if got is not None:
                 if waited_for:
                     got.events.append(f"{inputs.package}: waited for {waited_for}'s build")
@@ -662,35 +743,91 @@ class WheelCache:
                 if slot.finished != seen:
                     continue  # a build ended while we looked: look again
                 failure = slot.failure
-                if slot.builder is None and failure is not None and failure.fatal:
-                    raise HostFailed(
-                        f"builder {failure.host} failed to build {inputs.package} "
-                        f"(key {key[:12]}): {failure.message}"
-                    )
+                if slot.builder is None and failure is not None:
+                    if failure.fatal:
+                        raise HostFailed(
+                            f"builder {failure.host} failed to build {what}: {failure.message}"
+                        )
+                    if not may_build and failure.host == designated:
+                        raise HostFailed(
+                            f"{name}: host var {BUILD_HOST_VAR}={designated}: that host was lost "
+                            f"before it built {what}: {failure.message}"
+                        )
                 if slot.builder is None and may_build:
                     slot.builder = name
                     break
                 builder = slot.builder
+                in_run = builder is not None
                 if builder is None:
-                    # Waiting on a designated host outside this run (or another run).
-                    now = time.monotonic()
-                    deadline = deadline or now + self.config.wait_timeout
-                    if now > deadline:
+                    # The designated host is not building now: it built already in this run,
+                    # or it is outside this run (another run, or not started).
+                    if failed:
+                        strikes += 1
+                    elif not any(self._is_down(src.name) for src in sources):
+                        strikes = 0
+                    self._check_published(
+                        slot.published, designated, sources, failed, strikes, name, what
+                    )
+                    elapsed = time.monotonic() - started
+                    if elapsed > self.config.wait_timeout:
                         raise HostFailed(
                             f"{name}: host var {BUILD_HOST_VAR}={designated}: no wheel for "
-                            f"{inputs.package} (key {key[:12]}) appeared in the cache within "
+                            f"{what} appeared in the cache within "
                             f"{self.config.wait_timeout:.0f}s"
                         )
-                    waited_for = str(designated)
-                else:
-                    waited_for = builder
-                detail = f"waiting for {waited_for}'s build"
+                    builder = designated
+                waited_for = builder
+                detail = f"waiting for {builder}'s build"
+                if not in_run:  # whole minutes, so the line changes once a minute at most
+                    detail += f" ({elapsed // 60:.0f} of {self.config.wait_timeout / 60:.0f} min)"
                 if detail != shown:  # progress lines only when the wait changes
                     shown = detail
                     ctx.log.info("wheel cache: %s %s", inputs.package, detail)
                     ctx.runner.progress.step(name, f"wheel {inputs.package}", detail)
-                slot.cond.wait(self.config.poll_interval)
+                # An in-run builder wakes every waiter when it ends; until then a slow poll
+                # only catches another run publishing the same key.
+                slot.cond.wait(
+                    max(self.config.poll_interval, IN_RUN_POLL)
+                    if in_run
+                    else self.config.poll_interval
+                )
         return self._build_elected(ctx, inputs, key, build, dest_dir, sources, events, slot)
+
+    def _check_published(
+        self,
+        published: _Published | None,
+        designated: str,
+        sources: list[_Source],
+        failed: set[str],
+        strikes: int,
+        name: str,
+        what: str,
+    ) -> None:
+        """Fail at once when the designated host built in this run but the wheel is out of reach.
+
+        Waiting is worth it only while a store the builder published to is in its back-off
+        or failed this one look (both are asked again soon, a failing look a few times at
+        most); after a clean miss in every such store no later look can find it.
+        """
+        if published is None or published.host != designated:
+            return
+        mine = {s.name for s in sources}
+        shared = [n for n in published.stores if n in mine]
+        retry = [n for n in shared if self._is_down(n) or n in failed]
+        if retry and strikes < MAX_FAILED_LOOKS:
+            return
+        if retry:
+            where = f"looking it up in {', '.join(retry)} failed {strikes} times in a row"
+        elif shared:
+            where = f"it is not in {', '.join(shared)} any more"
+        elif published.stores:
+            where = f"it went to {', '.join(published.stores)}, which {name} does not read"
+        else:
+            where = "no store took the wheel"
+        raise HostFailed(
+            f"{name}: host var {BUILD_HOST_VAR}={designated}: {designated} built {what} in "
+            f"this run, but {where}"
+        )
 
     def _build_elected(
         self,
@@ -722,6 +859,8 @@ class WheelCache:
             slot.builder = None
             slot.finished += 1
             slot.failure = None
+            if got.wheel_from == "build":
+                slot.published = _Published(ctx.host.name, list(got.stored_in))
             slot.cond.notify_all()
         return got
 
@@ -780,8 +919,12 @@ class WheelCache:
                     return True, None
                 holder = lock.store.holder(key) or {}
             except Exception as exc:  # noqa: BLE001 - no lock store: build without one
-                self._mark_down(lock.store.name, exc, events)
-                events.append(f"{key[:12]}: built without a cross-run lock")
+                if unreachable(exc):
+                    self._mark_down(lock.store.name, exc, events)
+                events.append(
+                    f"{key[:12]}: built without a cross-run lock ({lock.store.name}: "
+                    f"{_one_line(exc)})"
+                )
                 return False, None
             who = (
                 f"{holder.get('user', '?')}@{holder.get('host', '?')} pid {holder.get('pid', '?')}"
@@ -811,7 +954,9 @@ class WheelCache:
             yield
             return
         stop = threading.Event()
-        interval = max(0.5, min(self.config.stale_lock_after / 4, 600.0))
+        # Several refreshes fit in the stale period, so one slow or failed refresh is no
+        # takeover; a dead run's lock still goes stale within minutes.
+        interval = max(0.5, min(self.config.stale_lock_after / 5, 60.0))
 
         def refresh() -> None:
             while not stop.wait(interval):
@@ -865,14 +1010,22 @@ class WheelCache:
                     f"{built.path} on {ctx.host.name}: sha256 {got[:12]} != the build's "
                     f"{built.sha256[:12]}"
                 )
+            stored: list[str] = []
             for src in sources:
-                if src.host_root is not None or src.name in self._down:
+                # A store in its back-off is still tried: publishing matters more than a
+                # lookup, and one put is the cheapest way to learn that it is back.
+                if src.host_root is not None:
                     continue
                 try:
                     src.store.put(key, local, meta)
                 except Exception as exc:  # noqa: BLE001 - other stores still get it
-                    self._mark_down(src.name, exc, events)
-                    events.append(f"{key[:12]}: not stored in {src.name}")
+                    ctx.log.warning("put of %s into %s failed", key[:12], src.name, exc_info=True)
+                    if unreachable(exc):
+                        self._mark_down(src.name, exc, events)
+                    events.append(f"{key[:12]}: not stored in {src.name} ({_one_line(exc)})")
+                    continue
+                self._mark_up(src.name, events)
+                stored.append(src.name)
         host = next((s for s in sources if s.host_root is not None), None)
         ops = [{"src": built.path, "dir": dest_dir, "name": filename, "sha256": built.sha256}]
         if host is not None:
@@ -903,7 +1056,20 @@ class WheelCache:
                 )
             else:
                 events.append(f"{key[:12]}: not stored in the host store ({results[1]})")
-        return Obtained(results[0]["path"], built.sha256, "build", key, events, moved)
+        return Obtained(
+            results[0]["path"], built.sha256, "build", key, events, moved, stored_in=stored
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _add_event(events: list[str], event: str) -> None:
+    """Record an event once per lookup: a waiter that polls must not repeat the same line."""
+    if event not in events:
+        events.append(event)
 
 
 # ---- one cache per run ------------------------------------------------------------------------

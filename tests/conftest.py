@@ -45,6 +45,46 @@ def smoke_fixtures(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return build.build(tmp_path_factory.mktemp("smoke"), build.NVCC)
 
 
+#: The bucket of the session's S3 server (fixture ``s3_endpoint``); tests use own prefixes.
+S3_BUCKET = "sm120kit-wheels"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3-compatible server (moto) on 127.0.0.1 with one bucket, shared by the
+    session; dummy credentials in the environment (moto accepts any)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    home = tmp_path_factory.mktemp("aws")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        # Keep any real ~/.aws config out of the tests.
+        mp.setenv("AWS_CONFIG_FILE", str(home / "config"))
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "credentials"))
+        port = _free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        endpoint = f"http://127.0.0.1:{port}"
+        try:
+            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=S3_BUCKET)
+            yield endpoint
+        finally:
+            server.stop()
+
+
 def invoke_env(fleet: Fleet | None, tmp: Path, **extra: str) -> dict[str, str]:
     """Environment for running the real `invoke` CLI against the fleet."""
     env = dict(os.environ)
@@ -52,6 +92,8 @@ def invoke_env(fleet: Fleet | None, tmp: Path, **extra: str) -> dict[str, str]:
     env["INVOKE_SM120KIT_CONNECT_RETRIES"] = "2"
     env["INVOKE_SM120KIT_RETRY_BACKOFF"] = "0.1"
     env["INVOKE_SM120KIT_CONNECT_TIMEOUT"] = "5"
+    # A host that waits for the wheel cache fails in minutes here, not after two hours.
+    env["INVOKE_SM120KIT_CACHE_WAIT_TIMEOUT"] = "300"
     if fleet is not None:
         env["INVOKE_SM120KIT_KNOWN_HOSTS"] = str(fleet.known_hosts)
         env["INVOKE_SM120KIT_INVENTORY"] = str(fleet.inventory)

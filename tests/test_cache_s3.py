@@ -8,52 +8,18 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto.server import ThreadedMotoServer
 
 from sm120kit.cache import manage
 from sm120kit.cache.s3 import S3Store
 from sm120kit.cache.store import CacheError, LocalStore, make_store
+from tests.conftest import S3_BUCKET as BUCKET
 from tests.test_cache_store import StoreContract, make_wheel, new_entry
-
-BUCKET = "sm120kit-wheels"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A moto S3 server on loopback with one bucket; dummy credentials in the environment."""
-    home = tmp_path_factory.mktemp("aws")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        # Keep any real ~/.aws config out of the tests.
-        mp.setenv("AWS_CONFIG_FILE", str(home / "config"))
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "credentials"))
-        port = _free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        endpoint = f"http://127.0.0.1:{port}"
-        try:
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-            yield endpoint
-        finally:
-            server.stop()
 
 
 def s3_store(endpoint: str, prefix: str | None = None) -> S3Store:

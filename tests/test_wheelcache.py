@@ -20,7 +20,7 @@ import textwrap
 import threading
 import time
 import venv
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from sm120kit.wheelcache import (
     host_store_specs,
     parse_size,
 )
-from tests.conftest import REPO, invoke_env, json_of, run_invoke
+from tests.conftest import REPO, S3_BUCKET, invoke_env, json_of, run_invoke
 
 # ---- a real tiny build on the host ------------------------------------------------------------
 
@@ -143,6 +143,8 @@ def make_runner(fleet: Any, tmp: Path, check_mode: bool = False) -> Runner:
 
 def config(controller: Path | bool, **kw: Any) -> CacheConfig:
     kw.setdefault("poll_interval", 0.1)
+    # A host that waits for the cache in a test fails within a minute, not two hours.
+    kw.setdefault("wait_timeout", 60.0)
     return CacheConfig(
         controller=str(controller) if isinstance(controller, Path) else controller,
         stores=check_store_specs(kw.pop("stores", []), "test"),
@@ -161,11 +163,15 @@ def obtain_run(
     check_mode: bool = False,
     install: bool = False,
     barrier: threading.Barrier | None = None,
+    controller: LocalStore | None = None,
 ) -> tuple[RunResult, WheelCache]:
-    """One Runner.run of `obtain` over `hosts` with its own WheelCache (one per runner)."""
+    """One Runner.run of `obtain` over `hosts` with its own WheelCache (one per runner);
+    ``controller`` replaces the controller store built from the config."""
     runner = make_runner(fleet, tmp, check_mode)
     runner.settings = {"cache": {}}  # type: ignore[attr-defined]
     cache = WheelCache(cache_conf, connect=runner.options.connect)
+    if controller is not None:
+        cache.controller = controller
     runner.wheel_cache = cache  # type: ignore[attr-defined]
 
     def task(ctx: HostContext) -> None:
@@ -544,50 +550,121 @@ def test_build_host_var_means_wait_for_the_cache(fleet: Any, tmp_path: Path) -> 
     assert "build_host=gpu9" in (res.hosts["gpu1"].error or "")
 
 
+class MetaReadFailsOnce(LocalStore):
+    """The controller store, whose first meta read after a put raises ``error`` once.
+
+    That read is a waiter's look right after the builder published: the moment at which a
+    transient store error used to mark the store down for the whole run and leave every
+    waiter polling nothing until ``wait_timeout``. Nothing is simulated but the one error.
+    """
+
+    def __init__(self, root: Path, error: BaseException) -> None:
+        super().__init__(root, name="local")
+        self.error = error
+        self.armed = False
+        self.raised = 0
+        self._guard = threading.Lock()
+
+    def put(self, key: str, wheel_path: Any, meta: Any) -> dict[str, Any]:
+        full = super().put(key, wheel_path, meta)
+        self.armed = True
+        return full
+
+    def read_blob(self, path: str) -> bytes | None:
+        if path.endswith("/meta.json"):
+            with self._guard:
+                if self.armed:
+                    self.armed = False
+                    self.raised += 1
+                    raise self.error
+        return super().read_blob(path)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(5, "Input/output error (injected)"),
+        ConnectionResetError(104, "Connection reset by peer (injected)"),
+    ],
+    ids=["read-glitch", "unreachable"],
+)
+def test_a_store_error_while_the_builder_publishes_strands_no_waiter(
+    fleet: Any, tmp_path: Path, error: BaseException
+) -> None:
+    """gpu1 and gpu2 wait for gpu3 (build_host); a lookup in the controller store fails once
+    right after gpu3 published. Both waiters still get the wheel from that store: a glitch is
+    a miss, an unreachable store is asked again after a short back-off, and either way the
+    JSON's cache_events says what happened."""
+    names = ["gpu1", "gpu2", "gpu3"]
+    hosts = hosts_of(
+        fleet, names, f"wc-{secrets.token_hex(3)}", **{n: {"build_host": "gpu3"} for n in names}
+    )
+    store = MetaReadFailsOnce(tmp_path / "c", error)
+    builds = Builds()
+    res, _ = obtain_run(
+        fleet, tmp_path, hosts, config(tmp_path / "c"), tiny_inputs(), builds, controller=store
+    )
+    all_ok(res)
+    assert store.raised == 1
+    assert builds.hosts == ["gpu3"]
+    assert wheel_from(res) == {"gpu1": "cache:local", "gpu2": "cache:local", "gpu3": "build"}
+    events = [e for n in ("gpu1", "gpu2") for e in res.hosts[n].data.get("cache_events", [])]
+    if isinstance(error, ConnectionError):
+        assert any("store local unreachable" in e and "asked again in" in e for e in events)
+        assert any("store local reachable again" in e for e in events), events
+    else:
+        assert any("lookup in local failed" in e and "taken as a miss" in e for e in events)
+        assert not any("unreachable" in e for e in events), events
+
+
+class PutRefused(LocalStore):
+    """A controller store that refuses every put (as a read-only mount would)."""
+
+    def put(self, key: str, wheel_path: Any, meta: Any) -> dict[str, Any]:
+        raise PermissionError(13, "Permission denied (injected)")
+
+
+def test_designated_builder_lost_or_unpublished_fails_waiters_at_once(
+    fleet: Any, tmp_path: Path
+) -> None:
+    """Waiters on a build_host of the same run do not sit out wait_timeout (600 s here) when
+    that host is lost before it builds, or builds but no store they read took the wheel: they
+    fail at once, with a line that says which (the timeout's line says something else)."""
+    names = ["gpu1", "gpu3"]
+    slow = config(tmp_path / "c", wait_timeout=600.0)
+    extra = {n: {"build_host": "gpu3"} for n in names}
+    hosts = hosts_of(fleet, names, f"wc-{secrets.token_hex(3)}", **extra)
+    lost = Builds(fail=HostUnreachable("gpu3: connection lost (injected)"))
+    res, _ = obtain_run(fleet, tmp_path, hosts, slow, tiny_inputs(version="5"), lost)
+    assert res.hosts["gpu3"].status == "unreachable"
+    assert res.hosts["gpu1"].status == "failed"
+    assert "build_host=gpu3: that host was lost before it built" in (res.hosts["gpu1"].error or "")
+
+    extra = {n: {"build_host": "gpu3", "wheel_cache_host_store": False} for n in names}
+    hosts = hosts_of(fleet, names, f"wc-{secrets.token_hex(3)}", **extra)
+    refused = PutRefused(tmp_path / "ro", name="local")
+    res, _ = obtain_run(
+        fleet, tmp_path, hosts, slow, tiny_inputs(version="6"), Builds(), controller=refused
+    )
+    assert wheel_from(res)["gpu3"] == "build"
+    assert any("not stored in local" in e for e in res.hosts["gpu3"].data["cache_events"])
+    assert res.hosts["gpu1"].status == "failed"
+    assert "gpu3 built tinypkg" in (res.hosts["gpu1"].error or "")
+    assert "no store took the wheel" in (res.hosts["gpu1"].error or "")
+
+
 # ---- shared stores: S3 (moto server) and SSH (a fleet host as the team cache host) ---------
 
 
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real S3-compatible server (moto) on 127.0.0.1 with one bucket; dummy credentials."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    from tests.test_cache_s3 import _free_port
-
-    home = tmp_path_factory.mktemp("aws-wc")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        mp.setenv("AWS_CONFIG_FILE", str(home / "config"))
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "credentials"))
-        port = _free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        endpoint = f"http://127.0.0.1:{port}"
-        try:
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="team-wheels")
-            yield endpoint
-        finally:
-            server.stop()
-
-
-# Failed once in a full CI run (gpu2 built instead of taking the S3 entry; the cause was not
-# found in the session that saw it: see the closing note); rerun so a flake cannot sink CI,
-# and the failure's cache events are in the assertion message for whoever digs in.
-@pytest.mark.flaky(reruns=2)
 def test_s3_shared_store_serves_a_second_controller(
-    fleet: Any, tmp_path: Path, s3_server: str
+    fleet: Any, tmp_path: Path, s3_endpoint: str
 ) -> None:
     s3 = {
         "name": "s3team",
         "type": "s3",
-        "bucket": "team-wheels",
+        "bucket": S3_BUCKET,
         "prefix": f"wc/{secrets.token_hex(4)}",
-        "endpoint_url": s3_server,
+        "endpoint_url": s3_endpoint,
     }
     tag = f"wc-{secrets.token_hex(3)}"
     [gpu1, gpu2, gpu3] = hosts_of(fleet, ["gpu1", "gpu2", "gpu3"], tag)
@@ -618,7 +695,7 @@ def test_s3_shared_store_serves_a_second_controller(
     # The build lock lived in S3 (the first shared store) and was released.
     from sm120kit.cache.s3 import S3Store
 
-    bucket = S3Store("team-wheels", s3["prefix"], endpoint_url=s3_server)
+    bucket = S3Store(S3_BUCKET, s3["prefix"], endpoint_url=s3_endpoint)
     assert bucket.keys() == [key] and bucket.holder(key) is None
 
 
@@ -893,14 +970,14 @@ def test_cache_export_installs_offline_then_imports(
 
 
 def test_cache_tasks_see_env_and_config_file_stores(
-    tmp_path: Path, tiny_wheels: dict[str, Path], s3_server: str
+    tmp_path: Path, tiny_wheels: dict[str, Path], s3_endpoint: str
 ) -> None:
     """The controller dir from INVOKE_SM120KIT_CACHE_CONTROLLER, a shared S3 store from a
     config file (`invoke -f`), and --store picking one of them."""
     prefix = f"cli/{secrets.token_hex(4)}"
     from sm120kit.cache.s3 import S3Store
 
-    keys = fill_store(S3Store("team-wheels", prefix, endpoint_url=s3_server), tiny_wheels)
+    keys = fill_store(S3Store(S3_BUCKET, prefix, endpoint_url=s3_endpoint), tiny_wheels)
     local = LocalStore(tmp_path / "ctl")
     local.put(keys["new"], tiny_wheels["0.2"], {"inputs": tiny_inputs(version="0.2").to_dict()})
     conf = tmp_path / "cache.yaml"
@@ -913,9 +990,9 @@ def test_cache_tasks_see_env_and_config_file_stores(
                             {
                                 "name": "s3team",
                                 "type": "s3",
-                                "bucket": "team-wheels",
+                                "bucket": S3_BUCKET,
                                 "prefix": prefix,
-                                "endpoint_url": s3_server,
+                                "endpoint_url": s3_endpoint,
                             }
                         ]
                     }

@@ -17,13 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sm120kit.cache.store import BlobInfo, CacheError, Store
+from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 
 T = TypeVar("T")
 
 # Error codes a failed conditional write comes back with (412; 409 for a concurrent one).
 _CONDITION_FAILED = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 _MISSING = {"NoSuchKey", "404", "NotFound"}
+# Codes that mean the credentials themselves are bad (not a missing or forbidden object: S3
+# answers AccessDenied for a missing key when the caller may not list the bucket).
+_CREDENTIALS_REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
 
 
 class S3Store(Store):
@@ -88,12 +91,18 @@ class S3Store(Store):
         try:
             return fn(*args, **kwargs)
         except (NoCredentialsError, PartialCredentialsError):
-            raise CacheError(
+            raise StoreUnavailable(
                 f"cache {self.name}: no S3 credentials (set AWS_ACCESS_KEY_ID and "
                 "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
             ) from None
         except EndpointConnectionError as exc:
-            raise CacheError(f"cache {self.name}: cannot reach endpoint ({exc})") from None
+            raise StoreUnavailable(f"cache {self.name}: cannot reach endpoint ({exc})") from None
+        except self._client_error() as exc:
+            if self._code(exc) in _CREDENTIALS_REFUSED:
+                raise StoreUnavailable(
+                    f"cache {self.name}: credentials refused ({self._code(exc)})"
+                ) from None
+            raise
 
     @staticmethod
     def _code(exc: Exception) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sm120kit.cache.store import BlobInfo, CacheError, Store
+from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 
 
 def _missing(exc: OSError) -> bool:
@@ -245,7 +245,7 @@ def paramiko_connect(spec: Mapping[str, Any]) -> Any:
         )
     except (paramiko.SSHException, OSError) as exc:
         client.close()
-        raise CacheError(f"cache sftp:{spec['host']}: cannot connect ({exc})") from None
+        raise StoreUnavailable(f"cache sftp:{spec['host']}: cannot connect ({exc})") from None
     try:
         return client.open_sftp()
     except paramiko.SSHException as exc:

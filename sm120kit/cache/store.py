@@ -60,6 +60,40 @@ class EntryMissing(CacheError):
     """No complete entry for this key in this store."""
 
 
+class StoreUnavailable(CacheError):
+    """The store cannot be reached now (connection refused, timeout, credentials refused).
+
+    Only this kind of error makes the wheel cache skip a store, and then only for a back-off
+    period: a bad or half-seen entry is a miss (or a quarantine), never a reason to stop
+    asking the store.
+    """
+
+
+#: Error classes of paramiko and botocore that mean "cannot reach the store", by name so that
+#: neither library has to be importable here.
+_UNREACHABLE_NAMES = frozenset(
+    {
+        "SSHException",
+        "NoValidConnectionsError",
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "NoCredentialsError",
+        "PartialCredentialsError",
+    }
+)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a store's error means the store cannot be reached (vs. a bad entry or a bug)."""
+    if isinstance(exc, (StoreUnavailable, ConnectionError, TimeoutError, socket.timeout)):
+        return True
+    if isinstance(exc, EOFError):  # an SFTP session that the server closed under us
+        return True
+    return any(cls.__name__ in _UNREACHABLE_NAMES for cls in type(exc).__mro__)
+
+
 class CorruptEntry(CacheError):
     """An entry failed its checks; it has been quarantined, so refetch or rebuild."""
 
@@ -346,6 +380,12 @@ class Store(ABC):
                 got_sha, got_size = _sha256_file(part)
                 reason = _mismatch(meta, got_sha, got_size)
             if reason:
+                if self._replaced(key, meta):
+                    # A put of the same key ran between our meta read and the download: the
+                    # entry is new, not corrupt. A miss now; the next look finds it whole.
+                    raise EntryMissing(
+                        f"cache {self.name}: entry {key[:12]} was replaced while being read"
+                    )
                 self.quarantine(key, reason)
                 raise CorruptEntry(self.name, key, reason)
             final = dest / filename
@@ -355,6 +395,15 @@ class Store(ABC):
         if count_hit:
             self.record_hit(key)
         return final
+
+    def _replaced(self, key: str, meta: Mapping[str, Any]) -> bool:
+        """Whether the entry's meta.json no longer describes the wheel ``meta`` did."""
+        raw = self.read_blob(f"{entry_dir(key)}/{META_NAME}")
+        try:
+            now = json.loads(raw) if raw else None
+        except ValueError:
+            return True
+        return not isinstance(now, dict) or now.get("sha256") != meta.get("sha256")
 
     def verify_entry(self, key: str) -> None:
         """Check an entry's wheel against its meta; quarantine and raise CorruptEntry if bad."""
