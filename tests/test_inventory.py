@@ -90,7 +90,8 @@ def test_yaml_nested_children_groups_and_membership(cluster: Inventory) -> None:
     assert cluster.groups["gpus"].children == ["rtx"]
     assert cluster.groups["rtx"].depth == 2
     assert cluster.groups["all"].hosts == ["builder", "gpu1", "gpu2", "gpu3", "cpu1"]
-    assert cluster.groups["all"].children == ["gpus", "cpus", "ungrouped"]
+    # Ansible: `ungrouped` is all's first child (ansible-inventory --list shows it so).
+    assert cluster.groups["all"].children == ["ungrouped", "gpus", "cpus"]
     assert isinstance(cluster.groups["all"], Group)
 
 
@@ -238,9 +239,10 @@ def test_ini_sections_vars_children_and_ungrouped() -> None:
     assert gpu1["has_gpu"] is True
     assert gpu1["tags"] == ["a", "b"]
     assert gpu1["note"] == "two words"
-    # ... while [group:vars] values stay strings.
-    assert gpu1["cuda"] == "12.8"
-    assert gpu1["enabled"] == "FALSE"
+    # ... and so are [group:vars] values (ansible-core 2.18/2.19 read both with
+    # ast.literal_eval; this test used to expect strings, which Ansible proved wrong).
+    assert gpu1["cuda"] == 12.8
+    assert gpu1["enabled"] == "FALSE"  # not a Python literal: stays text
     assert gpu1["quoted"] == "/usr/bin/python3"
     assert gpu1["ansible_user"] == "root"
     assert inv.hosts["gpu1"].var_sources["cuda"] == "hosts.ini: group gpus"
@@ -539,9 +541,9 @@ def test_bad_range_in_ini() -> None:
         ("gpus:!rtx", ["gpu1"]),
         ("gpus:&rtx", ["gpu2", "gpu3"]),
         ("gpus:&rtx:!gpu3", ["gpu2"]),
-        ("gpu3,gpu1", ["gpu1", "gpu3"]),  # inventory order
+        ("gpu3,gpu1", ["gpu3", "gpu1"]),  # the order written, as Ansible (was: inventory order)
         ("gpu1, gpu1 ,gpus", ["gpu1", "gpu2", "gpu3"]),  # no duplicates
-        ("cpus:builder", ["builder", "cpu1"]),  # ':' union
+        ("cpus:builder", ["cpu1", "builder"]),  # ':' union, in the order written
         ("cpus,!cpu1,gpu1", ["gpu1"]),
     ],
 )
@@ -601,7 +603,8 @@ def test_select_ad_hoc_hosts(
 
 def test_select_mixes_inventory_and_ad_hoc(cluster: Inventory) -> None:
     selected = cluster.select("10.0.0.8:22,gpu3,local,gpu1")
-    assert names(selected) == ["gpu1", "gpu3", "10.0.0.8:22", "local"]
+    # The order written (Ansible's); this used to sort inventory hosts first.
+    assert names(selected) == ["10.0.0.8:22", "gpu3", "local", "gpu1"]
 
 
 def test_select_without_inventory() -> None:
@@ -781,8 +784,12 @@ def test_ansible_port_not_an_integer_in_ini() -> None:
     message = error_of("hosts.ini", "[gpus]\ngpu1\ngpu2 ansible_port=abc\n")
     assert message.startswith("hosts.ini:3: [gpus] gpu2 ansible_port:"), message
     assert "ansible_port must be an integer, got 'abc'" in message
-    message = error_of("vars.ini", "[gpus]\ngpu1\n[gpus:vars]\nansible_port=22 # ssh\n")
-    assert message.startswith("vars.ini:4: [gpus:vars] ansible_port:"), message
+    # In [group:vars] the value is read with ast.literal_eval as in Ansible, so a trailing
+    # comment is just a comment (this used to be an error; ansible-core reads 22).
+    inv = load("vars.ini", "[gpus]\ngpu1\n[gpus:vars]\nansible_port=22 # ssh\n")
+    assert inv.hosts["gpu1"].vars["ansible_port"] == 22
+    message = error_of("bad.ini", "[gpus]\ngpu1\n[gpus:vars]\nansible_port=ssh\n")
+    assert message.startswith("bad.ini:4: [gpus:vars] ansible_port:"), message
 
 
 def test_ansible_port_not_an_integer_in_group_vars_file() -> None:
@@ -841,7 +848,7 @@ def test_bad_ini(body: str, prefix: str, needle: str) -> None:
 def test_ini_children_declared_later_is_fine() -> None:
     inv = load("hosts.ini", "[a:children]\nb\n[a:vars]\nx=1\n[b]\ngpu1\n")
     assert inv.hosts["gpu1"].groups == ["a", "all", "b"]
-    assert inv.hosts["gpu1"].vars == {"x": "1"}
+    assert inv.hosts["gpu1"].vars == {"x": 1}  # [a:vars] values are literals, as in Ansible
 
 
 # --------------------------------------------------------------------------- shipped sample
