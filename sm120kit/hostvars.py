@@ -88,7 +88,7 @@ HOST_VARS: dict[str, VarType] = {
     "ansible_ssh_private_key_file": _STR,
     "ansible_python_interpreter": _STR_REQUIRED,
     "work_root": _STR_REQUIRED,
-    "target_driver": VarType(_is_str_or_int, 'a string such as "580.95.05"'),
+    "target_driver": VarType(_is_str_or_int, 'a quoted string such as "580.95.05"'),
     "target_arch": VarType(_is_str_or_number, 'a compute capability such as "12.0"'),
     "provision_packages": VarType(_is_str_list, 'a list of package names such as ["flash-attn"]'),
     "max_jobs": VarType(_is_positive_int, "an integer >= 1"),
