@@ -898,7 +898,8 @@ def test_toml_and_plugin_configs_are_refused() -> None:
 def test_yaml_section_given_as_a_string_is_one_entry() -> None:
     """Ansible's YAML plugin reads `hosts: gpu1` as `hosts: {gpu1: }` (children too)."""
     inv = load(
-        "hosts.yaml", "all:\n  children:\n    gpus:\n      hosts: gpu1\n    top:\n      children: gpus\n"
+        "hosts.yaml",
+        "all:\n  children:\n    gpus:\n      hosts: gpu1\n    top:\n      children: gpus\n",
     )
     assert names(inv.select("gpus")) == ["gpu1"]
     assert inv.groups["top"].children == ["gpus"]
@@ -958,7 +959,7 @@ def test_merge_keys_are_not_duplicates() -> None:
             "hosts.ini",
             "[gpus]\ngpu1 provision_packages=flash-attn\n",
             "hosts.ini:2: [gpus] gpu1 provision_packages: host gpu1: provision_packages must be"
-            ' a list of package names such as ["flash-attn"], got str \'flash-attn\'',
+            " a list of package names such as [\"flash-attn\"], got str 'flash-attn'",
         ),
         (
             "hosts.yaml",
