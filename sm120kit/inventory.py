@@ -4,6 +4,11 @@
 `host_vars/` directories beside it, applies Ansible's variable precedence and returns an
 `Inventory` whose `select` resolves a ``--host`` pattern. Every mistake in an inventory raises ONE
 `InventoryError` whose message starts with ``file:line: key.path:``.
+
+What "as Ansible does" means here is pinned by tests/test_ansible_compat.py against ansible-core
+(`ansible-inventory --list`, `list_hosts`); the sources followed are ansible-core's
+`plugins/inventory/ini.py` and `yaml.py`, `inventory/data.py`, `inventory/group.py` and
+`inventory/manager.py`. Deliberate differences are listed in docs/inventory.md.
 """
 
 from __future__ import annotations
@@ -692,7 +697,8 @@ def _parse_ini_host(raw: _Raw, group: str, line: str, where: str, display: str) 
 
 
 def _looks_like_ini(path: Path) -> bool:
-    """For a file without extension: INI unless its first real line looks like YAML."""
+    """Whether the file looks meant as INI (its first real line is not YAML-like); only orders
+    the two parsers' errors when neither reads the file."""
     for text in _read_text(path).splitlines():
         line = text.strip()
         if not line or line[0] in "#;":
