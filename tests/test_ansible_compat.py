@@ -195,6 +195,7 @@ def _ansible_env(tmp: Path) -> dict[str, str]:
     env.update(
         ANSIBLE_CONFIG=str(tmp / "ansible.cfg"),  # empty: nothing from the machine's config
         ANSIBLE_HOME=str(tmp),
+        TMPDIR=str(tmp),  # the reference script's scratch files stay in pytest's tmp dir
         ANSIBLE_LOCAL_TEMP=str(tmp / "tmp"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_DEPRECATION_WARNINGS="false",
