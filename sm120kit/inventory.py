@@ -4,6 +4,11 @@
 `host_vars/` directories beside it, applies Ansible's variable precedence and returns an
 `Inventory` whose `select` resolves a ``--host`` pattern. Every mistake in an inventory raises ONE
 `InventoryError` whose message starts with ``file:line: key.path:``.
+
+What "as Ansible does" means here is pinned by tests/test_ansible_compat.py against ansible-core
+(`ansible-inventory --list`, `list_hosts`); the sources followed are ansible-core's
+`plugins/inventory/ini.py` and `yaml.py`, `inventory/data.py`, `inventory/group.py` and
+`inventory/manager.py`. Deliberate differences are listed in docs/inventory.md.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import re
 import shlex
 import string
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,7 @@ import yaml
 
 from sm120kit.errors import InventoryError
 from sm120kit.host import Host
+from sm120kit.hostvars import check_host_vars
 
 __all__ = ["Group", "Inventory", "load_inventory"]
 
@@ -32,8 +39,8 @@ __all__ = ["Group", "Inventory", "load_inventory"]
 GROUP_KEYS = ("hosts", "children", "vars")
 #: Extensions of the files read from group_vars/ and host_vars/ ("" = bare NAME).
 VARS_EXTENSIONS = ("", ".yaml", ".yml", ".json")
-#: Extensions that always mean the INI format.
-INI_EXTENSIONS = (".ini", ".cfg")
+#: Extensions Ansible's YAML inventory plugin accepts ("" = none): its `yaml_extensions`.
+YAML_EXTENSIONS = ("", ".yaml", ".yml", ".json")
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _NULL_TAG = "tag:yaml.org,2002:null"
@@ -50,9 +57,10 @@ _GLOB_CHARS = ("*", "?", "[")
 class Group:
     """A resolved inventory group.
 
-    `hosts` lists direct and transitive members in inventory order; `children` the direct child
-    groups; `vars` the group's own variables (inventory file, then group_vars/NAME on top), not
-    the inherited ones.
+    `hosts` lists direct and transitive members in Ansible's order (see `_descendants`);
+    `direct_hosts` the members named in the group itself, in the order they were added;
+    `children` the direct child groups; `vars` the group's own variables (inventory file, then
+    group_vars/NAME on top), not the inherited ones.
     """
 
     name: str
@@ -63,6 +71,7 @@ class Group:
     priority: int = 1
     #: Distance from `all` along the longest parent chain; parents merge before children.
     depth: int = 0
+    direct_hosts: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,10 @@ class _Raw:
         self.hosts: dict[str, _RawHost] = {}
         self.add_group("all")
         self.add_group("ungrouped")
+        # Ansible's InventoryData starts with exactly this edge, so `ungrouped` is all's first
+        # child (and its hosts come first in `all`).
+        self.groups["all"].children.append("ungrouped")
+        self.groups["all"].child_where["ungrouped"] = "(implicit)"
 
     def add_group(self, name: str) -> _RawGroup:
         if name not in self.groups:
@@ -261,6 +274,36 @@ def _check_group_name(name: str, where: str) -> None:
 # --------------------------------------------------------------------------- YAML
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_duplicate_keys(node: yaml.MappingNode, display: str) -> None:
+    """A key written twice in one mapping is an error naming both lines (PyYAML, like Ansible
+    by default, would silently keep the last). `<<:` merge keys are not duplicates: keys
+    written beside them override the merged ones by design."""
+    first: dict[tuple[str, str], yaml.Node] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+            continue
+        ident = (key_node.tag, key_node.value)
+        if ident in first:
+            raise InventoryError(
+                f"{display}:{key_node.start_mark.line + 1}: duplicate key {key_node.value!r}"
+                f" (first at line {first[ident].start_mark.line + 1})"
+            )
+        first[ident] = key_node
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys in every mapping it constructs."""
+
+    display = ""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        _check_duplicate_keys(node, self.display)
+        return super().construct_mapping(node, deep=deep)
+
+
 class _YamlDoc:
     """One composed YAML document: nodes carry line marks, values are built on demand."""
 
@@ -270,7 +313,8 @@ class _YamlDoc:
         if path.suffix == ".json":
             # Valid JSON has tabs only between tokens, where YAML refuses them.
             text = text.replace("\t", " ")
-        self.loader = yaml.SafeLoader(text)
+        self.loader = _Loader(text)
+        self.loader.display = display
         try:
             self.root: yaml.Node | None = self.loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
@@ -291,6 +335,7 @@ class _YamlDoc:
             raise InventoryError(_yaml_error(self.display, exc)) from None
 
     def pairs(self, node: yaml.MappingNode) -> list[tuple[yaml.Node, yaml.Node]]:
+        _check_duplicate_keys(node, self.display)
         try:
             self.loader.flatten_mapping(node)  # resolves `<<:` merge keys in place
         except yaml.MarkedYAMLError as exc:
@@ -350,10 +395,32 @@ class _YamlInventory:
                 f" got {self.doc.describe(root)}"
             )
         for key_node, value_node in self.doc.pairs(root):
+            if (
+                isinstance(key_node, yaml.ScalarNode)
+                and key_node.value == "plugin"
+                and self.doc.value(value_node)
+            ):
+                raise InventoryError(
+                    f"{self.doc.line(key_node)}: plugin: this is an inventory plugin's"
+                    " configuration, not an inventory (only static YAML and INI inventories"
+                    " are read)"
+                )
+        for key_node, value_node in self.doc.pairs(root):
             name = self.doc.key(key_node, "(top)", "group name")
             _check_group_name(name, f"{self.doc.line(key_node)}: {name}")
             self.group(name, value_node, name)
         self.doc.close()
+
+    def _section(
+        self, node: yaml.Node, keypath: str, expected: str
+    ) -> list[tuple[yaml.Node, yaml.Node]]:
+        """The entries of a group's hosts/children/vars. As in Ansible, a single string is
+        shorthand for a one-entry mapping with an empty value (`hosts: gpu1`)."""
+        if isinstance(node, yaml.ScalarNode) and node.tag == _STR_TAG:
+            empty = yaml.ScalarNode(_NULL_TAG, "", node.start_mark, node.end_mark)
+            return [(node, empty)]
+        mapping = self._mapping(node, keypath, expected)
+        return [] if mapping is None else self.doc.pairs(mapping)
 
     def _mapping(self, node: yaml.Node, keypath: str, expected: str) -> yaml.MappingNode | None:
         """The node as a mapping; None for an empty value; an error for anything else."""
@@ -387,10 +454,7 @@ class _YamlInventory:
                 )
 
     def hosts(self, group: str, node: yaml.Node, keypath: str) -> None:
-        mapping = self._mapping(node, keypath, "a mapping of host names")
-        if mapping is None:
-            return
-        for key_node, value_node in self.doc.pairs(mapping):
+        for key_node, value_node in self._section(node, keypath, "a mapping of host names"):
             pattern = self.doc.key(key_node, keypath, "host name")
             host_path = f"{keypath}.{pattern}"
             names, port = _expand_host(pattern, f"{self.doc.line(key_node)}: {host_path}")
@@ -415,10 +479,7 @@ class _YamlInventory:
         return _Origin(f"{self.display}: host {host}", f"{self.doc.line(node)}: {keypath}")
 
     def children(self, parent: str, node: yaml.Node, keypath: str) -> None:
-        mapping = self._mapping(node, keypath, "a mapping of group names")
-        if mapping is None:
-            return
-        for key_node, value_node in self.doc.pairs(mapping):
+        for key_node, value_node in self._section(node, keypath, "a mapping of group names"):
             child = self.doc.key(key_node, keypath, "group name")
             where = f"{self.doc.line(key_node)}: {keypath}.{child}"
             _check_group_name(child, where)
@@ -426,10 +487,7 @@ class _YamlInventory:
             self.group(child, value_node, f"{keypath}.{child}")
 
     def vars(self, group: str, node: yaml.Node, keypath: str) -> None:
-        mapping = self._mapping(node, keypath, "a mapping of variables")
-        if mapping is None:
-            return
-        for key_node, value_node in self.doc.pairs(mapping):
+        for key_node, value_node in self._section(node, keypath, "a mapping of variables"):
             var = self.doc.key(key_node, keypath, "variable name")
             origin = _Origin(
                 f"{self.display}: group {group}", f"{self.doc.line(key_node)}: {keypath}.{var}"
@@ -491,25 +549,62 @@ def _load_vars_dir(base: Path, name: str) -> _Vars:
 # --------------------------------------------------------------------------- INI
 
 
-def _ini_value(text: str) -> Any:
-    """An inline host var as Ansible reads it: a Python literal when it is one, else the text."""
+def _ini_value(text: str, where: str) -> Any:
+    """A value in an INI inventory (host line or [group:vars]) as Ansible's INI plugin reads it
+    (`_parse_value`): a Python literal when `ast.literal_eval` takes it, else the text; tuples
+    and sets become lists, complex numbers and `...` their text, bytes their decoded text."""
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
         return text
+    except (TypeError, MemoryError, RecursionError) as exc:
+        # Ansible fails the whole file here too ("Failed to parse inventory").
+        raise InventoryError(f"{where}: cannot read value {text!r} ({exc})") from None
+    return _ini_coerce(value, where)
 
 
-def _unquote(text: str) -> str:
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    return text
+def _ini_coerce(value: Any, where: str) -> Any:
+    if isinstance(value, (list, tuple, set)):
+        return [_ini_coerce(item, where) for item in value]
+    if isinstance(value, dict):
+        return {key: _ini_coerce(item, where) for key, item in value.items()}
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, complex):
+        return str(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InventoryError(f"{where}: value {value!r} is not UTF-8") from None
+    return value
+
+
+@dataclass
+class _Pending:
+    """A group named before its own section, as Ansible's INI plugin tracks it."""
+
+    state: str  # "vars" (a [g:vars] header) or "children" (a line in [p:children])
+    where: str
+    parents: list[tuple[str, str]] = field(default_factory=list)  # (parent, where)
 
 
 def _parse_ini(raw: _Raw, path: Path, display: str) -> None:
+    """Ansible's INI plugin: a group is created by its [g] / [g:children] / [g:vars] header; a
+    child named before its group exists is linked when its section appears (so a parent's
+    children are in the order their sections appear, as in Ansible)."""
     group, state = "ungrouped", "hosts"
-    declared = {"all", "ungrouped"}
-    # Groups named by [x:children] lines or [x:vars] headers that no [x] section declared yet.
-    pending: dict[str, str] = {}
+    pending: dict[str, _Pending] = {}
+
+    def link_pending(name: str) -> None:
+        entry = pending.pop(name)
+        for parent, where in entry.parents:
+            raw.add_child(parent, name, where)
+            if parent in pending and pending[parent].state == "children":
+                link_pending(parent)
+
     for lineno, text in enumerate(_read_text(path).splitlines(), 1):
         line = text.strip()
         if not line or line[0] in "#;":
@@ -529,13 +624,15 @@ def _parse_ini(raw: _Raw, path: Path, display: str) -> None:
                     " (allowed: [group], [group:vars], [group:children])"
                 )
             _check_group_name(group, f"{where}: [{group}]")
-            raw.add_group(group)
-            if state == "vars":
-                if group not in declared:
-                    pending.setdefault(group, f"{where}: [{group}:vars]")
-            else:
-                declared.add(group)
-                pending.pop(group, None)
+            if group not in raw.groups:
+                if state == "vars" and group not in pending:
+                    pending[group] = _Pending("vars", f"{where}: [{group}:vars]")
+                raw.add_group(group)
+            if group in pending and state != "vars":
+                if pending[group].state == "children":
+                    link_pending(group)
+                else:
+                    del pending[group]
             continue
         section = f"[{group}]" if state == "hosts" else f"[{group}:{state}]"
         if state == "hosts":
@@ -545,8 +642,9 @@ def _parse_ini(raw: _Raw, path: Path, display: str) -> None:
             if not sep or not key or re.search(r"\s", key):
                 raise InventoryError(f"{where}: {section}: expected key=value, got {line!r}")
             origin = _Origin(f"{display}: group {group}", f"{where}: {section} {key}")
-            # Ansible reads [group:vars] values as strings (inline host vars are literals).
-            raw.set_group_var(group, key, _unquote(value), origin)
+            # The same reading as host-line values (Ansible's `_parse_value`), minus shlex:
+            # port=6000 is an int, l=[1, 2] a list, f=False a bool, "x" the string x.
+            raw.set_group_var(group, key, _ini_value(value, origin.where), origin)
         else:
             match = _INI_GROUP_LINE.match(line)
             if not match:
@@ -555,12 +653,17 @@ def _parse_ini(raw: _Raw, path: Path, display: str) -> None:
                 )
             child = match.group(1)
             _check_group_name(child, f"{where}: {section}")
-            raw.add_child(group, child, f"{where}: {section} {child}")
-            if child not in declared:
-                pending.setdefault(child, f"{where}: {section} {child}")
-    if pending:
-        name, where = next(iter(pending.items()))
-        raise InventoryError(f"{where}: group {name!r} is never declared (add a [{name}] section)")
+            child_where = f"{where}: {section} {child}"
+            if child in raw.groups:
+                raw.add_child(group, child, child_where)
+            else:
+                pending.setdefault(child, _Pending("children", child_where)).parents.append(
+                    (group, child_where)
+                )
+    for name, entry in pending.items():
+        raise InventoryError(
+            f"{entry.where}: group {name!r} is never declared (add a [{name}] section)"
+        )
 
 
 def _parse_ini_host(raw: _Raw, group: str, line: str, where: str, display: str) -> None:
@@ -577,6 +680,8 @@ def _parse_ini_host(raw: _Raw, group: str, line: str, where: str, display: str) 
             f" (variables for the whole group go under [{group}:vars])"
         )
     names, port = _expand_host(pattern, f"{where} {pattern}")
+    if "---" in names:
+        raise InventoryError(f"{where}: host '---' is a sign this is a YAML file")
     for name in names:
         raw.add_host(group, name)
     assignments: list[tuple[str, Any]] = [] if port is None else [("ansible_port", port)]
@@ -584,7 +689,7 @@ def _parse_ini_host(raw: _Raw, group: str, line: str, where: str, display: str) 
         key, sep, value = token.partition("=")
         if not sep or not key:
             raise InventoryError(f"{where} {pattern}: expected key=value, got {token!r}")
-        assignments.append((key, _ini_value(value)))
+        assignments.append((key, _ini_value(value, f"{where} {pattern} {key}")))
     for name in names:
         for key, value in assignments:
             origin = _Origin(f"{display}: host {name}", f"{where} {pattern} {key}")
@@ -592,7 +697,8 @@ def _parse_ini_host(raw: _Raw, group: str, line: str, where: str, display: str) 
 
 
 def _looks_like_ini(path: Path) -> bool:
-    """For a file without extension: INI unless its first real line looks like YAML."""
+    """Whether the file looks meant as INI (its first real line is not YAML-like); only orders
+    the two parsers' errors when neither reads the file."""
     for text in _read_text(path).splitlines():
         line = text.strip()
         if not line or line[0] in "#;":
@@ -684,7 +790,13 @@ def _resolve(raw: _Raw, base: Path | None) -> tuple[dict[str, Host], dict[str, G
         merged = {k: v for k, (v, _) in rg.vars.items()}
         merged.update({k: v for k, (v, _) in file_vars.get(name, {}).items()})
         groups[name] = Group(
-            name, [], list(rg.children), merged, priority=rg.priority, depth=depth_of(name)
+            name,
+            [],
+            list(rg.children),
+            merged,
+            priority=rg.priority,
+            depth=depth_of(name),
+            direct_hosts=list(rg.hosts),
         )
 
     hosts: dict[str, Host] = {}
@@ -695,24 +807,58 @@ def _resolve(raw: _Raw, base: Path | None) -> tuple[dict[str, Host], dict[str, G
         layers.append(rh.vars)
         if base is not None:
             layers.append(_load_vars_dir(base / "host_vars", rh.name))
-        values, sources = _merge(layers)
+        winners = _merge(layers)
+        check_host_vars(rh.name, {k: (v, o.where) for k, (v, o) in winners.items()})
+        values = {k: copy.deepcopy(v) for k, (v, _) in winners.items()}
+        sources = {k: o.source for k, (_, o) in winners.items()}
         hosts[rh.name] = Host(rh.name, values, sorted(member_of), sources)
-        for g in member_of:
-            groups[g].hosts.append(rh.name)
+    for name, resolved in groups.items():
+        resolved.hosts = _group_hosts(name, groups)
     all_vars = dict(raw.groups["all"].vars)
     all_vars.update(file_vars.get("all", {}))
+    # Hosts outside the inventory (ad hoc, `local`) get exactly these.
+    check_host_vars("(every host)", {k: (v, o.where) for k, (v, o) in all_vars.items()})
     return hosts, groups, all_vars
 
 
-def _merge(layers: list[_Vars]) -> tuple[dict[str, Any], dict[str, str]]:
+def _merge(layers: list[_Vars]) -> _Vars:
     """Top-level replace, as Ansible's default hash_behaviour; later layers win."""
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+    winners: _Vars = {}
     for layer in layers:
-        for key, (value, origin) in layer.items():
-            values[key] = copy.deepcopy(value)
-            sources[key] = origin.source
-    return values, sources
+        winners.update(layer)
+    return winners
+
+
+def _descendants(name: str, groups: dict[str, Group]) -> list[str]:
+    """The group and its descendants in the order Ansible's `Group.get_descendants(
+    preserve_ordering=True)` gives: the group, its children, then level by level.
+
+    Ansible walks each level as a Python set of group objects, so the order among groups of
+    the same level below the first depends on object addresses; here it is the order in which
+    they were reached (the order they are written in), which is what Ansible gives whenever at
+    most one group per level has children.
+    """
+    ordered = [name, *groups[name].children]
+    seen: set[str] = set()
+    level = list(dict.fromkeys(ordered))
+    while level:
+        seen.update(level)
+        reached: list[str] = []
+        for group in level:
+            for child in groups[group].children:
+                if child not in seen:
+                    ordered.append(child)
+                    reached.append(child)
+        level = list(dict.fromkeys(reached))
+    return list(dict.fromkeys(ordered))
+
+
+def _group_hosts(name: str, groups: dict[str, Group]) -> list[str]:
+    """Ansible's `Group.get_hosts()`: direct hosts of each descendant group in walk order."""
+    out: dict[str, None] = {}
+    for group in _descendants(name, groups):
+        out.update(dict.fromkeys(groups[group].direct_hosts))
+    return list(out)
 
 
 # --------------------------------------------------------------------------- patterns
@@ -776,6 +922,53 @@ def _close_matches(word: str, candidates: list[str]) -> list[str]:
     return [name for _, _, name in sorted(scored)[:3]]
 
 
+# Ansible's PATTERN_WITH_SUBSCRIPT (inventory/manager.py): `name[3]`, `name[-1]`, `name[1:3]`,
+# `name[1:]`, and the removed-but-still-read `name[1-3]`.
+_SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")
+
+
+def _split_subscript(term: str) -> tuple[str, tuple[int, int | None] | None]:
+    """(expression, (start, end or None)) as Ansible's `_split_subscript`; a regex term keeps
+    its brackets (they are part of the regex)."""
+    if term[0] == "~":
+        return term, None
+    match = _SUBSCRIPT.match(term)
+    if not match:
+        return term, None
+    expr, index, start, _, end = match.groups()
+    if index:
+        return expr, (int(index), None)
+    return expr, (int(start), int(end) if end else -1)
+
+
+def _apply_subscript(hosts: list[Host], subscript: tuple[int, int | None], term: str) -> list[Host]:
+    """Ansible's `_apply_subscript`: [i] one host (an error when out of range), [a:b] the hosts
+    a to b inclusive, [a:] from a to the end."""
+    start, end = subscript
+    if end:
+        if end == -1:
+            end = len(hosts) - 1
+        return hosts[start : end + 1]
+    try:
+        return [hosts[start]]
+    except IndexError:
+        raise InventoryError(
+            f"host pattern {term!r} in --host: subscript [{start}] is out of range"
+            f" ({len(hosts)} hosts match)"
+        ) from None
+
+
+def _name_matcher(expr: str) -> Any:
+    """A predicate on names: `~regex` (re.match: anchored at the start only, as in Ansible), or a
+    shell glob (fnmatch, case-sensitive; a plain name matches only itself)."""
+    try:
+        if expr[0] == "~":
+            return re.compile(expr[1:]).match
+        return re.compile(fnmatch.translate(expr)).match
+    except re.error as exc:
+        raise InventoryError(f"bad host pattern {expr!r} in --host ({exc})") from None
+
+
 class Inventory:
     """Resolved hosts and groups of one inventory file (or none)."""
 
@@ -795,11 +988,15 @@ class Inventory:
         return f"Inventory(path={self.path!r}, hosts={list(self.hosts)!r})"
 
     def select(self, pattern: str) -> list[Host]:
-        """Resolve a --host pattern into hosts, in inventory order, without duplicates.
+        """Resolve a --host pattern into hosts, in Ansible's order, without duplicates.
 
         Forms: a host or group name, `all`/`*`, globs (`gpu*`, on host and group names),
-        `a,b` or `a:b` (union), `a:&b` (intersection), `a:!b` (exclusion), `local` (this
-        machine) and ad hoc hosts (`user@addr:port`, `user@addr`, `addr:port`, an IP address).
+        regexes (`~gpu0[12]`, matched from the start of the name), subscripts (`gpus[0]`,
+        `gpus[-1]`, `gpus[0:1]`, `gpus[1:]`), `a,b` or `a:b` (union), `a:&b` (intersection),
+        `a:!b` (exclusion), `local` (this machine) and ad hoc hosts (`user@addr:port`,
+        `user@addr`, `addr:port`, an IP address). As in Ansible, unions come first in the order
+        written, then intersections, then exclusions; a group gives its hosts in Ansible's
+        `get_hosts()` order. Unlike Ansible, a term that matches nothing is an error.
         """
         text = (pattern or "").strip()
         terms = _split_pattern(text)
@@ -808,47 +1005,56 @@ class Inventory:
                 f"empty host pattern in --host {pattern!r} (give a host, a group, 'all' or 'local')"
             )
         regular = [t for t in terms if t[0] not in "!&"] or ["all"]
-        chosen: dict[str, Host] = {}
+        chosen: list[Host] = []
         for term in regular:
-            for host in self._match(term):
-                chosen.setdefault(host.name, host)
+            have = {host.name for host in chosen}
+            chosen.extend(host for host in self._match(term) if host.name not in have)
         for term in (t for t in terms if t[0] == "&"):
             keep = {host.name for host in self._match(term[1:])}
-            chosen = {name: host for name, host in chosen.items() if name in keep}
+            chosen = [host for host in chosen if host.name in keep]
         for term in (t for t in terms if t[0] == "!"):
             drop = {host.name for host in self._match(term[1:])}
-            chosen = {name: host for name, host in chosen.items() if name not in drop}
+            chosen = [host for host in chosen if host.name not in drop]
         if not chosen:
             raise InventoryError(f"host pattern {text!r} in --host matches no host")
-        rank = {name: index for index, name in enumerate(self.hosts)}
-        # Stable sort: hosts outside the inventory keep the order they were named in.
-        return sorted(chosen.values(), key=lambda host: rank.get(host.name, len(rank)))
+        return chosen
 
     def _match(self, term: str) -> list[Host]:
+        """One term, as Ansible's `_match_one_pattern`, then this tool's extras (`local`, ad
+        hoc hosts) for what the inventory does not name; nothing found is an error."""
         if not term:
             raise InventoryError("empty term after '!' or '&' in --host")
-        if term in ("all", "*"):
-            return list(self.hosts.values())
         if term in self.hosts:
             return [self.hosts[term]]
-        if term in self.groups:
-            return [self.hosts[name] for name in self.groups[term].hosts]
-        if term == "local":
+        expr, subscript = _split_subscript(term)
+        matcher = _name_matcher(expr)
+        groups = [name for name in self.groups if matcher(name)]
+        found = [self.hosts[h] for g in groups for h in self.groups[g].hosts]
+        if not groups or expr[0] == "~" or any(c in expr for c in ".?*["):
+            found += [host for name, host in self.hosts.items() if matcher(name)]
+        if found:
+            if subscript is not None:
+                found = _apply_subscript(found, subscript, term)
+            return list({host.name: host for host in found}.values())
+        if groups:
+            return []  # an empty group: nothing to add, nothing wrong
+        if expr == "local" and subscript is None:
             return [self._extra_host("local", {"ansible_connection": "local"}, "implicit local")]
+        if expr[0] == "~" or subscript is not None:
+            raise InventoryError(f"host pattern {term!r} in --host matches no host or group")
         globbing = any(char in term for char in _GLOB_CHARS)
-        if globbing and "@" not in term and not term.startswith("["):
-            return self._glob(term)
-        adhoc = _parse_adhoc(term)
-        if adhoc is not None:
-            user, addr, port = adhoc
-            conn: dict[str, Any] = {"ansible_host": addr}
-            if port is not None:
-                conn["ansible_port"] = port
-            if user is not None:
-                conn["ansible_user"] = user
-            return [self._extra_host(term, conn, f"--host {term}")]
+        if not globbing or "@" in term or term.startswith("["):
+            adhoc = _parse_adhoc(term)
+            if adhoc is not None:
+                user, addr, port = adhoc
+                conn: dict[str, Any] = {"ansible_host": addr}
+                if port is not None:
+                    conn["ansible_port"] = port
+                if user is not None:
+                    conn["ansible_user"] = user
+                return [self._extra_host(term, conn, f"--host {term}")]
         if globbing:
-            return self._glob(term)
+            raise InventoryError(f"host pattern {term!r} in --host matches no host or group")
         candidates = list(dict.fromkeys([*self.hosts, *self.groups]))
         close = _close_matches(term, candidates)
         if close:
@@ -858,22 +1064,44 @@ class Inventory:
             hint = f"{where}; for a machine outside the inventory give user@addr or addr:port"
         raise InventoryError(f"unknown host or group {term!r} in --host ({hint})")
 
-    def _glob(self, term: str) -> list[Host]:
-        names = {name for name in self.hosts if fnmatch.fnmatchcase(name, term)}
-        for group in self.groups.values():
-            if fnmatch.fnmatchcase(group.name, term):
-                names.update(group.hosts)
-        if not names:
-            raise InventoryError(f"host pattern {term!r} in --host matches no host or group")
-        return [host for name, host in self.hosts.items() if name in names]
-
     def _extra_host(self, name: str, conn: dict[str, Any], source: str) -> Host:
         """A host outside the inventory: the `all` variables, then its connection vars."""
-        values, sources = _merge([self._all_vars])
+        values = {k: copy.deepcopy(v) for k, (v, _) in self._all_vars.items()}
+        sources = {k: o.source for k, (_, o) in self._all_vars.items()}
         for key, value in conn.items():
             values[key] = value
             sources[key] = source
         return Host(name, values, ["all"], sources)
+
+    def to_ansible_list(self) -> dict[str, Any]:
+        """The document `ansible-inventory --list` prints for this inventory (without its
+        `_meta.profile`): groups with their direct hosts and children, groups with neither
+        left out (they still appear among their parent's children), and `_meta.hostvars`
+        with each host's merged variables (hosts without any left out)."""
+        out: dict[str, Any] = {}
+        seen: set[str] = set()
+
+        def visit(name: str) -> None:
+            group = self.groups[name]
+            entry: dict[str, Any] = {}
+            if name != "all" and group.direct_hosts:
+                entry["hosts"] = list(group.direct_hosts)
+            if group.children:
+                entry["children"] = list(group.children)
+            for child in group.children:
+                if child not in seen:
+                    visit(child)
+                    seen.add(child)
+            if entry:
+                out[name] = entry
+
+        visit("all")
+        hostvars = {
+            name: copy.deepcopy(host.vars)
+            for name in self.groups["all"].hosts
+            if (host := self.hosts[name]).vars
+        }
+        return {"_meta": {"hostvars": hostvars}, **out}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view for `invoke inventory --json`."""
@@ -898,7 +1126,7 @@ class Inventory:
 
 
 def load_inventory(path: str | os.PathLike[str] | None) -> Inventory:
-    """Read an inventory file (YAML/JSON, or INI by .ini/.cfg or INI-looking content) and the
+    """Read an inventory file (YAML/JSON or INI, detected as Ansible does) and the
     group_vars/ and host_vars/ directories beside it. None gives an empty inventory, where only
     `local` and ad hoc hosts resolve."""
     raw = _Raw()
@@ -911,10 +1139,55 @@ def load_inventory(path: str | os.PathLike[str] | None) -> Inventory:
         raise InventoryError(f"{display}: inventory file does not exist")
     if file.is_dir():
         raise InventoryError(f"{display}: is a directory; give the inventory file inside it")
-    suffix = file.suffix.lower()
-    if suffix in INI_EXTENSIONS or (not suffix and _looks_like_ini(file)):
-        _parse_ini(raw, file, display)
-    else:
-        _YamlInventory(raw, file, display).parse()
+    raw = _parse_file(file, display)
     hosts, groups, all_vars = _resolve(raw, file.parent)
     return Inventory(file, hosts, groups, all_vars)
+
+
+def _parse_file(file: Path, display: str) -> _Raw:
+    """Try the parsers Ansible enables for a file, in its order, and keep the first that reads
+    it: YAML for `.yaml`, `.yml`, `.json` and extension-less files, then INI for anything but
+    `.toml` (so `hosts`, `inventory`, `*.inventory`, `*.ini` are INI unless they hold a YAML
+    mapping). When none reads it, the error says what each parser said, the one the file looks
+    meant for first."""
+    ext = os.path.splitext(file.name)[1]  # case-sensitive, like Ansible's yaml_extensions
+    if ext == ".toml":
+        raise InventoryError(
+            f"{display}: TOML inventories are not supported (use YAML or INI; Ansible's"
+            " `toml` inventory plugin reads this format)"
+        )
+    failures: list[tuple[str, InventoryError]] = []
+    yaml_mapping = False
+    if ext in YAML_EXTENSIONS:
+        raw = _Raw()
+        reader: _YamlInventory | None = None
+        try:
+            reader = _YamlInventory(raw, file, display)
+            reader.parse()
+            return raw
+        except InventoryError as exc:
+            failures.append(("YAML", exc))
+            yaml_mapping = reader is not None and isinstance(reader.doc.root, yaml.MappingNode)
+    raw = _Raw()
+    try:
+        _parse_ini(raw, file, display)
+        return raw
+    except InventoryError as exc:
+        failures.append(("INI", exc))
+    if len(failures) == 1 or yaml_mapping:
+        # A YAML mapping is never INI (its first line is `name:`), so INI's word is noise.
+        raise failures[0][1]
+    yaml_error, ini_error = failures[0][1], failures[1][1]
+    if ext in (".yaml", ".yml", ".json") or not _looks_like_ini(file):
+        first, second = ("YAML", yaml_error), ("INI", ini_error)
+    else:
+        first, second = ("INI", ini_error), ("YAML", yaml_error)
+    raise InventoryError(
+        f"{first[1]} (read as {first[0]}; read as {second[0]}: {_strip_display(second[1], display)})"
+    )
+
+
+def _strip_display(error: InventoryError, display: str) -> str:
+    """The error without its leading file name (the first error already names the file)."""
+    text = str(error)
+    return text[len(display) :].lstrip(":") if text.startswith(display) else text

@@ -90,7 +90,8 @@ def test_yaml_nested_children_groups_and_membership(cluster: Inventory) -> None:
     assert cluster.groups["gpus"].children == ["rtx"]
     assert cluster.groups["rtx"].depth == 2
     assert cluster.groups["all"].hosts == ["builder", "gpu1", "gpu2", "gpu3", "cpu1"]
-    assert cluster.groups["all"].children == ["gpus", "cpus", "ungrouped"]
+    # Ansible: `ungrouped` is all's first child (ansible-inventory --list shows it so).
+    assert cluster.groups["all"].children == ["ungrouped", "gpus", "cpus"]
     assert isinstance(cluster.groups["all"], Group)
 
 
@@ -238,9 +239,10 @@ def test_ini_sections_vars_children_and_ungrouped() -> None:
     assert gpu1["has_gpu"] is True
     assert gpu1["tags"] == ["a", "b"]
     assert gpu1["note"] == "two words"
-    # ... while [group:vars] values stay strings.
-    assert gpu1["cuda"] == "12.8"
-    assert gpu1["enabled"] == "FALSE"
+    # ... and so are [group:vars] values (ansible-core 2.18/2.19 read both with
+    # ast.literal_eval; this test used to expect strings, which Ansible proved wrong).
+    assert gpu1["cuda"] == 12.8
+    assert gpu1["enabled"] == "FALSE"  # not a Python literal: stays text
     assert gpu1["quoted"] == "/usr/bin/python3"
     assert gpu1["ansible_user"] == "root"
     assert inv.hosts["gpu1"].var_sources["cuda"] == "hosts.ini: group gpus"
@@ -539,9 +541,9 @@ def test_bad_range_in_ini() -> None:
         ("gpus:!rtx", ["gpu1"]),
         ("gpus:&rtx", ["gpu2", "gpu3"]),
         ("gpus:&rtx:!gpu3", ["gpu2"]),
-        ("gpu3,gpu1", ["gpu1", "gpu3"]),  # inventory order
+        ("gpu3,gpu1", ["gpu3", "gpu1"]),  # the order written, as Ansible (was: inventory order)
         ("gpu1, gpu1 ,gpus", ["gpu1", "gpu2", "gpu3"]),  # no duplicates
-        ("cpus:builder", ["builder", "cpu1"]),  # ':' union
+        ("cpus:builder", ["cpu1", "builder"]),  # ':' union, in the order written
         ("cpus,!cpu1,gpu1", ["gpu1"]),
     ],
 )
@@ -601,7 +603,8 @@ def test_select_ad_hoc_hosts(
 
 def test_select_mixes_inventory_and_ad_hoc(cluster: Inventory) -> None:
     selected = cluster.select("10.0.0.8:22,gpu3,local,gpu1")
-    assert names(selected) == ["gpu1", "gpu3", "10.0.0.8:22", "local"]
+    # The order written (Ansible's); this used to sort inventory hosts first.
+    assert names(selected) == ["10.0.0.8:22", "gpu3", "local", "gpu1"]
 
 
 def test_select_without_inventory() -> None:
@@ -781,8 +784,12 @@ def test_ansible_port_not_an_integer_in_ini() -> None:
     message = error_of("hosts.ini", "[gpus]\ngpu1\ngpu2 ansible_port=abc\n")
     assert message.startswith("hosts.ini:3: [gpus] gpu2 ansible_port:"), message
     assert "ansible_port must be an integer, got 'abc'" in message
-    message = error_of("vars.ini", "[gpus]\ngpu1\n[gpus:vars]\nansible_port=22 # ssh\n")
-    assert message.startswith("vars.ini:4: [gpus:vars] ansible_port:"), message
+    # In [group:vars] the value is read with ast.literal_eval as in Ansible, so a trailing
+    # comment is just a comment (this used to be an error; ansible-core reads 22).
+    inv = load("vars.ini", "[gpus]\ngpu1\n[gpus:vars]\nansible_port=22 # ssh\n")
+    assert inv.hosts["gpu1"].vars["ansible_port"] == 22
+    message = error_of("bad.ini", "[gpus]\ngpu1\n[gpus:vars]\nansible_port=ssh\n")
+    assert message.startswith("bad.ini:4: [gpus:vars] ansible_port:"), message
 
 
 def test_ansible_port_not_an_integer_in_group_vars_file() -> None:
@@ -841,7 +848,7 @@ def test_bad_ini(body: str, prefix: str, needle: str) -> None:
 def test_ini_children_declared_later_is_fine() -> None:
     inv = load("hosts.ini", "[a:children]\nb\n[a:vars]\nx=1\n[b]\ngpu1\n")
     assert inv.hosts["gpu1"].groups == ["a", "all", "b"]
-    assert inv.hosts["gpu1"].vars == {"x": "1"}
+    assert inv.hosts["gpu1"].vars == {"x": 1}  # [a:vars] values are literals, as in Ansible
 
 
 # --------------------------------------------------------------------------- shipped sample
@@ -855,3 +862,197 @@ def test_sample_inventory_in_tests_data() -> None:
     assert inv.hosts["gpu01"].vars["cuda_home"] == "/usr/local/cuda-12.8"
     assert inv.hosts["gpu01"].var_sources["cuda_home"].endswith("group_vars/gpus/cuda.yaml")
     assert inv.select("local")[0].is_local
+
+
+# --------------------------------------------------------------------------- format detection
+
+
+def test_ini_in_files_named_like_ansibles() -> None:
+    """`inventory`, `hosts` and `*.inventory` hold INI as often as not: YAML is tried first (as
+    Ansible does) and INI reads them when YAML does not."""
+    for name in ("inventory", "hosts", "site.inventory", "odd.yml"):
+        inv = load(name, "[web]\nweb1 port=80\n")
+        assert inv.hosts["web1"].vars == {"port": 80}, name
+
+
+def test_yaml_in_a_file_without_extension() -> None:
+    inv = load("inventory", "web:\n  hosts:\n    web1:\n")
+    assert names(inv.select("web")) == ["web1"]
+
+
+def test_neither_parser_reads_it_says_what_each_said() -> None:
+    message = error_of("hosts", "[web\nkey: [unclosed\n")
+    assert message.startswith("hosts:1: bad section header '[web'"), message
+    assert "(read as INI; read as YAML: " in message and "YAML syntax error" in message
+    # A file that starts as a YAML mapping gets the YAML error alone: INI never reads one.
+    message = error_of("hosts.yaml", "all:\n  hosts: [a]\n")
+    assert message == "hosts.yaml:2: all.hosts: expected a mapping of host names, got a list"
+
+
+def test_toml_and_plugin_configs_are_refused() -> None:
+    assert "TOML inventories are not supported" in error_of("hosts.toml", "[web]\n")
+    message = error_of("aws_ec2.yml", "plugin: amazon.aws.aws_ec2\nregions: [x]\n")
+    assert message.startswith("aws_ec2.yml:1: plugin: this is an inventory plugin's"), message
+
+
+def test_yaml_section_given_as_a_string_is_one_entry() -> None:
+    """Ansible's YAML plugin reads `hosts: gpu1` as `hosts: {gpu1: }` (children too)."""
+    inv = load(
+        "hosts.yaml",
+        "all:\n  children:\n    gpus:\n      hosts: gpu1\n    top:\n      children: gpus\n",
+    )
+    assert names(inv.select("gpus")) == ["gpu1"]
+    assert inv.groups["top"].children == ["gpus"]
+
+
+def test_ini_dashes_line_is_a_yaml_sign() -> None:
+    message = error_of("hosts.ini", "---\n")
+    assert "host '---' is a sign this is a YAML file" in message
+
+
+# --------------------------------------------------------------------------- duplicate keys
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "first", "key"),
+    [
+        ("all:\n  hosts:\n    a:\n    a:\n", 4, 3, "a"),
+        ("all:\n  vars:\n    x: 1\n    y: 2\n    x: 3\n", 5, 3, "x"),
+        ("all:\n  vars:\n    d: {k: 1, k: 2}\n", 3, 3, "k"),
+        ("all:\n  hosts: {}\nall:\n  vars: {}\n", 3, 1, "all"),
+    ],
+)
+def test_duplicate_yaml_keys_name_both_lines(body: str, line: int, first: int, key: str) -> None:
+    """Ansible warns and keeps the last; a duplicate is almost always a mistake, so it is one."""
+    message = error_of("hosts.yaml", body)
+    assert message == f"hosts.yaml:{line}: duplicate key {key!r} (first at line {first})"
+
+
+def test_duplicate_keys_in_group_vars_file() -> None:
+    message = error_of(
+        "inv/hosts.yaml", "all:\n  hosts:\n    a:\n", {"inv/group_vars/all.yml": "x: 1\nx: 2\n"}
+    )
+    assert message == "inv/group_vars/all.yml:2: duplicate key 'x' (first at line 1)"
+
+
+def test_merge_keys_are_not_duplicates() -> None:
+    inv = load(
+        "hosts.yaml",
+        "all:\n  vars:\n    base: &b {x: 1, y: 2}\n    over:\n      <<: *b\n      x: 9\n  hosts:\n    a:\n",
+    )
+    assert inv.hosts["a"].vars["over"] == {"x": 9, "y": 2}
+
+
+# --------------------------------------------------------------------------- host var types
+
+
+@pytest.mark.parametrize(
+    ("rel", "body", "needle"),
+    [
+        (
+            "hosts.ini",
+            "[gpus]\ngpu1\n[gpus:vars]\nallow_cpu_torch=true\n",
+            "hosts.ini:4: [gpus:vars] allow_cpu_torch: host gpu1: allow_cpu_torch must be true"
+            " or false, got str 'true'",
+        ),
+        (
+            "hosts.ini",
+            "[gpus]\ngpu1 provision_packages=flash-attn\n",
+            "hosts.ini:2: [gpus] gpu1 provision_packages: host gpu1: provision_packages must be"
+            " a list of package names such as [\"flash-attn\"], got str 'flash-attn'",
+        ),
+        (
+            "hosts.yaml",
+            "all:\n  hosts:\n    gpu1:\n      max_jobs: '8'\n",
+            "hosts.yaml:4: all.hosts.gpu1.max_jobs: host gpu1: max_jobs must be an integer >= 1,"
+            " got str '8'",
+        ),
+        (
+            "hosts.yaml",
+            "all:\n  hosts:\n    gpu1:\n      nvcc_threads: true\n",
+            "nvcc_threads must be an integer >= 1, got bool true",
+        ),
+        (
+            "hosts.yaml",
+            "all:\n  hosts:\n    gpu1:\n      target_driver: 575.5\n",
+            'target_driver must be a quoted string such as "580.95.05", got float 575.5',
+        ),
+        (
+            "hosts.yaml",
+            "all:\n  hosts:\n    gpu1:\n      work_root: 5\n",
+            "work_root must be a string, got int 5",
+        ),
+        (
+            "hosts.yaml",
+            "all:\n  hosts:\n    gpu1:\n      pip_args: [--proxy, 3128]\n",
+            "pip_args must be a list of strings",
+        ),
+        (
+            "hosts.yaml",
+            "all:\n  hosts:\n    gpu1:\n      wheel_cache_stores: {type: dir}\n",
+            "wheel_cache_stores must be a list of store mappings, got dict",
+        ),
+        (
+            "hosts.yaml",
+            "all:\n  hosts:\n    gpu1:\n      ansible_host:\n",
+            "ansible_host must be a string, got null",
+        ),
+    ],
+)
+def test_host_var_of_the_wrong_type(rel: str, body: str, needle: str) -> None:
+    message = error_of(rel, body)
+    assert needle in message, message
+
+
+def test_host_var_type_checked_on_the_winning_value() -> None:
+    """A wrong group value that every host overrides is harmless; the error names the file
+    and line of the value the host would get."""
+    body = "[gpus]\ngpu1 max_jobs=4\n[gpus:vars]\nmax_jobs='4'\n"
+    assert load("ok.ini", body).hosts["gpu1"].vars["max_jobs"] == 4
+    message = error_of(
+        "inv/hosts.yaml",
+        "all:\n  hosts:\n    gpu1:\n",
+        {"inv/host_vars/gpu1.yaml": "allow_cpu_torch: 'yes'\n"},
+    )
+    assert message.startswith("inv/host_vars/gpu1.yaml:1: allow_cpu_torch: host gpu1:"), message
+
+
+def test_all_vars_checked_without_hosts() -> None:
+    """Hosts outside the inventory (ad hoc, `local`) get the `all` vars: they are checked too."""
+    message = error_of("hosts.yaml", "all:\n  vars:\n    max_jobs: many\n")
+    assert "host (every host): max_jobs must be an integer >= 1" in message
+
+
+def test_right_types_pass_and_null_means_unset() -> None:
+    inv = load(
+        "hosts.yaml",
+        """
+        all:
+          hosts:
+            gpu1:
+              allow_cpu_torch: true
+              provision_packages: [flash-attn]
+              max_jobs: 8
+              nvcc_threads:
+              pip_args: --proxy http://p:3128
+              target_arch: 12.0
+              target_driver: "580.95.05"
+              wheel_cache_host_store: false
+              wheel_cache_stores: [{type: dir, path: /srv/wheels}]
+              ansible_port: "2222"
+        """,
+    )
+    assert inv.hosts["gpu1"].vars["max_jobs"] == 8
+
+
+# --------------------------------------------------------------------------- Ansible order
+
+
+def test_ansible_list_document() -> None:
+    inv = load("hosts.ini", "u1\n[web]\nw1 x=1\n[empty]\n[all:children]\nweb\n")
+    assert inv.to_ansible_list() == {
+        "_meta": {"hostvars": {"w1": {"x": 1}}},
+        "all": {"children": ["ungrouped", "web", "empty"]},
+        "ungrouped": {"hosts": ["u1"]},
+        "web": {"hosts": ["w1"]},
+    }
