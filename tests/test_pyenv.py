@@ -399,3 +399,44 @@ def test_a_pypi_build_of_another_cuda_is_refused_by_its_metadata(
     assert f"refused {offered.name} (torch 2.13.0" in result.error
     assert "built for CUDA 12.8, but the recipe wants cu130" in result.error
     assert not (work / "envs" / "r580-py3.11-torch2.13.0-cu130").exists()
+
+
+def test_facts_resolve_pyenv_shims_without_running_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pyenv layout as pyenv writes it (shim scripts, versions/, version file), with the real
+    interpreter linked in as the selected version. The shims exit 99 if run: they never are."""
+    import os
+    import sys
+
+    from sm120kit.remote import facts_probe
+
+    root = tmp_path / "pyenv"
+    xy = "{}.{}".format(*sys.version_info[:2])
+    bin_dir = root / "versions" / "3.99.0" / "bin"
+    bin_dir.mkdir(parents=True)
+    os.symlink(os.path.realpath(sys.executable), bin_dir / f"python{xy}")
+    os.symlink(f"python{xy}", bin_dir / "python3")
+    (root / "version").write_text("3.99.0\n")
+    shims = root / "shims"
+    shims.mkdir()
+    for name in ("python3", f"python{xy}", "python3.6"):
+        shim = shims / name
+        shim.write_text(
+            "#!/usr/bin/env bash\nset -e\nexit 99\n"
+            f'program="${{0##*/}}"\nexport PYENV_ROOT="{root}"\n'
+            f'exec "{root}/libexec/pyenv" exec "$program" "$@"\n'
+        )
+        shim.chmod(0o755)
+    monkeypatch.setenv("PATH", str(shims))
+    monkeypatch.delenv("PYENV_VERSION", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert facts_probe.pyenv_target(str(shims / "python3.6")) == ""  # not in 3.99.0: skipped
+    assert facts_probe.pyenv_target(str(shims / "python3")) == str(bin_dir / "python3")
+    found = facts_probe.pythons()
+    assert found == [
+        {"path": str(shims / "python3"), "version": "{}.{}.{}".format(*sys.version_info[:3])}
+    ]
+    # PYENV_VERSION wins over the version file; "system" means: run it to find out.
+    monkeypatch.setenv("PYENV_VERSION", "system")
+    assert facts_probe.pyenv_target(str(shims / "python3")) is None

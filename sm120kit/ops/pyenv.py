@@ -2,7 +2,7 @@
 
 It lives at ``<work_root>/envs/<recipe>-py<X.Y>-torch<version>-<cpu|cuXY>`` (`HostPaths.env`)
 and holds its own torch (never the machine's), asked for exactly (`torch_requirement`,
-`torch_sources`; see docs/pyenv.md): a ``cpu`` flavour wants ``torch==X+cpu`` (PyPI's Linux
+`torch_sources`; see docs/provision.md): a ``cpu`` flavour wants ``torch==X+cpu`` (PyPI's Linux
 torch is a CUDA build), first from the host's own pip sources, then with PyTorch's CPU index as
 an extra index; a CUDA flavour wants ``torch==X+cuXY`` from ``--index-url <torch.index>``, or
 PyPI's ``torch==X`` when ``torch.index`` is ``pypi``. ``pip install --dry-run --report`` names
