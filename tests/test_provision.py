@@ -22,6 +22,10 @@ import yaml
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 
+#: The cold run (three envs with torch, one sm_120 build, three smokes) outlasts the suite's
+#: default per-test timeout on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(3000)
+
 CROSS = {
     "target_driver": "580.95.05",
     "target_arch": "12.0",
@@ -244,3 +248,36 @@ def test_recipes_catalog(tmp_path: Path) -> None:
     assert "570.26" in json_of(proc)["error"]
     proc = run_invoke(["recipes"], env)
     assert "r580" in proc.stdout and "13.0.2" in proc.stdout
+
+
+def test_smoke_memo_keys_on_what_the_verdict_depends_on(tmp_path: Path) -> None:
+    """remote/smoke_memo.py on a venv-shaped directory: RECORD, marker and context decide."""
+    from sm120kit.remote import smoke_memo
+
+    env = tmp_path / "env"
+    info = env / "lib" / "python3.11" / "site-packages" / "sgl_kernel-0.3.21+sm120.dist-info"
+    info.mkdir(parents=True)
+    (info / "RECORD").write_text("sgl_kernel/__init__.py,sha256=AAAA,10\n")
+    (env / ".sm120kit-env.json").write_text('{"spec": {}}')
+    args = {
+        "action": "check",
+        "env": str(env),
+        "marker": ".sm120kit-env.json",
+        "packages": ["sgl-kernel"],
+        "memo_dir": str(tmp_path / "memo"),
+        "context": {"code": "c1", "arch": ["12.0"], "gpus": []},
+    }
+    first = smoke_memo.check(args)
+    assert first["key"] and first["memo"] is None
+    smoke_memo.store({"memo_dir": args["memo_dir"], "key": first["key"], "doc": {"x": 1}})
+    assert smoke_memo.check(args)["memo"] == {"x": 1}
+    # Another build of the same version: its RECORD differs, so does the key.
+    (info / "RECORD").write_text("sgl_kernel/__init__.py,sha256=BBBB,10\n")
+    other = smoke_memo.check(args)
+    assert other["key"] != first["key"] and other["memo"] is None
+    # Another probe, arch or GPU set: another key.
+    for change in ({"code": "c2"}, {"arch": ["12.1"]}, {"gpus": ["12.0"]}):
+        changed = smoke_memo.check({**args, "context": {**args["context"], **change}})
+        assert changed["key"] not in (first["key"], other["key"])
+    # Nothing to fingerprint (package absent): never a key, never a memo.
+    assert smoke_memo.check({**args, "packages": ["flash-attn"]})["key"] is None
