@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -104,6 +105,8 @@ def main() -> None:
             f"({', '.join(f'{t:.2f}' for t in runs)})"
         )
         print(f"ratio cold / no-op: {cold / noop:.0f}x  (goal >= 50x)")
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"load average at the end: {load} on {os.cpu_count()} CPU(s)")
         for name, secs in per_host.items():
             print(f"  {name}: no-op {statistics.median(secs):.2f}s (median)")
         print(f"remote commands per host in a no-op: {sorted(commands)}")
