@@ -50,7 +50,8 @@ def replace_installed_build(work: Path) -> None:
     wheel = Path(
         json.loads((env / ".sm120kit" / "installed" / "minikernel.json").read_text())["wheel"]
     )
-    tmp = work / "rebuild"
+    tmp = work.parent / "rebuild"
+    (tmp / "dist").mkdir(parents=True)
     py = str(env / "bin" / "python")
     subprocess.run([py, "-m", "wheel", "unpack", str(wheel), "-d", str(tmp)], check=True)
     tree = next(tmp.iterdir())
