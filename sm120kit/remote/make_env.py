@@ -11,7 +11,7 @@ last by ``apply``: an env without one is incomplete and never used), and whether
 runs. ``apply`` runs the controller's steps in order: ``remove`` (path), ``run`` (argv),
 ``select`` (attempts: pip dry runs, tried in order, each printing pip's installation report;
 want: the torch build asked for; the first source that offers torch wins, and a build other
-than the one wanted is refused, naming the file, before anything is downloaded or installed),
+than the one wanted is refused, naming the file, before anything is installed),
 ``install_torch`` (argv, requirement: installs from the source ``select`` chose),
 ``inspect`` (argv printing one JSON document: interpreter and torch facts), ``marker`` (path,
 spec, tools: writes {"spec", "tools", "info"} atomically). A venv cannot be moved (its scripts
@@ -180,7 +180,7 @@ def select_torch(step, result):
         if problem:
             raise StepFailed(
                 "refused %s (torch %s from %s): %s, but the recipe wants %s; nothing was "
-                "downloaded or installed" % (name, version, url, problem, want["flavour"])
+                "installed" % (name, version, url, problem, want["flavour"])
             )
         result["torch_file"] = name
         result["torch_url"] = url
