@@ -6,9 +6,9 @@ and holds its own torch (never the machine's), asked for exactly (`torch_require
 torch is a CUDA build), first from the host's own pip sources, then with PyTorch's CPU index as
 an extra index; a CUDA flavour wants ``torch==X+cuXY`` from ``--index-url <torch.index>``, or
 PyPI's ``torch==X`` when ``torch.index`` is ``pypi``. ``pip install --dry-run --report`` names
-the file pip would take before anything is installed, and a wrong build is refused
-there (make_env.py's ``select`` step). Plus build tools (`build_tools`: ninja, setuptools, wheel, packaging; cmake and scikit-build-core
-only when a package built on the host needs CMake, i.e. sgl-kernel, so the minikernel path
+the file pip would take before anything is installed, and a wrong build is refused there
+(make_env.py's ``select`` step). Plus build tools (`build_tools`: ninja, setuptools, wheel,
+packaging; cmake and scikit-build-core only when a package built on the host needs CMake, i.e. sgl-kernel, so the minikernel path
 stays light). Its interpreter is a python3 of the host whose X.Y equals the recipe's ``python``.
 
 Completeness: a venv cannot be renamed into place (its scripts carry absolute shebangs), so it
