@@ -26,6 +26,7 @@ HELP = {
     "explain": "print the resolved build env, flags and the reason for each",
     "max_jobs": "override MAX_JOBS (parallel compile jobs) for this run",
     "nvcc_threads": "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run",
+    "recheck": "run the smoke checks even where a remembered verdict still applies",
     "python": "check this interpreter or venv instead of the recipe's managed env",
     "url": "server URL as seen from the host, e.g. http://127.0.0.1:8000",
     "timeout": "seconds to wait for readiness",
@@ -139,7 +140,7 @@ def plan(
     cli.finish(s, s.run("plan", planner.plan_or_provision_task(opts)), report.render_plan)
 
 
-@task(help=helps(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads"))
+@task(help=helps(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "recheck"))
 @guarded()
 def provision(
     c,
@@ -155,12 +156,15 @@ def provision(
     break_lock=False,
     max_jobs=0,
     nvcc_threads=0,
+    recheck=False,
 ):
     """Toolkit, env, builds (through the wheel cache), smoke: in order, one run, one recap."""
     from sm120kit import plan as planner
     from sm120kit import report
 
-    opts = _plan_options(c, driver, arch, recipe, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+    opts = _plan_options(
+        c, driver, arch, recipe, max_jobs=max_jobs, nvcc_threads=nvcc_threads, recheck=recheck
+    )
     s = _session(
         c, host, inventory, json, forks, accept_new_host_keys, ask_pass, break_lock=break_lock
     )

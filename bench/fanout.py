@@ -4,7 +4,8 @@
 
 Starts its own fleet of real sshd servers on 127.0.0.20.. (apart from the test fleet), then
 alternates 1-host and N-host runs of the real CLI so machine noise hits both alike. Prints the
-median wall times, their ratio (goal <= 1.5x) and the SSH commands each host cost (goal 1).
+median wall times, their ratio (goal <= 1.5x), the SSH commands each host cost (goal 1), and
+the controller's own CPU time, in all and per extra host (goal <= 10 ms).
 The GPUs behind the hosts are simulated by nvidia-smi stubs (no GPU on this machine).
 """
 
@@ -77,6 +78,8 @@ def main() -> None:
         f"controller CPU (the invoke process alone): 1 host {k1:.2f}s, {args.hosts} hosts "
         f"{kn:.2f}s, ratio {kn / k1:.2f}x"
     )
+    extra = (kn - k1) / max(args.hosts - 1, 1) * 1000
+    print(f"controller CPU per extra host: {extra:.1f} ms  (goal <= 10 ms)")
     print(
         f"note: the {args.hosts} simulated hosts' sshd and probes share this machine's "
         f"{os.cpu_count()} CPU(s) with the controller; on real hosts they run in parallel"

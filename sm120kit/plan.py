@@ -3,7 +3,8 @@
 `prepare` turns a host's facts and the recipes into a ProvisionState (which recipe, which
 toolkit, which values from where). The operations (sm120kit/ops/*) then each ensure one
 thing; in check mode they only probe and record "would change" with the exact commands.
-`provision` runs toolkit -> env -> builds (through the wheel cache) -> smoke, as one run.
+`provision` runs toolkit -> env -> builds (through the wheel cache) -> smoke, as one run; smoke
+reuses a remembered verdict when nothing it depends on changed (sm120kit/smoke_memo.py).
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ def plan_or_provision_task(opts: PlanOptions) -> Callable[[HostContext], None]:
         for name in names:
             ops.build.ensure_package(ctx, state, name)
         if not ctx.check_mode:
-            ops.smoke.smoke_packages(ctx, state, names)
+            from .smoke_memo import smoke_or_reuse
+
+            smoke_or_reuse(ctx, state, names, recheck=bool(opts.extra.get("recheck")))
         ctx.set(
             toolkit=state.toolkit.to_dict() if state.toolkit else None,
             env=state.env.to_dict() if state.env else None,

@@ -20,6 +20,7 @@ from sm120kit.errors import HostFailed
 from sm120kit.host import Host
 from sm120kit.ops import pyenv
 from sm120kit.plan import PlanOptions
+from sm120kit.remote import make_env
 from sm120kit.results import RunResult
 from sm120kit.runner import Runner, RunOptions
 from tests.support.fleet import Fleet
@@ -95,30 +96,117 @@ def test_torch_checks() -> None:
     assert pyenv.torch_problems(cpu, spec, toolkit_major=13, arch=["12.0"], cpu_reason="x") == []
 
 
-def test_env_steps_use_the_torch_index() -> None:
+PY = "/w/envs/x/bin/python"
+PIP = f"{PY} -m pip install --disable-pip-version-check --no-input"
+DRY = "--dry-run --no-deps --ignore-installed --report -"
+WHEELS = {"pip_args": ["--find-links", "/opt/wheels"], "pip_cache_dir": "/c"}
+
+
+def _lines(spec: Any, host_vars: dict[str, Any]) -> list[str]:
     steps = pyenv.env_steps(
-        _spec(), "/usr/bin/python3.11", {}, rebuild=True, exists=False, tools=["ninja"]
+        spec, "/usr/bin/python3.11", host_vars, rebuild=True, exists=False, tools=["ninja"]
     )
-    lines = [pyenv.render_step(s) for s in steps]
+    return [pyenv.render_step(s) for s in steps]
+
+
+def test_pip_lines_of_the_cpu_flavour() -> None:
+    """cpu asks for exactly +cpu: the host's own sources, then PyTorch's CPU index as extra."""
+    lines = _lines(_spec("cpu", "pypi"), {})
     assert lines[0] == "/usr/bin/python3.11 -m venv /w/envs/x"
-    assert lines[2].endswith("--index-url https://download.pytorch.org/whl/cu130 torch==2.9.1")
-    pypi = pyenv.env_steps(
-        _spec("cpu", "pypi"), "python3", {}, rebuild=True, exists=True, tools=["ninja"]
+    # The dry run comes before anything is installed into the venv.
+    assert lines[1] == (
+        f"{PIP} {DRY} torch==2.9.1+cpu || {PIP} {DRY} --extra-index-url "
+        "https://download.pytorch.org/whl/cpu torch==2.9.1+cpu"
+        "  # dry run: which file; refuse a build other than cpu"
     )
-    assert pyenv.render_step(pypi[0]) == "rm -rf /w/envs/x"
-    assert "--index-url" not in pyenv.render_step(pypi[3])
+    assert lines[2] == f"{PIP} ninja"
+    assert lines[3] == f"{PIP} <index options that offered it> torch==2.9.1+cpu"
+    # The host's pip_args (and cache dir) go to every pip command, before the index options.
+    lines = _lines(_spec("cpu", "pypi"), WHEELS)
+    extra = "--cache-dir /c --find-links /opt/wheels"
+    assert lines[1].startswith(f"{PIP} {DRY} {extra} torch==2.9.1+cpu || {PIP} {DRY} {extra} ")
+    assert lines[2] == f"{PIP} {extra} ninja"
+    # --no-index: pip reads no index, so none is offered.
+    lines = _lines(_spec("cpu", "pypi"), {"pip_args": "--no-index --find-links /w"})
+    assert lines[1].startswith(f"{PIP} {DRY} --no-index --find-links /w torch==2.9.1+cpu  #")
+    assert lines[3] == f"{PIP} --no-index --find-links /w torch==2.9.1+cpu"
+
+
+def test_pip_lines_of_cuda_flavours_and_custom_indexes() -> None:
+    cu130 = "https://download.pytorch.org/whl/cu130"
+    lines = _lines(_spec("13.0", cu130), {})
+    assert lines[1].startswith(f"{PIP} {DRY} --index-url {cu130} torch==2.9.1+cu130  #")
+    assert lines[3] == f"{PIP} --index-url {cu130} torch==2.9.1+cu130"
+    lines = _lines(_spec("13.0", cu130), WHEELS)
+    assert lines[3] == (
+        f"{PIP} --cache-dir /c --find-links /opt/wheels --index-url {cu130} torch==2.9.1+cu130"
+    )
+    # PyPI's CUDA builds have no local label: the dry run reads their CUDA from the metadata.
+    lines = _lines(_spec("12.8", "pypi"), {})
+    assert lines[1].startswith(f"{PIP} {DRY} torch==2.9.1  #") and "cu128" in lines[1]
+    assert lines[3] == f"{PIP} torch==2.9.1"
+    # A custom index: a CUDA flavour replaces PyPI with it; a cpu flavour adds it.
+    mirror = "http://mirror.internal/torch/simple"
+    assert _lines(_spec("12.8", mirror), {})[3] == f"{PIP} --index-url {mirror} torch==2.9.1+cu128"
+    assert _lines(_spec("cpu", mirror), {})[3] == (
+        f"{PIP} --extra-index-url {mirror} torch==2.9.1+cpu"
+    )
+    # A version with its own local label is taken as given.
+    spec = pyenv.EnvSpec("r", "3.11", "2.9.1+cu130", cu130, "13.0", "/w/envs/x", ("ninja",))
+    assert pyenv.torch_requirement(spec) == "torch==2.9.1+cu130"
     # Only tools missing from a complete env: no venv, no torch.
     add = pyenv.env_steps(_spec(), "python3", {}, rebuild=False, exists=True, tools=["cmake"])
     assert [s["op"] for s in add] == ["run", "inspect", "marker"]
+    rebuild = pyenv.env_steps(_spec(), "python3", {}, rebuild=True, exists=True, tools=[])
+    assert pyenv.render_step(rebuild[0]) == "rm -rf /w/envs/x"
+
+
+def test_the_dry_run_judges_the_build() -> None:
+    """What pip's report says about a torch file (requirements as PyPI's torch wheels state)."""
+    cu12 = ['nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux"']
+    cu13 = ['cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"', "filelock"]
+    assert make_env.build_of("2.13.0+cpu", []) == "cpu"
+    assert make_env.build_of("2.10.0", cu12) == "cu128"
+    assert make_env.build_of("2.13.0", cu13) == "cu130"
+    assert make_env.build_of("2.13.0", ["filelock"]) is None
+    want_cpu = {"requirement": "torch==2.13.0+cpu", "flavour": "cpu", "cuda": None}
+    assert make_env.judge_torch("2.13.0+cpu", [], want_cpu) is None
+    assert make_env.judge_torch("2.13.0", cu13, want_cpu) == "it is built for CUDA 13.0"
+    want_cu130 = {"requirement": "torch==2.13.0", "flavour": "cu130", "cuda": "13.0"}
+    assert make_env.judge_torch("2.13.0", cu13, want_cu130) is None
+    assert make_env.judge_torch("2.10.0", cu12, want_cu130) == "it is built for CUDA 12.8"
+    assert "names no CUDA build" in str(make_env.judge_torch("2.13.0", [], want_cu130))
+    err = (
+        "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu "
+        "(from versions: 2.13.0+cu130)\nERROR: No matching distribution found for torch"
+    )
+    assert make_env.pip_error(err).endswith("(from versions: 2.13.0+cu130)")
+    conflict = (
+        "ERROR: Cannot install torch==2.13.0+cpu because these package versions have "
+        "conflicting dependencies.\nThe conflict is caused by:\n    The user requested "
+        "torch==2.13.0+cpu\n    The user requested (constraint) torch<=2.14.1\n"
+        "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/"
+    )
+    assert make_env.pip_error(conflict) == (
+        "Cannot install torch==2.13.0+cpu because these package versions have conflicting "
+        "dependencies.: The user requested torch==2.13.0+cpu; The user requested (constraint) "
+        "torch<=2.14.1"
+    )
 
 
 # --------------------------------------------------------------------------- over SSH
 
 
-def _run(fleet: Fleet, tmp: Path, name: str, work: Path, packages: list[str] | None) -> RunResult:
-    host = Host(
-        name, vars={**fleet.all_vars(fleet.by_name(name)), **ENV_VARS, "work_root": str(work)}
-    )
+def _run(
+    fleet: Fleet,
+    tmp: Path,
+    name: str,
+    work: Path,
+    packages: list[str] | None,
+    **extra: Any,
+) -> RunResult:
+    host_vars = {**fleet.all_vars(fleet.by_name(name)), **ENV_VARS, **extra}
+    host = Host(name, vars={**host_vars, "work_root": str(work)})
     runner = Runner(
         RunOptions(
             connect=ConnectOptions(known_hosts=str(fleet.known_hosts), connect_retries=1),
@@ -161,7 +249,8 @@ def test_plan_sees_an_interrupted_env_and_changes_nothing(built: dict[str, Any])
     )
     assert step["commands"][0] == f"rm -rf {built['env_path']}"
     assert any(c.endswith(" -m venv " + str(built["env_path"])) for c in step["commands"])
-    assert any("--find-links /opt/wheels torch==2.13.0" in c for c in step["commands"])
+    assert any("--find-links /opt/wheels torch==2.13.0+cpu" in c for c in step["commands"])
+    assert not any("download.pytorch.org" in c.split("||")[0] for c in step["commands"])
     assert built["plan_hash_same"]
 
 
@@ -175,6 +264,9 @@ def test_env_is_built_with_its_own_torch(built: dict[str, Any]) -> None:
     env = host.data["env"]
     assert env["path"] == str(built["env_path"])
     assert env["torch_version"] == "2.13.0+cpu" and env["torch_cuda"] is None
+    # Exactly the +cpu file of the find-links the host was given (the host has no pip config
+    # of its own), found before PyTorch's index was needed.
+    assert "from torch-2.13.0+cpu-cp311-cp311-" in step.message
     assert env["cxx11_abi"] is True  # FACTS.md 3: torch 2.7+ uses the C++11 ABI
     assert env["python_abi"] == "cp311" and env["platform"] == "linux_x86_64"
     assert (built["env_path"] / pyenv.MARKER).is_file()
@@ -229,3 +321,122 @@ def test_missing_python_is_named(fleet: Fleet, tmp_path: Path) -> None:
     entry = doc["hosts"]["gpu3"]
     assert code == 2 and step_of(entry, "env")["status"] == "failed"
     assert "wants Python 3.9 but the host has" in entry["error"] and "3.11" in entry["error"]
+
+
+def fake_torch(directory: Path, version: str, requires: list[str]) -> Path:
+    """A tiny wheel named like a torch build: what a wheelhouse or index could offer.
+
+    Simulated: the multi-GB CUDA torch wheels cannot be downloaded here (and need not be: the
+    dry run only reads the file name and METADATA). Nothing here is ever installed.
+    """
+    import zipfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / f"torch-{version}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    info = f"torch-{version}.dist-info"
+    requirements = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n{requirements}"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("torch/__init__.py", "raise ImportError('fake torch')\n")
+        zf.writestr(f"{info}/METADATA", meta)
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def test_only_a_cuda_build_offered_is_refused_before_installing(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """cpu flavour, and the host's only source offers torch 2.13.0+cu130 (a fake wheel)."""
+    offered = fake_torch(tmp_path / "wheels", "2.13.0+cu130", ["cuda-toolkit==13.0.3"])
+    work = tmp_path / "work"
+    result = _run(
+        fleet,
+        tmp_path,
+        "gpu3",
+        work,
+        None,
+        pip_args=["--no-index", "--find-links", str(offered.parent)],
+    ).hosts["gpu3"]
+    assert result.status == "failed"
+    assert result.error is not None and "\n" not in result.error
+    assert "no source offers torch==2.13.0+cpu" in result.error
+    # pip's reason: what the source offers, or (where a pip config adds a constraint on torch,
+    # as on this test machine) the conflict with the pin.
+    assert (
+        "from versions: 2.13.0+cu130" in result.error
+        or "The user requested torch==2.13.0+cpu" in result.error
+    ), result.error
+    assert "nothing was installed" in result.error
+    assert not (work / "envs" / "r580-py3.11-torch2.13.0-cpu").exists()  # nothing half-built
+
+
+def test_a_pypi_build_of_another_cuda_is_refused_by_its_metadata(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """CUDA flavour from PyPI-style wheels (no local label): the report's requirements decide.
+
+    Simulated: a fake torch 2.13.0 whose METADATA pins CUDA 12.8's runtime, as PyPI's torch
+    2.10.0 does; the recipe wants CUDA 13.0.
+    """
+    offered = fake_torch(
+        tmp_path / "wheels",
+        "2.13.0",
+        ['nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux"'],
+    )
+    work = tmp_path / "work"
+    result = _run(
+        fleet,
+        tmp_path,
+        "gpu3",
+        work,
+        None,
+        pip_args=["--no-index", "--find-links", str(offered.parent)],
+        **{"recipe.torch.cuda": "13.0"},
+    ).hosts["gpu3"]
+    assert result.status == "failed", result.error
+    assert result.error is not None
+    assert f"refused {offered.name} (torch 2.13.0" in result.error
+    assert "built for CUDA 12.8, but the recipe wants cu130" in result.error
+    assert not (work / "envs" / "r580-py3.11-torch2.13.0-cu130").exists()
+
+
+def test_facts_resolve_pyenv_shims_without_running_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pyenv layout as pyenv writes it (shim scripts, versions/, version file), with the real
+    interpreter linked in as the selected version. The shims exit 99 if run: they never are."""
+    import os
+    import sys
+
+    from sm120kit.remote import facts_probe
+
+    root = tmp_path / "pyenv"
+    xy = "{}.{}".format(*sys.version_info[:2])
+    bin_dir = root / "versions" / "3.99.0" / "bin"
+    bin_dir.mkdir(parents=True)
+    os.symlink(os.path.realpath(sys.executable), bin_dir / f"python{xy}")
+    os.symlink(f"python{xy}", bin_dir / "python3")
+    (root / "version").write_text("3.99.0\n")
+    shims = root / "shims"
+    shims.mkdir()
+    for name in ("python3", f"python{xy}", "python3.6"):
+        shim = shims / name
+        shim.write_text(
+            "#!/usr/bin/env bash\nset -e\nexit 99\n"
+            f'program="${{0##*/}}"\nexport PYENV_ROOT="{root}"\n'
+            f'exec "{root}/libexec/pyenv" exec "$program" "$@"\n'
+        )
+        shim.chmod(0o755)
+    monkeypatch.setenv("PATH", str(shims))
+    monkeypatch.delenv("PYENV_VERSION", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert facts_probe.pyenv_target(str(shims / "python3.6")) == ""  # not in 3.99.0: skipped
+    assert facts_probe.pyenv_target(str(shims / "python3")) == str(bin_dir / "python3")
+    found = facts_probe.pythons()
+    assert found == [
+        {"path": str(shims / "python3"), "version": "{}.{}.{}".format(*sys.version_info[:3])}
+    ]
+    # PYENV_VERSION wins over the version file; "system" means: run it to find out.
+    monkeypatch.setenv("PYENV_VERSION", "system")
+    assert facts_probe.pyenv_target(str(shims / "python3")) is None

@@ -1,10 +1,14 @@
 """The managed Python environment: one venv per recipe, Python, torch and flavour on each host.
 
 It lives at ``<work_root>/envs/<recipe>-py<X.Y>-torch<version>-<cpu|cuXY>`` (`HostPaths.env`)
-and holds its own torch (never the machine's): ``pip install torch==<torch.version>`` from the
-default index when ``torch.index`` is ``pypi``, else with ``--index-url <torch.index>``, plus
-build tools (`build_tools`: ninja, setuptools, wheel, packaging; cmake and scikit-build-core
-only when a package built on the host needs CMake, i.e. sgl-kernel, so the minikernel path
+and holds its own torch (never the machine's), asked for exactly (`torch_requirement`,
+`torch_sources`; see docs/provision.md): a ``cpu`` flavour wants ``torch==X+cpu`` (PyPI's Linux
+torch is a CUDA build), first from the host's own pip sources, then with PyTorch's CPU index as
+an extra index; a CUDA flavour wants ``torch==X+cuXY`` from ``--index-url <torch.index>``, or
+PyPI's ``torch==X`` when ``torch.index`` is ``pypi``. ``pip install --dry-run --report`` names
+the file pip would take before anything is installed, and a wrong build is refused there
+(make_env.py's ``select`` step). Plus build tools (`build_tools`: ninja, setuptools, wheel,
+packaging; cmake and scikit-build-core only when a package built on the host needs CMake, i.e. sgl-kernel, so the minikernel path
 stays light). Its interpreter is a python3 of the host whose X.Y equals the recipe's ``python``.
 
 Completeness: a venv cannot be renamed into place (its scripts carry absolute shebangs), so it
@@ -192,8 +196,74 @@ def torch_problems(
     return problems
 
 
-def _index_args(spec: EnvSpec) -> list[str]:
-    return [] if spec.torch_index == "pypi" else ["--index-url", spec.torch_index]
+#: PyTorch's index of CPU-only builds (named ``torch-X+cpu-...``), as PyTorch's install selector
+#: gives it (https://pytorch.org/get-started/locally/, "Compute Platform: CPU").
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+#: pip options of the dry run: resolve torch alone, print the report (JSON) on stdout.
+#: (Not --quiet: it hides pip's "from versions: ..." line, the one that says what is offered.)
+DRY_RUN = ["--dry-run", "--no-deps", "--ignore-installed", "--report", "-"]
+
+
+def torch_requirement(spec: EnvSpec) -> str:
+    """The exact torch the env asks pip for.
+
+    A CPU flavour pins the ``+cpu`` build: ``torch==X`` also matches a CUDA build, and PyPI's
+    Linux wheels are CUDA builds. A CUDA flavour from an index pins ``+cuXY`` as PyTorch's
+    indexes name them; PyPI's own builds carry no local label, so there it is ``torch==X`` and
+    the dry run reads the build's CUDA from its requirements. A version that already has a
+    local label (``2.9.1+cu130``) is taken as given.
+    """
+    version = spec.torch_version
+    if "+" in version:
+        return f"torch=={version}"
+    if spec.torch_cuda == "cpu" or spec.torch_index != "pypi":
+        return f"torch=={version}+{flavour(spec.torch_cuda)}"
+    return f"torch=={version}"
+
+
+def torch_sources(spec: EnvSpec, extra_pip_args: list[str]) -> list[list[str]]:
+    """Index arguments for torch, in the order they are tried (first that offers it wins).
+
+    - ``cpu``, ``torch.index = "pypi"``: the host's own sources first (pip config, ``pip_args``
+      find-links, PyPI), then PyTorch's CPU index as an extra index (PyPI stays for the rest).
+      Trying the host's sources first keeps an offline wheelhouse from waiting on an index
+      it cannot reach; on a fresh machine it costs one look at PyPI, which has no ``+cpu``.
+    - ``cpu``, an index URL: that URL as an extra index.
+    - a CUDA flavour: ``--index-url <torch.index>`` (PyTorch's CUDA indexes carry the
+      dependencies too), or nothing for ``pypi``.
+    With ``--no-index`` among the host's pip_args pip reads no index at all: no index options.
+    """
+    if "--no-index" in extra_pip_args:
+        return [[]]
+    if spec.torch_cuda == "cpu":
+        if spec.torch_index == "pypi":
+            return [[], ["--extra-index-url", CPU_INDEX]]
+        return [["--extra-index-url", spec.torch_index]]
+    return [[]] if spec.torch_index == "pypi" else [["--index-url", spec.torch_index]]
+
+
+def torch_steps(spec: EnvSpec, host_vars: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The dry run that picks (or refuses) torch's file, and the install from that source."""
+    py, extra = spec.env_python, pip_args(host_vars)
+    req = torch_requirement(spec)
+    want = {
+        "requirement": req,
+        "flavour": flavour(spec.torch_cuda),
+        "cuda": None if spec.torch_cuda == "cpu" else spec.torch_cuda,
+    }
+    attempts = [
+        {"argv": [py, *PIP, *DRY_RUN, *extra, *index, req], "index": index}
+        for index in torch_sources(spec, extra)
+    ]
+    return [
+        {"op": "select", "attempts": attempts, "want": want},
+        {
+            "op": "install_torch",
+            "argv": [py, *PIP, *extra],
+            "requirement": req,
+            "sources": [a["index"] for a in attempts],
+        },
+    ]
 
 
 def env_steps(
@@ -212,11 +282,13 @@ def env_steps(
         if exists:
             steps.append({"op": "remove", "path": spec.path})
         steps.append({"op": "run", "argv": [python, "-m", "venv", spec.path]})
+    select, install = torch_steps(spec, host_vars) if rebuild else ({}, {})
+    if select:
+        steps.append(select)  # a wrong build is refused before the tools are installed
     if tools:
         steps.append({"op": "run", "argv": [py, *PIP, *cache, *tools]})
-    if rebuild:
-        torch_req = f"torch=={spec.torch_version}"
-        steps.append({"op": "run", "argv": [py, *PIP, *cache, *_index_args(spec), torch_req]})
+    if install:
+        steps.append(install)
     steps += [
         {"op": "inspect", "argv": [py, "-c", INSPECT]},
         {"op": "marker", "path": spec.marker, "spec": spec.identity(), "tools": list(spec.tools)},
@@ -231,6 +303,16 @@ def render_step(step: Mapping[str, Any]) -> str:
         return f"rm -rf {shlex.quote(step['path'])}"
     if op == "run":
         return shlex.join(step["argv"])
+    if op == "select":
+        tries = [shlex.join(a["argv"]) for a in step["attempts"]]
+        return (
+            " || ".join(tries)
+            + f"  # dry run: which file; refuse a build other than {step['want']['flavour']}"
+        )
+    if op == "install_torch":
+        sources = step.get("sources") or [[]]
+        index = shlex.join(sources[0]) if len(sources) == 1 else "<index options that offered it>"
+        return " ".join(x for x in (shlex.join(step["argv"]), index, step["requirement"]) if x)
     if op == "inspect":
         return f"{shlex.quote(step['argv'][0])} -c '<print interpreter and torch facts as JSON>'"
     if op == "marker":
@@ -340,7 +422,10 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
         if not doc.get("ok"):
             raise HostFailed(f"{name}: env {spec.path}: {doc.get('error')}")
         env = _check(doc.get("info") or {}, spec, state, cpu_reason)
-        step.message = f"{what}: {_describe(env, cpu_reason)} in {doc.get('seconds', 0):.1f}s"
+        chosen = f" from {doc['torch_file']}" if doc.get("torch_file") else ""
+        step.message = (
+            f"{what}: {_describe(env, cpu_reason)}{chosen} in {doc.get('seconds', 0):.1f}s"
+        )
     state.env = env
     return env
 

@@ -146,12 +146,66 @@ def is_elf(path):
         return False
 
 
+def pyenv_versions(root):
+    """The versions pyenv selects here, as pyenv does: PYENV_VERSION, else the nearest
+    .python-version up from the working directory, else $PYENV_ROOT/version."""
+    if os.environ.get("PYENV_VERSION"):
+        return os.environ["PYENV_VERSION"].split(":")
+    here = os.getcwd()
+    files = []
+    while True:
+        files.append(os.path.join(here, ".python-version"))
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    files.append(os.path.join(root, "version"))
+    for name in files:
+        try:
+            with open(name) as fh:
+                found = [w for line in fh for w in line.split() if not w.startswith("#")]
+        except OSError:
+            continue
+        if found:
+            return found
+    return ["system"]
+
+
+def pyenv_target(path):
+    """The interpreter a pyenv shim would run, without running it (each shim starts bash and
+    pyenv: a second or more apiece, and a pyenv install has a shim per Python it knows).
+    None: not a pyenv shim, or it selects the system Python (then run it to find out);
+    "": no selected version has this program, so the shim would fail."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1024).decode("utf-8", "replace")
+    except OSError:
+        return None
+    root = re.search(r'export PYENV_ROOT="([^"]+)"', head)
+    if not root or 'pyenv" exec' not in head:
+        return None
+    versions = pyenv_versions(root.group(1))
+    if "system" in versions:
+        return None
+    for version in versions:
+        target = os.path.join(root.group(1), "versions", version, "bin", os.path.basename(path))
+        if os.access(target, os.X_OK):
+            return target
+    return ""
+
+
 def pythons():
     """Python 3 interpreters on PATH. Versions come from the resolved file name (python3.11)
     rather than by running each one: a process per interpreter would dominate the probe."""
     out, seen = [], set()
     for path in find_versioned("python3", r"^python3(\.\d+)?$"):
         real = os.path.realpath(path)
+        if not is_elf(real):
+            target = pyenv_target(real)
+            if target == "":
+                continue
+            if target:
+                real = os.path.realpath(target)
         match = re.match(r"^python(3\.\d+)$", os.path.basename(real)) or re.match(
             r"^python(3\.\d+)$", os.path.basename(path)
         )

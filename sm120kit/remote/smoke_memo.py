@@ -1,0 +1,112 @@
+"""Fingerprint what a smoke verdict depends on, and read or store remembered verdicts.
+
+Runs on the host with any Python >= 3.8 and the standard library only. Arguments (argv[1],
+JSON), one of::
+
+    {"action": "check", "env": path, "marker": name, "packages": [name, ...],
+     "memo_dir": path, "context": {...}}
+    {"action": "store", "memo_dir": path, "key": hex, "doc": {...}}
+
+``check`` changes nothing. Per package it hashes the installed distribution's ``RECORD`` (pip
+writes the sha256 of every installed file there, so another build of the same version
+differs) and reads the install record's wheel sha256 (``<env>/.sm120kit/installed/<pkg>.json``);
+it hashes the env's marker file. The key is a sha256 over those and the controller's context
+(probe version, arch, GPU presence). It prints ``{"key", "fingerprints", "memo"}``: ``memo`` is
+the stored verdict for that key, or null. ``store`` writes ``<memo_dir>/<key>.json``
+atomically and prints ``{"ok": true}``.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+
+
+def normalize(name):
+    """A distribution name as its .dist-info directory spells it (PEP 503, with _)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def file_sha256(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def dist_record(env, name):
+    """sha256 of the installed distribution's RECORD (None: not installed)."""
+    want = normalize(name)
+    pattern = os.path.join(env, "lib", "python*", "site-packages", "*.dist-info")
+    for info in sorted(glob.glob(pattern)):
+        base = os.path.basename(info)[: -len(".dist-info")]
+        if normalize(base.split("-", 1)[0]) == want:
+            return file_sha256(os.path.join(info, "RECORD"))
+    return None
+
+
+def installed_wheel(env, name):
+    try:
+        with open(os.path.join(env, ".sm120kit", "installed", name + ".json")) as fh:
+            return json.load(fh).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check(args):
+    env = args["env"]
+    fingerprints = {
+        "env_marker": file_sha256(os.path.join(env, args["marker"])),
+        "packages": {
+            name: {"record": dist_record(env, name), "wheel_sha256": installed_wheel(env, name)}
+            for name in args["packages"]
+        },
+        "context": args.get("context") or {},
+    }
+    text = json.dumps(fingerprints, sort_keys=True).encode()
+    key = hashlib.sha256(text).hexdigest()
+    memo = None
+    complete = fingerprints["env_marker"] and all(
+        p["record"] for p in fingerprints["packages"].values()
+    )
+    if complete:
+        try:
+            with open(os.path.join(args["memo_dir"], key + ".json")) as fh:
+                memo = json.load(fh)
+        except (OSError, ValueError):
+            memo = None
+    return {"key": key if complete else None, "fingerprints": fingerprints, "memo": memo}
+
+
+def store(args):
+    directory = args["memo_dir"]
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".memo-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(args["doc"], fh, sort_keys=True)
+        os.rename(tmp, os.path.join(directory, args["key"] + ".json"))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return {"ok": True}
+
+
+def main():
+    args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    if args.get("action") == "check":
+        doc = check(args)
+    elif args.get("action") == "store":
+        doc = store(args)
+    else:
+        doc = {"error": "unknown action %r" % args.get("action")}
+    print(json.dumps(doc, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
