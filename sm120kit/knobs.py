@@ -42,12 +42,16 @@ FLASH_ATTN_GB_PER_JOB = 9.0
 
 #: What FLASH_ATTN_CUDA_ARCHS may hold, per flash-attn release. flash-attention v2.8.3 setup.py
 #: (tag v2.8.3 = commit 060c9188beec3a8b62b33a3bfa6d5d2d44975fab, the same file as in the PyPI
-#: sdist; 2.8.3.post1/.post2 change only the prebuilt-wheel URL) splits the variable on ';'
-#: and tests `"80" in cuda_archs()` ... `"120" in cuda_archs()`: exact strings, each giving
+#: sdist; tag v2.8.3.post1 changes only get_wheel_url) splits the variable on ';' and tests
+#: `"80" in cuda_archs()` ... `"120" in cuda_archs()`: exact strings, each giving
 #: `-gencode arch=compute_N,code=sm_N` (90 with nvcc >= 11.8; 100 and 120 with nvcc >= 12.8).
 #: Any other entry (121, 86, 12.0, " 120") is dropped without a word, and when none is left
 #: its nvcc flags carry no arch, so torch's cpp_extension falls back to its own arch list.
-FLASH_ATTN_ARCHS: dict[str, tuple[str, ...]] = {"2.8.3": ("80", "90", "100", "120")}
+#: Releases not listed here are not checked.
+FLASH_ATTN_ARCHS: dict[str, tuple[str, ...]] = {
+    "2.8.3": ("80", "90", "100", "120"),
+    "2.8.3.post1": ("80", "90", "100", "120"),
+}
 
 #: sgl-kernel compiles each file for sm_90, sm_90a, sm_100a and sm_120a once below-SM90 code is
 #: off; nvcc --threads splits work per gencode target, so more threads than that gain nothing.
@@ -146,7 +150,7 @@ def flash_attn_arch_problem(version: str, value: str) -> str | None:
     not know is skipped silently, and an empty result hands the arch choice to torch.
     """
     try:
-        base = Version(str(version)).base_version
+        base = str(Version(str(version)))
     except InvalidVersion:
         return None
     accepted = FLASH_ATTN_ARCHS.get(base)
