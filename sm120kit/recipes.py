@@ -1286,7 +1286,9 @@ def _flash_attn_arch_problems(resolved: ResolvedRecipe, base: str) -> list[str]:
     values, sources = resolved.values, resolved.sources
     key = base + "knobs.FLASH_ATTN_CUDA_ARCHS"
     if key in values:
-        value, where = str(values[key]), f"recipe.{key} from {sources.get(key, '?')}"
+        value, where = str(values[key]), sources.get(key, "?")
+        if "FLASH_ATTN_CUDA_ARCHS" not in where:
+            where = f"{key} in {where}"
     else:
         try:
             value = knobs.flash_attn_archs(knobs.parse_arch_list(values["arch"]))
