@@ -364,6 +364,15 @@ def run(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for fut in [pool.submit(one, job) for job in jobs]:
             fut.result()
+    builds: dict[str, set[str]] = {}
+    for r in runs:
+        builds.setdefault(r.unit, set()).add(r.build)
+    partial = sorted(u for u, b in builds.items() if b != {"sm90", "sm100", "sm120"})
+    if partial:
+        print(f"left out (not all three compiles measured): {', '.join(partial)}")
+    runs = [r for r in runs if r.unit not in partial]
+    if not runs:
+        raise BenchError("no unit has all three compiles measured")
     print()
     print(
         f"{'unit':42s} {'upstream 2 variants':>22s} {'SM120-only':>12s} {'ratio':>7s}  peak RSS up/120 (MiB)"
