@@ -14,6 +14,9 @@ For each compile it prints wall time, CPU time (user + sys of nvcc and everythin
 peak RSS (os.wait4), then projects the whole build's compile work for both builds from the
 unit counts and gencode counts in compile_commands.json (see `project` for the model).
 
+Memory: one compile of the default CUTLASS unit (nvfp4_scaled_mm_kernels.cu) had a cicc of
+7.5-8.1 GB RSS; keep --jobs x 8 GB well inside the machine's free memory.
+
 The source location is required: `--sources DIR` or SM120KIT_REAL_SOURCES, either a directory
 whose `src/` holds `sgl-kernel/` and its dependency trees or that `src/` itself. Needs CMake >=
 3.26 and Ninja on PATH (or --cmake), nvcc 13 (--nvcc or CUDA_HOME), torch importable by this
