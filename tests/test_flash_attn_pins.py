@@ -145,3 +145,16 @@ def test_recipe_arch_it_would_drop_is_a_problem(tmp_path: Path) -> None:
     [problem] = res.problems["flash-attn"]
     assert "FLASH_ATTN_CUDA_ARCHS='120;86'" in problem and "drops '86'" in problem
     assert "derived from arch ['12.0', '8.6'] (" in problem and "r580" in problem
+
+
+def test_bad_sdist_hash_is_one_line_error_naming_file_and_key(tmp_path: Path) -> None:
+    text = (REPO / "recipes" / "r580.toml").read_text()
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "r580.toml").write_text(text.replace(SDIST_SHA256, "1e71dd64"))
+    (tmp_path / "patches").symlink_to(REPO / "patches")
+    with pytest.raises(RecipeError) as err:
+        load_recipes(folder)
+    msg = str(err.value)
+    assert "r580.toml" in msg and "source.sha256" in msg and "64 hex digits" in msg
+    assert "\n" not in msg
