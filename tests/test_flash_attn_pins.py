@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: sha256 of flash_attn-2.8.3.tar.gz as PyPI lists it and as the downloaded file hashes.
 SDIST_SHA256 = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
 GIB = 1024**3
-FACTS = {"cpu": {"count": 8}, "memory": {"available_bytes": 64 * GIB}}
+HOST_FACTS = {"cpu": {"count": 8}, "memory": {"available_bytes": 64 * GIB}}
 
 
 def test_v2_8_3_accepts_exactly_these_strings() -> None:
@@ -76,17 +76,17 @@ def test_arch_list_to_flash_attn_value(arch_list: list[str], value: str) -> None
 
 def test_resolve_knobs_refuses_an_arch_it_would_drop() -> None:
     with pytest.raises(RecipeError, match=r"^package flash-attn: FLASH_ATTN_CUDA_ARCHS='121'"):
-        resolve_knobs("flash-attn", "flash-attn", ["12.1"], FACTS, {}, version="2.8.3")
+        resolve_knobs("flash-attn", "flash-attn", ["12.1"], HOST_FACTS, {}, version="2.8.3")
     with pytest.raises(RecipeError, match=r"FLASH_ATTN_CUDA_ARCHS='120;86'.*drops '86'"):
         resolve_knobs(
             "flash-attn",
             "flash-attn",
             ["12.0"],
-            FACTS,
+            HOST_FACTS,
             {"FLASH_ATTN_CUDA_ARCHS": "120;86"},
             version="2.8.3",
         )
-    ok = resolve_knobs("flash-attn", "flash-attn", ["12.0"], FACTS, {}, version="2.8.3")
+    ok = resolve_knobs("flash-attn", "flash-attn", ["12.0"], HOST_FACTS, {}, version="2.8.3")
     assert ok.env["FLASH_ATTN_CUDA_ARCHS"] == "120"
 
 
