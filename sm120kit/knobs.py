@@ -19,17 +19,39 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from .errors import RecipeError
 from .remote.build_wheel import PARALLEL_KNOBS
 from .remote.build_wheel import classify as _classify
 
 KINDS = ("torch-ext", "flash-attn", "sgl-kernel")
 
-#: Memory one nvcc thread may take. FACTS: about 3-5 GB; flash-attn's setup.py assumes 5.
+#: Memory one nvcc thread may take (about 3-5 GB on these packages' heavy units). flash-attn
+#: uses its own setup.py's figure instead (FLASH_ATTN_GB_PER_JOB below).
 DEFAULT_GB_PER_NVCC_THREAD = 4.0
 
-#: flash-attn's own NVCC_THREADS default.
+#: flash-attn's own NVCC_THREADS default (flash-attention v2.8.3 setup.py, append_nvcc_threads).
 FLASH_ATTN_NVCC_THREADS = 4
+
+#: Memory one flash-attn compile job takes at NVCC_THREADS=4. flash-attention v2.8.3 setup.py
+#: (NinjaBuildExtension) sets MAX_JOBS, when unset, to max(1, min(cpu_count // 2,
+#: int(available_GiB / 9))), "each JOB peak memory cost is ~8-9GB when threads = 4"; so
+#: 9 / 4 GB per nvcc thread, and at 4 threads plan_parallelism gives exactly that formula.
+FLASH_ATTN_GB_PER_JOB = 9.0
+
+#: What FLASH_ATTN_CUDA_ARCHS may hold, per flash-attn release. flash-attention v2.8.3 setup.py
+#: (tag v2.8.3 = commit 060c9188beec3a8b62b33a3bfa6d5d2d44975fab, the same file as in the PyPI
+#: sdist; tag v2.8.3.post1 changes only get_wheel_url) splits the variable on ';' and tests
+#: `"80" in cuda_archs()` ... `"120" in cuda_archs()`: exact strings, each giving
+#: `-gencode arch=compute_N,code=sm_N` (90 with nvcc >= 11.8; 100 and 120 with nvcc >= 12.8).
+#: Any other entry (121, 86, 12.0, " 120") is dropped without a word, and when none is left
+#: its nvcc flags carry no arch, so torch's cpp_extension falls back to its own arch list.
+#: Releases not listed here are not checked.
+FLASH_ATTN_ARCHS: dict[str, tuple[str, ...]] = {
+    "2.8.3": ("80", "90", "100", "120"),
+    "2.8.3.post1": ("80", "90", "100", "120"),
+}
 
 #: sgl-kernel compiles each file for sm_90, sm_90a, sm_100a and sm_120a once below-SM90 code is
 #: off; nvcc --threads splits work per gencode target, so more threads than that gain nothing.
@@ -110,6 +132,47 @@ def parse_arch_list(arch_list: list[str] | str, where: str = "arch_list") -> lis
     return archs
 
 
+def flash_attn_archs(archs: list[Arch]) -> str:
+    """FLASH_ATTN_CUDA_ARCHS for an arch list: plain SM numbers, ``12.0a`` and ``12.0+PTX``
+    becoming ``120`` (flash-attn compiles ``compute_N,code=sm_N`` itself)."""
+    sms: list[str] = []
+    for arch in archs:
+        if str(arch.sm) not in sms:
+            sms.append(str(arch.sm))
+    return ";".join(sms)
+
+
+def flash_attn_arch_problem(version: str, value: str) -> str | None:
+    """Why flash-attn `version`'s setup.py would not build FLASH_ATTN_CUDA_ARCHS=`value` as
+    asked, or None (also None for a release whose accepted list is not known here).
+
+    Its setup.py splits on ';' and matches exact strings (FLASH_ATTN_ARCHS): an entry it does
+    not know is skipped silently, and an empty result hands the arch choice to torch.
+    """
+    try:
+        base = str(Version(str(version)))
+    except InvalidVersion:
+        return None
+    accepted = FLASH_ATTN_ARCHS.get(base)
+    if accepted is None:
+        return None
+    entries = str(value).split(";")
+    unknown = [e for e in entries if e not in accepted]
+    if not unknown:
+        return None
+    kept = [e for e in entries if e in accepted]
+    what = ", ".join(repr(e) for e in unknown)
+    return (
+        f"FLASH_ATTN_CUDA_ARCHS={value!r}: flash-attn {base}'s setup.py knows only "
+        f"{', '.join(accepted)} and silently drops {what}"
+        + (
+            f", so it would build only {';'.join(kept)}"
+            if kept
+            else ", leaving no arch, so torch's own arch list would decide what is compiled"
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Parallelism:
     """Jobs and nvcc threads per job, and the arithmetic that produced them."""
@@ -132,8 +195,9 @@ def plan_parallelism(
 
     The memory budget is ``mem_GB / gb_per_thread`` nvcc threads in flight. Threads per job
     default to `threads_default` but shrink to what the budget allows; jobs are then
-    ``min(cpus // 2, budget // threads)`` for multi-threaded nvcc (flash-attn's own formula,
-    with 4 GB instead of its 5) and ``min(cpus, budget)`` for single-threaded compiles.
+    ``min(cpus // 2, budget // threads)`` for multi-threaded nvcc (flash-attn 2.8.3's own
+    formula when threads = 4 and gb_per_thread = 9 / 4) and ``min(cpus, budget)`` for
+    single-threaded compiles.
     """
     cpus = max(1, int(cpus))
     mem_gb = mem_bytes / _GIB
@@ -159,6 +223,7 @@ def resolve_knobs(
     overrides: dict[str, Any] | None = None,
     *,
     sources: dict[str, str] | None = None,
+    version: str | None = None,
 ) -> Knobs:
     """Translate one arch list and a host's facts into `package`'s build settings.
 
@@ -168,6 +233,8 @@ def resolve_knobs(
     ``SGL_KERNEL_COMPILE_THREADS``, ``gb_per_nvcc_thread``, ``cmake.define.X`` or
     ``cmake_defines`` (a dict; sgl-kernel only) and ``env`` (a dict of extra variables,
     applied last); any other upper-case key is taken as an env var. `sources` names where each override came from, for the explain text.
+    `version` (the package's) lets flash-attn's FLASH_ATTN_CUDA_ARCHS be checked against what
+    that release's setup.py accepts; a value it would drop raises RecipeError.
     """
     if kind not in KINDS:
         raise RecipeError(
@@ -177,10 +244,13 @@ def resolve_knobs(
     sources = sources or {}
     archs = parse_arch_list(arch_list, where=f"package {package}: arch_list")
     cpus, mem_bytes, mem_what = _host_size(facts, package)
+    gb_default = (
+        FLASH_ATTN_GB_PER_JOB / FLASH_ATTN_NVCC_THREADS
+        if kind == "flash-attn"
+        else DEFAULT_GB_PER_NVCC_THREAD
+    )
     gb = _positive_number(
-        overrides.pop("gb_per_nvcc_thread", DEFAULT_GB_PER_NVCC_THREAD),
-        "gb_per_nvcc_thread",
-        package,
+        overrides.pop("gb_per_nvcc_thread", gb_default), "gb_per_nvcc_thread", package
     )
 
     def given(name: str) -> int | None:
@@ -196,6 +266,12 @@ def resolve_knobs(
         _torch_ext(knobs, archs, cpus, mem_bytes, gb, mem_what, given, origin)
     elif kind == "flash-attn":
         _flash_attn(knobs, archs, cpus, mem_bytes, gb, mem_what, given, origin)
+        value = (overrides.get("env") or {}).get("FLASH_ATTN_CUDA_ARCHS")
+        value = overrides.get("FLASH_ATTN_CUDA_ARCHS", value)
+        value = knobs.env["FLASH_ATTN_CUDA_ARCHS"] if value is None else str(value)
+        problem = flash_attn_arch_problem(version, value) if version else None
+        if problem:
+            raise RecipeError(f"package {package}: {problem}")
     else:
         _sgl_kernel(
             knobs,
@@ -260,14 +336,10 @@ def _flash_attn(
     given: Any,
     origin: Any,
 ) -> None:
-    sms = []
-    for arch in archs:
-        if str(arch.sm) not in sms:
-            sms.append(str(arch.sm))
     dropped = [str(a) for a in archs if a.suffix or a.ptx]
     knobs.set_env(
         "FLASH_ATTN_CUDA_ARCHS",
-        ";".join(sms),
+        flash_attn_archs(archs),
         "flash-attn's own arch knob (default 80;90;100;120); each arch dropped cuts build time "
         "and memory"
         + (
@@ -309,7 +381,9 @@ def _flash_attn(
         plan.jobs,
         origin("MAX_JOBS")
         if jobs
-        else f"min(cpus // 2, threads in flight // NVCC_THREADS) ({plan.reason}, {mem_what})",
+        else f"min(cpus // 2, threads in flight // NVCC_THREADS) ({plan.reason}, {mem_what}; "
+        f"flash-attn 2.8.3's setup.py budgets {FLASH_ATTN_GB_PER_JOB:g} GB per job at "
+        f"NVCC_THREADS={FLASH_ATTN_NVCC_THREADS})",
     )
 
 
@@ -439,11 +513,15 @@ def classify_build_failure(
 
 
 __all__ = [
+    "FLASH_ATTN_ARCHS",
+    "FLASH_ATTN_GB_PER_JOB",
     "Arch",
     "Knobs",
     "PARALLEL_KNOBS",
     "Parallelism",
     "classify_build_failure",
+    "flash_attn_arch_problem",
+    "flash_attn_archs",
     "parse_arch_list",
     "plan_parallelism",
     "resolve_knobs",

@@ -26,8 +26,10 @@ otherwise they come from `sm120kit.drivers` (runfile names FACTS.md knows, the C
 ``sha256 = ""`` means unknown: the download cannot be verified until an override supplies it
 (`ResolvedRecipe.notes` says so). Package sources: ``{kind = "path", path}`` (relative to the
 repo root), ``{kind = "git", url, ref, subdir}`` (``ref = ""``: not pinned yet, so the package
-is listed in `ResolvedRecipe.problems`), ``{kind = "pypi", index}``. Patches are paths under the
-repo's ``patches/`` directory.
+is listed in `ResolvedRecipe.problems`), ``{kind = "pypi", index, sha256}`` (``sha256`` pins the
+sdist file; without it the index's listed hash is trusted). Patches are paths under the repo's
+``patches/`` directory. A flash-attn whose FLASH_ATTN_CUDA_ARCHS (from ``arch`` or its knob)
+holds a value its setup.py would silently drop is listed in `ResolvedRecipe.problems`.
 
 Loading validates every file (unknown keys at any level, bad specifiers and versions, toolkits a
 recipe's drivers cannot run, overlapping driver ranges, missing patch files) and raises one
@@ -77,6 +79,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import drivers as drv
+from . import knobs
 from .errors import RecipeError
 from .host import Host
 
@@ -96,9 +99,9 @@ METHODS = ("runfile", "pip", "apt")
 SOURCE_KINDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "path": (frozenset({"path"}), frozenset()),
     "git": (frozenset({"url", "ref"}), frozenset({"subdir"})),
-    "pypi": (frozenset(), frozenset({"index"})),
+    "pypi": (frozenset(), frozenset({"index", "sha256"})),
 }
-_SOURCE_KEYS = frozenset({"kind", "path", "url", "ref", "subdir", "index"})
+_SOURCE_KEYS = frozenset({"kind", "path", "url", "ref", "subdir", "index", "sha256"})
 
 _TOP_REQUIRED = {"name", "description", "drivers", "arch", "python", "cuda", "torch"}
 _TOP_OPTIONAL = {"packages"}
@@ -464,6 +467,7 @@ _PKG_CHECKS: dict[str, _Check] = {
     "needs_cuda_torch": _bool,
     "source.kind": _kind,
     **{f"source.{k}": _source_value for k in _SOURCE_KEYS - {"kind"}},
+    "source.sha256": _sha256,
 }
 
 
@@ -745,7 +749,7 @@ def _parse_source(f: _File, value: Any, key: tuple[str, ...]) -> dict[str, str]:
         raise f.error(key, f"missing required key 'kind' ({', '.join(SOURCE_KINDS)})")
     required, optional = SOURCE_KINDS[kind]
     f.table(value, key, set(required) | {"kind"}, set(optional))
-    return {k: f.get(value, (*key, k), _source_value) for k in value}
+    return {k: f.get(value, (*key, k), _sha256 if k == "sha256" else _source_value) for k in value}
 
 
 def _parse_package(f: _File, table: Any, i: int, patches_dir: Path) -> PackageSpec:
@@ -1270,8 +1274,29 @@ def _check_package(resolved: ResolvedRecipe, name: str) -> None:
         problems.append("a CPU torch cannot build CUDAExtension code (CUDA_HOME is None)")
     if kind == "git" and not values.get(base + "source.ref"):
         problems.append(f"source.ref is not pinned (set recipe.{base}source.ref)")
+    if name == "flash-attn":
+        problems += _flash_attn_arch_problems(resolved, base)
     if problems:
         resolved.problems[name] = problems
+
+
+def _flash_attn_arch_problems(resolved: ResolvedRecipe, base: str) -> list[str]:
+    """flash-attn's setup.py silently drops FLASH_ATTN_CUDA_ARCHS entries it does not know:
+    refuse before any build, naming the value and where it came from."""
+    values, sources = resolved.values, resolved.sources
+    key = base + "knobs.FLASH_ATTN_CUDA_ARCHS"
+    if key in values:
+        value, where = str(values[key]), sources.get(key, "?")
+        if "FLASH_ATTN_CUDA_ARCHS" not in where:
+            where = f"{key} in {where}"
+    else:
+        try:
+            value = knobs.flash_attn_archs(knobs.parse_arch_list(values["arch"]))
+        except RecipeError as exc:
+            return [str(exc)]
+        where = f"derived from arch {values['arch']} ({sources.get('arch', '?')})"
+    problem = knobs.flash_attn_arch_problem(values[base + "version"], value)
+    return [f"{problem} ({where})"] if problem else []
 
 
 def resolve_for_host(

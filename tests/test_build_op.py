@@ -585,7 +585,12 @@ def test_sdist_hash_mismatch_leaves_nothing(fleet: Fleet, tmp_path: Path, toolki
     base = "recipe.packages.flash-attn."
     with http_index(files) as url:
         files["/simple/flash-attn/"] = page(wrong)
-        fa = {base + "source.index": f"{url}/simple", base + "needs_cuda_torch": False}
+        # The recipes pin the real PyPI sdist's sha256; "" hands the hash back to the index.
+        fa = {
+            base + "source.index": f"{url}/simple",
+            base + "source.sha256": "",
+            base + "needs_cuda_torch": False,
+        }
         inventory = write_inventory(tmp_path, fleet, {"fa3": fa})
         proc = invoke(tmp_path, fleet, inventory, "build", "--package", "flash-attn", "-H", "fa3")
         assert proc.returncode == 2, proc.stderr[-2000:]

@@ -169,7 +169,7 @@ def test_fake_flash_attn_sees_the_recipe_knobs(tmp_path: Path):
     assert seen["FLASH_ATTN_CUDA_ARCHS"] == "120"
     assert seen["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
     assert seen["would_download_prebuilt"] is False
-    assert (seen["MAX_JOBS"], seen["NVCC_THREADS"]) == ("4", "4")
+    assert (seen["MAX_JOBS"], seen["NVCC_THREADS"]) == ("7", "4")  # 64 GiB / 9 GB per job
     assert seen["gencode"] == ["-gencode", "arch=compute_120,code=sm_120"]
     progress = json.loads((tmp_path / "progress.json").read_text())
     assert (progress["done"], progress["total"], progress["finished"]) == (3, 3, True)

@@ -37,19 +37,19 @@ def facts(cpus: int, avail_gib: float, total_gib: float | None = None) -> dict:
     ("cpus", "avail_gib", "jobs", "threads"),
     [
         (2, 24, 1, 2),  # this machine: cpus // 2 = 1 job, threads capped by 2 CPUs
-        (16, 64, 4, 4),  # 64 GiB / 4 GB = 16 threads in flight = 4 jobs x 4
+        (16, 64, 7, 4),  # 64 GiB / 9 GB per 4-thread job = 7 jobs
         (64, 512, 32, 4),  # CPU-bound: cpus // 2
-        (64, 64, 4, 4),  # memory-bound
-        (16, 6, 1, 1),  # 1 thread fits: 1 job x 1 thread, never 0
-        (32, 8, 1, 2),  # 2 threads fit: threads shrink before jobs hit 0
+        (64, 64, 7, 4),  # memory-bound
+        (16, 3, 1, 1),  # 1 thread fits: 1 job x 1 thread, never 0
+        (32, 7, 1, 3),  # 3 threads fit: threads shrink before jobs hit 0
         (1, 0.5, 1, 1),  # tiny box: still one job
     ],
 )
 def test_flash_attn_parallelism_fits_memory(cpus, avail_gib, jobs, threads):
     knobs = resolve_knobs("flash-attn", "flash-attn", ["12.0"], facts(cpus, avail_gib), {})
     assert (int(knobs.env["MAX_JOBS"]), int(knobs.env["NVCC_THREADS"])) == (jobs, threads)
-    # The invariant the numbers exist for: jobs x threads x 4 GB fits (or it is the minimum).
-    assert jobs * threads * 4 <= max(avail_gib, 4 * threads)
+    # The invariant the numbers exist for: jobs x threads x 9/4 GB fits (or it is the minimum).
+    assert jobs * threads * 9 / 4 <= max(avail_gib, 9 / 4 * threads)
 
 
 @pytest.mark.parametrize(
@@ -62,17 +62,31 @@ def test_torch_ext_jobs_are_single_threaded_compiles(cpus, avail_gib, jobs):
     assert "NVCC_THREADS" not in knobs.env
 
 
-def test_upstream_formula_with_five_gb_per_thread():
-    """gb_per_nvcc_thread=5 reproduces flash-attn's own min(cpus//2, free/(5*threads))."""
+@pytest.mark.parametrize(
+    ("cpus", "avail_gib"),
+    [(64, 256), (32, 100), (16, 60), (128, 1000), (8, 17.9), (8, 18), (4, 200), (6, 9.5)],
+)
+def test_flash_attn_jobs_follow_its_own_setup_py(cpus, avail_gib):
+    """flash-attention v2.8.3 setup.py (NinjaBuildExtension), when MAX_JOBS is unset:
+    max(1, min(cpu_count // 2, int(available_GiB / 9))) at its NVCC_THREADS=4. The knobs give
+    the same MAX_JOBS wherever 4 threads fit the CPUs and memory."""
+    knobs = resolve_knobs("flash-attn", "flash-attn", ["12.0"], facts(cpus, avail_gib), {})
+    assert knobs.env["NVCC_THREADS"] == "4"
+    assert int(knobs.env["MAX_JOBS"]) == max(1, min(cpus // 2, int(avail_gib / 9)))
+    assert "9 GB per job at NVCC_THREADS=4" in dict((n, r) for n, _, r in knobs.explain)["MAX_JOBS"]
+
+
+def test_gb_per_thread_reaches_the_formula():
+    """plan_parallelism at 4 threads and 9/4 GB per thread is that formula exactly."""
     for cpus, gib in [(64, 256), (32, 100), (16, 60)]:
-        plan = plan_parallelism(cpus, gib * GIB, threads_default=4, gb_per_thread=5)
-        assert plan.jobs == max(1, min(cpus // 2, int(gib // 5) // 4))
+        plan = plan_parallelism(cpus, gib * GIB, threads_default=4, gb_per_thread=9 / 4)
+        assert (plan.threads, plan.jobs) == (4, max(1, min(cpus // 2, int(gib / 9))))
 
 
 def test_total_memory_used_when_available_unknown():
     f = {"cpu": {"count": 16}, "memory": {"total_bytes": 32 * GIB}}
     knobs = resolve_knobs("flash-attn", "flash-attn", ["12.0"], f, {})
-    assert knobs.env["MAX_JOBS"] == "2"
+    assert knobs.env["MAX_JOBS"] == "3"  # int(32 / 9)
     assert any("total memory" in reason for _, _, reason in knobs.explain)
 
 
@@ -105,8 +119,8 @@ def test_overriding_threads_resizes_jobs():
     """Lowering NVCC_THREADS alone lets more jobs fit the same memory."""
     auto = resolve_knobs("flash-attn", "flash-attn", ["12.0"], facts(64, 64), {})
     fewer = resolve_knobs("flash-attn", "flash-attn", ["12.0"], facts(64, 64), {"NVCC_THREADS": 1})
-    assert (auto.env["MAX_JOBS"], auto.env["NVCC_THREADS"]) == ("4", "4")
-    assert (fewer.env["MAX_JOBS"], fewer.env["NVCC_THREADS"]) == ("16", "1")
+    assert (auto.env["MAX_JOBS"], auto.env["NVCC_THREADS"]) == ("7", "4")
+    assert (fewer.env["MAX_JOBS"], fewer.env["NVCC_THREADS"]) == ("28", "1")  # 64 / 2.25
 
 
 def test_gb_per_thread_override():

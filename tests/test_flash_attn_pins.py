@@ -1,0 +1,160 @@
+"""flash-attn 2.8.3: the recipes' sdist pin and the FLASH_ATTN_CUDA_ARCHS check.
+
+What flash-attention v2.8.3's setup.py (tag v2.8.3 = commit 060c9188beec3a8b62b33a3bfa6d5d2d44975fab,
+the same file as in the PyPI sdist) does with that variable: split on ';', then
+`"80" in cuda_archs()` ... `"120" in cuda_archs()`. Any other entry is skipped without a word;
+with none left, torch's own arch list decides. These tests pin that table and show that a
+value it would drop is refused per host, before any build, naming the value and its origin.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sm120kit.errors import RecipeError
+from sm120kit.host import Host
+from sm120kit.knobs import (
+    FLASH_ATTN_ARCHS,
+    flash_attn_arch_problem,
+    flash_attn_archs,
+    parse_arch_list,
+    resolve_knobs,
+)
+from sm120kit.recipes import load_recipes, resolve_for_host
+
+REPO = Path(__file__).resolve().parent.parent
+#: sha256 of flash_attn-2.8.3.tar.gz as PyPI lists it and as the downloaded file hashes.
+SDIST_SHA256 = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+GIB = 1024**3
+HOST_FACTS = {"cpu": {"count": 8}, "memory": {"available_bytes": 64 * GIB}}
+
+
+def test_v2_8_3_accepts_exactly_these_strings() -> None:
+    assert FLASH_ATTN_ARCHS["2.8.3"] == ("80", "90", "100", "120")
+
+
+@pytest.mark.parametrize("value", ["120", "80;90;100;120", "90;120", "100"])
+def test_values_setup_py_builds_pass(value: str) -> None:
+    assert flash_attn_arch_problem("2.8.3", value) is None
+    assert flash_attn_arch_problem("2.8.3.post1", value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "dropped", "tail"),
+    [
+        ("121", "'121'", "torch's own arch list would decide"),
+        ("12.0", "'12.0'", "torch's own arch list would decide"),
+        ("", "''", "torch's own arch list would decide"),
+        ("120;86", "'86'", "it would build only 120"),
+        ("80;110;120", "'110'", "it would build only 80;120"),
+        ("120;", "''", "it would build only 120"),
+        (" 120", "' 120'", "torch's own arch list would decide"),
+    ],
+)
+def test_values_setup_py_would_drop_are_named(value: str, dropped: str, tail: str) -> None:
+    problem = flash_attn_arch_problem("2.8.3", value)
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith(f"FLASH_ATTN_CUDA_ARCHS={value!r}: flash-attn 2.8.3's setup.py")
+    assert f"silently drops {dropped}" in problem and tail in problem
+
+
+def test_unknown_release_is_not_judged() -> None:
+    """Only releases whose setup.py was read are checked (main adds 110, for one)."""
+    assert flash_attn_arch_problem("2.9.0", "110") is None
+    assert flash_attn_arch_problem("not-a-version", "121") is None
+
+
+@pytest.mark.parametrize(
+    ("arch_list", "value"),
+    [(["12.0"], "120"), (["12.0a"], "120"), (["12.0+PTX", "9.0"], "120;90"), (["12.1"], "121")],
+)
+def test_arch_list_to_flash_attn_value(arch_list: list[str], value: str) -> None:
+    assert flash_attn_archs(parse_arch_list(arch_list)) == value
+
+
+def test_resolve_knobs_refuses_an_arch_it_would_drop() -> None:
+    with pytest.raises(RecipeError, match=r"^package flash-attn: FLASH_ATTN_CUDA_ARCHS='121'"):
+        resolve_knobs("flash-attn", "flash-attn", ["12.1"], HOST_FACTS, {}, version="2.8.3")
+    with pytest.raises(RecipeError, match=r"FLASH_ATTN_CUDA_ARCHS='120;86'.*drops '86'"):
+        resolve_knobs(
+            "flash-attn",
+            "flash-attn",
+            ["12.0"],
+            HOST_FACTS,
+            {"FLASH_ATTN_CUDA_ARCHS": "120;86"},
+            version="2.8.3",
+        )
+    ok = resolve_knobs("flash-attn", "flash-attn", ["12.0"], HOST_FACTS, {}, version="2.8.3")
+    assert ok.env["FLASH_ATTN_CUDA_ARCHS"] == "120"
+
+
+# -- the recipes ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recipes():  # type: ignore[no-untyped-def]
+    return load_recipes(REPO / "recipes")
+
+
+def test_recipes_pin_the_sdist_by_hash(recipes) -> None:  # type: ignore[no-untyped-def]
+    for r in recipes.values():
+        fa = next(p for p in r.packages if p.name == "flash-attn")
+        assert (fa.version, fa.source) == ("2.8.3", {"kind": "pypi", "sha256": SDIST_SHA256})
+    text = (REPO / "recipes" / "r580.toml").read_text()
+    assert "060c9188beec3a8b62b33a3bfa6d5d2d44975fab" in text
+
+
+def host(**knobs: str) -> Host:
+    vars: dict[str, object] = {"target_driver": "580.95.05", "target_arch": "12.0"}
+    sources = {}
+    for key, value in knobs.items():
+        var = f"recipe.packages.flash-attn.knobs.{key}"
+        vars[var] = value
+        sources[var] = "inventory/host_vars/box.yaml"
+    return Host("box", vars=vars, var_sources=sources)
+
+
+def test_recipe_arch_gives_no_problem(recipes) -> None:  # type: ignore[no-untyped-def]
+    res = resolve_for_host(recipes, host(), None)
+    assert "flash-attn" not in res.problems
+
+
+def test_knob_it_would_drop_is_a_problem_naming_its_origin(recipes) -> None:  # type: ignore[no-untyped-def]
+    res = resolve_for_host(recipes, host(FLASH_ATTN_CUDA_ARCHS="120;121"), None)
+    [problem] = res.problems["flash-attn"]
+    assert problem.startswith("FLASH_ATTN_CUDA_ARCHS='120;121': flash-attn 2.8.3's setup.py")
+    assert "silently drops '121', so it would build only 120" in problem
+    assert problem.endswith(
+        "(inventory/host_vars/box.yaml (recipe.packages.flash-attn.knobs.FLASH_ATTN_CUDA_ARCHS))"
+    )
+
+
+def test_recipe_arch_it_would_drop_is_a_problem(tmp_path: Path) -> None:
+    """A recipe for 12.0 and 8.6: '86' is not a value v2.8.3 knows, so that recipe cannot
+    build flash-attn as written."""
+    text = (REPO / "recipes" / "r580.toml").read_text()
+    assert text.count('arch = ["12.0"]') == 1
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "r580.toml").write_text(text.replace('arch = ["12.0"]', 'arch = ["12.0", "8.6"]'))
+    patches = REPO / "patches"
+    (tmp_path / "patches").symlink_to(patches)
+    res = resolve_for_host(load_recipes(folder), host(), None)
+    [problem] = res.problems["flash-attn"]
+    assert "FLASH_ATTN_CUDA_ARCHS='120;86'" in problem and "drops '86'" in problem
+    assert "derived from arch ['12.0', '8.6'] (" in problem and "r580" in problem
+
+
+def test_bad_sdist_hash_is_one_line_error_naming_file_and_key(tmp_path: Path) -> None:
+    text = (REPO / "recipes" / "r580.toml").read_text()
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "r580.toml").write_text(text.replace(SDIST_SHA256, "1e71dd64"))
+    (tmp_path / "patches").symlink_to(REPO / "patches")
+    with pytest.raises(RecipeError) as err:
+        load_recipes(folder)
+    msg = str(err.value)
+    assert "r580.toml" in msg and "source.sha256" in msg and "64 hex digits" in msg
+    assert "\n" not in msg
