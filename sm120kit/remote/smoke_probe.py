@@ -747,6 +747,23 @@ CUDA_MAJOR_LIBS = (
 DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
 TORCH_CUDA_LIBS = ("libc10_cuda", "libtorch_cuda")
 MAX_CITED = 3
+#: How causes are listed: the ones that explain the most first.
+CAUSE_ORDER = (
+    "glibc_too_old",
+    "libstdcxx_too_old",
+    "symbol_version",
+    "cxx11_abi",
+    "torch_abi",
+    "torch_cpu_build",
+    "cuda_major",
+    "no_driver",
+    "cudart_not_linked",
+    "cudart_too_old",
+    "torch_lib_missing",
+    "library_missing",
+    "symbol_missing",
+    "load_error",
+)
 
 
 def cuda_lib_major(lib: str) -> tuple[str, int] | None:
@@ -841,6 +858,8 @@ def sort_causes(
     if m and not any(s["name"] == m.group(1) for s in syms):
         syms.append({"name": m.group(1), "demangled": m.group(1), "expected_from": None})
 
+    for s in syms:
+        s.pop("cause", None)  # sorted afresh on every call
     causes: list[dict[str, Any]] = []
 
     def add(cause: str, reason: str, libs: list[str], symbols: list[dict[str, Any]]) -> None:
@@ -1022,6 +1041,8 @@ def sort_causes(
         )
     if not causes and err:
         add("load_error", short_error(err), [], [])
+    # Root causes first: a torch or C++ ABI that does not match explains the most.
+    causes.sort(key=lambda c: CAUSE_ORDER.index(c["cause"]) if c["cause"] in CAUSE_ORDER else 99)
     return causes
 
 

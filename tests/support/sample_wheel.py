@@ -97,8 +97,12 @@ def build_sample_wheel(
         "CUDA_HOME": str(NVCC.parent.parent),
         **(extra_env or {}),
     }
+    # build_wheel.py is in the key: it writes the wheel's build record (sm120kit-build.json).
+    script = hashlib.sha256((REPO / "sm120kit" / "remote" / "build_wheel.py").read_bytes())
     key = hashlib.sha256(
-        json.dumps([sources_hash(), env, _tool_versions(), python], sort_keys=True).encode()
+        json.dumps(
+            [sources_hash(), env, _tool_versions(), python, script.hexdigest()], sort_keys=True
+        ).encode()
     ).hexdigest()[:20]
     slot = (root or cache_root()) / f"minikernel-{key}"
     slot.mkdir(parents=True, exist_ok=True)
