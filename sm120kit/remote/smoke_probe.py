@@ -12,7 +12,8 @@ Arguments (one JSON document, argv[1])::
      "arch": "12.0" | null,                 # compute capability to judge for
      "gpu": false,                          # run one tiny real op per package when CUDA works
      "gpu_ops": {"pkg": "python code"},     # optional: override/add the op per package
-     "jobs": 4, "timeout": 300,             # optional: parallel subprocesses, seconds each
+     "jobs": 4, "timeout": 300,             # optional: parallel subprocesses (default: one
+                                            # per CPU, memory permitting), seconds each
      "declared": {"pkg": {                  # optional, from the recipe (docs/smoke.md):
         "recipe": "r580", "source": "recipe r580", "version": "0.3.21",
         "arch": ["12.0"],                   # the recipe's target archs
@@ -1393,6 +1394,23 @@ def run_target(
 # =============================================================================================
 
 
+#: Memory one probe subprocess may take: an interpreter that imported torch and a big .so.
+JOB_MEMORY = 1 << 30
+
+
+def default_jobs() -> int:
+    """Fresh interpreters at once: one per CPU, as many as the available memory holds."""
+    cpus = os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return max(1, min(cpus, int(line.split()[1]) * 1024 // JOB_MEMORY))
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(1, min(cpus, 4))
+
+
 class Context:
     """What every check shares: the target interpreter, torch, the loader's view of the host."""
 
@@ -1402,7 +1420,7 @@ class Context:
         self.args = args
         self.python = args["python"]
         self.timeout = float(args.get("timeout") or 300)
-        self.jobs = int(args.get("jobs") or min(4, os.cpu_count() or 1))
+        self.jobs = int(args.get("jobs") or default_jobs())
         self.env_info = env_info
         self.torch = torch_info
         self.resolver = Resolver(os.environ.get("LD_LIBRARY_PATH", ""), system_lib_dirs())
@@ -1439,6 +1457,7 @@ class Context:
         self.cc = cc
         self._torch_tables: list[dict[str, set[str]]] | None = None
         self._provided: dict[str, list[str]] = {}
+        self._variants: dict[str, str | None] = {}
 
     def lib_dirs(self) -> list[str]:
         """Where this env's CUDA libraries can come from: torch's nvidia-* wheels, then the
@@ -1484,8 +1503,13 @@ class Context:
         return self._torch_tables
 
     def variant(self, symbol: dict[str, Any]) -> str | None:
-        """The installed torch's closest definition of a missing torch symbol."""
-        return close_variant(symbol, self.torch_tables(), self.demangle)
+        """The installed torch's closest definition of a missing torch symbol (memoized: the
+        same symbol goes missing from many .so files of one package)."""
+        if symbol["name"] not in self._variants:
+            self._variants[symbol["name"]] = close_variant(
+                symbol, self.torch_tables(), self.demangle
+            )
+        return self._variants[symbol["name"]]
 
 
 def static_extension(ctx: Context, path: str) -> dict[str, Any]:
