@@ -314,11 +314,23 @@ def info_lines(pkg: PackageResult) -> list[str]:
 def problem_lines(pkg: PackageResult) -> list[str]:
     """Per-.so lines for a detailed view: the causes, then missing libraries, versions and
     symbols (each with its cause)."""
+    check = pkg.check("undefined_symbols")
+    details = check.details if check is not None else {}
+    order = [f.get("path") for f in details.get("failing") or []]
+    info = {f.get("path") for f in details.get("not_judged") or []}
+    # The .so the verdict names first (the loader's pick), then the other failing ones; the
+    # causes of each before the long lists of what is missing.
+    exts = sorted(
+        (e for e in pkg.extensions if e.path not in info),
+        key=lambda e: order.index(e.path) if e.path in order else len(order),
+    )
     lines: list[str] = []
-    for ext in pkg.extensions:
+    for ext in exts:
         label = ext.rel or ext.path
         for cause in ext.causes:
             lines.append(f"{label}: cause {cause.get('cause')}: {cause.get('reason')}")
+    for ext in exts:
+        label = ext.rel or ext.path
         for lib in ext.missing_libs:
             lines.append(f"{label}: NEEDED {lib} not found")
         for ver in ext.missing_versions:

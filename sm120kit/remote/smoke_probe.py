@@ -1676,6 +1676,7 @@ def check_undefined(
             ext["missing_symbols"].sort(key=lambda sym: order.get(sym.get("cause"), len(order)))
             bad.append(ext)
         del ext["missing_symbols"][MAX_LISTED_SYMBOLS:]
+    where = cc_text(ctx.cc) if ctx.cc else "this arch"
     judged = [e for e in bad if e["path"] not in skip]
     # The file the package's loader picks first, then extension modules, then the rest.
     judged.sort(key=lambda e: (e["path"] != first, not e.get("module"), e.get("rel") or ""))
@@ -1696,15 +1697,14 @@ def check_undefined(
                 "path": e["path"],
                 "rel": e.get("rel"),
                 "status": "info",
-                "reason": skip[e["path"]],
+                "reason": f"not for {where} by design, not judged: {skip[e['path']]}",
                 "diagnosis": e.get("diagnosis", []),
             }
             for e in bad
             if e["path"] in skip
-        ],  # fmt: skip
+        ],
     }
     if not judged:
-        where = cc_text(ctx.cc) if ctx.cc else "this arch"
         extra = f" ({len(bad)} not for {where} by design, not judged)" if bad else ""
         return {
             "check": "undefined_symbols",
