@@ -538,10 +538,16 @@ def run_build(args):
         }
         if exit_code == 0 and len(wheels) == 1:
             final = os.path.join(out_dir, wheels[0])
-            # The record goes in before the wheel is hashed (and cached by that hash).
-            result["provenance"] = write_provenance(
-                os.path.join(tmp_out, wheels[0]), build_provenance(args, env)
-            )
+            # The record goes in before the wheel is hashed (and cached by that hash). A wheel
+            # it cannot be added to is still the build's result; the failure is reported.
+            try:
+                result["provenance"] = write_provenance(
+                    os.path.join(tmp_out, wheels[0]), build_provenance(args, env)
+                )
+            except (OSError, ValueError, KeyError) as exc:
+                result["provenance_error"] = f"{PROVENANCE_FILE} not written: {exc}"
+                with open(log_path, "a", encoding="utf-8") as log:
+                    log.write("# sm120kit: {}\n".format(result["provenance_error"]))
             digest = sha256_file(os.path.join(tmp_out, wheels[0]))
             os.replace(os.path.join(tmp_out, wheels[0]), final)
             result.update(ok=True, wheel=final, sha256=digest)
