@@ -85,7 +85,9 @@ def _declaration(
     }
 
 
-def declarations(state: ProvisionState | None) -> dict[str, dict[str, Any]]:
+def declarations(
+    state: ProvisionState | None, opts: PlanOptions | None = None
+) -> dict[str, dict[str, Any]]:
     """What the recipe tells the probe per package: its version, torch pin, target archs and
     the modules that carry no code for them by design (``[packages.smoke] not_for_arch``).
 
@@ -109,7 +111,7 @@ def declarations(state: ProvisionState | None) -> dict[str, dict[str, Any]]:
     from ..recipes import load_recipes
 
     try:
-        recipes = load_recipes()
+        recipes = opts.recipes() if opts is not None else load_recipes()
     except RecipeError:
         return {}
     fallback: dict[str, dict[str, Any]] = {}
@@ -370,7 +372,7 @@ def smoke_task(
         )
         gpu = gpu_capability(ctx.facts) is not None
         target = Target(
-            py, py_source, env, names, explicit, cc, cc_source, gpu, declarations(state)
+            py, py_source, env, names, explicit, cc, cc_source, gpu, declarations(state, opts)
         )
         with ctx.step("smoke") as step:
             run = run_probe(ctx, target)
