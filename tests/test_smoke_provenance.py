@@ -31,9 +31,13 @@ from tests.support.sample_wheel import (
     nvcc_available,
 )
 
-pytestmark = pytest.mark.skipif(
-    not (nvcc_available() and shutil.which("g++")), reason="needs nvcc and g++ to build kernels"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (nvcc_available() and shutil.which("g++")), reason="needs nvcc and g++ to build kernels"
+    ),
+    pytest.mark.timeout(2400),  # two real builds on a small, busy host
+]
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,8 @@ from tests.support.sample_wheel import cache_root
 VERSION = "0.3.21"
 WHEEL = f"sgl_kernel-{VERSION}-cp310-abi3-manylinux2014_x86_64.whl"
 
-pytestmark = pytest.mark.slow
+# A 535 MB download and a probe of ~30 .so files: minutes on a small host.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
 def _sha256(path: Path) -> str:
