@@ -111,7 +111,9 @@ _CHOICE_REQUIRED = {"drivers", "version"}
 _CHOICE_OPTIONAL = {"method", "gcc_max", "runfile", "sha256", "pip_packages"}
 _TORCH_KEYS = {"version", "index", "cuda"}
 _PKG_REQUIRED = {"name", "version", "source"}
-_PKG_OPTIONAL = {"patches", "knobs", "torch", "needs_cuda_torch"}
+_PKG_OPTIONAL = {"patches", "knobs", "torch", "needs_cuda_torch", "smoke"}
+#: ``[packages.smoke]``: what `smoke` should know about the package (not overridable).
+_SMOKE_KEYS = {"not_for_arch"}
 #: Choice fields that belong to one toolkit version only.
 _PER_VERSION = ("runfile", "sha256", "pip_packages")
 
@@ -181,6 +183,9 @@ class PackageSpec:
     knobs: dict[str, Any] = field(default_factory=dict)
     torch: SpecifierSet | None = None
     needs_cuda_torch: bool = True
+    #: Extension modules that by design carry no code for the recipe's arch, with the reason
+    #: (``smoke`` reports them as info instead of judging them); module name -> reason.
+    not_for_arch: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -767,6 +772,7 @@ def _parse_package(f: _File, table: Any, i: int, patches_dir: Path) -> PackageSp
         if not (patches_dir / p).is_file():
             raise f.error((*key, "patches"), f"patch file {patches_dir / p} does not exist")
     torch = f.get(table, (*key, "torch"), _spec) if "torch" in table else None
+    not_for_arch = _parse_smoke(f, table["smoke"], (*key, "smoke")) if "smoke" in table else {}
     return PackageSpec(
         name=name,
         version=f.get(table, (*key, "version"), _version),
@@ -777,7 +783,22 @@ def _parse_package(f: _File, table: Any, i: int, patches_dir: Path) -> PackageSp
         needs_cuda_torch=(
             f.get(table, (*key, "needs_cuda_torch"), _bool) if "needs_cuda_torch" in table else True
         ),
+        not_for_arch=not_for_arch,
     )
+
+
+def _parse_smoke(f: _File, value: Any, key: tuple[str, ...]) -> dict[str, str]:
+    """``[packages.smoke]``: ``not_for_arch = { module = "reason", ... }``."""
+    f.table(value, key, set(), _SMOKE_KEYS)
+    table = value.get("not_for_arch", {})
+    if not isinstance(table, dict):
+        raise f.error((*key, "not_for_arch"), 'expected a table like { flash_ops = "why" }')
+    out: dict[str, str] = {}
+    for module in table:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", module):
+            raise f.error((*key, "not_for_arch", module), "not an extension module name")
+        out[module] = f.get(table, (*key, "not_for_arch", module), _nonempty)
+    return out
 
 
 def _check_coverage(f: _File, drivers: SpecifierSet, cuda: CudaSpec) -> None:

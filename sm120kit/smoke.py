@@ -19,6 +19,8 @@ from sm120kit.remote import smoke_probe as _probe
 SCRIPT = "smoke_probe"
 
 STATUSES = ("pass", "warn", "fail", "skip")
+#: Per-file status inside a check's details: not for this arch by design, so not judged.
+INFO = "info"
 CHECKS = ("import_order", "undefined_symbols", "arch_coverage", "loader", "gpu_op")
 # Worst first wins; a skip never hides a pass.
 _SEVERITY = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
@@ -40,6 +42,9 @@ class MissingSymbol:
     demangled: str
     expected_from: str | None = None
     version: str | None = None
+    cause: str | None = None
+    #: The installed torch's closest definition, for a torch symbol that drifted.
+    variant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class Extension:
     import_error: str | None = None
     import_alone_error: str | None = None
     diagnosis: tuple[str, ...] = ()
+    #: The missing parts sorted into causes: ``{"cause", "reason", "libraries", "symbols"}``.
+    causes: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,13 @@ class PackageResult:
     requires_torch: str | None = None
     checks: tuple[Check, ...] = ()
     extensions: tuple[Extension, ...] = ()
+    #: The wheel's build record (``sm120kit-build.json`` in its dist-info), if it has one.
+    provenance: Mapping[str, Any] | None = None
+    #: ``{"torch": "==2.9.1", "cuda", "source"}``: which torch it was built for and who says so.
+    built_for: Mapping[str, Any] | None = None
+    #: ``{"built_for", "built_for_source", "installed", "installed_cuda", "cpu_build",
+    #: "summary"}``: the torch it was built for beside the env's.
+    torch: Mapping[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -155,6 +169,8 @@ def _symbol(raw: Mapping[str, Any]) -> MissingSymbol:
         demangled=raw.get("demangled") or raw["name"],
         expected_from=raw.get("expected_from"),
         version=raw.get("version"),
+        cause=raw.get("cause"),
+        variant=raw.get("variant"),
     )
 
 
@@ -175,6 +191,7 @@ def _extension(raw: Mapping[str, Any]) -> Extension:
         import_error=raw.get("import_error"),
         import_alone_error=raw.get("import_alone_error"),
         diagnosis=tuple(raw.get("diagnosis") or ()),
+        causes=tuple(raw.get("causes") or ()),
     )
 
 
@@ -193,6 +210,9 @@ def _package(name: str, raw: Mapping[str, Any]) -> PackageResult:
         requires_torch=raw.get("requires_torch"),
         checks=checks,
         extensions=tuple(_extension(e) for e in raw.get("extensions") or ()),
+        provenance=raw.get("provenance"),
+        built_for=raw.get("built_for"),
+        torch=raw.get("torch"),
     )
 
 
@@ -210,6 +230,7 @@ def probe_args(
     gpu_ops: Mapping[str, str] | None = None,
     jobs: int | None = None,
     timeout: float | None = None,
+    declared: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The probe's JSON argument (a dict). Raises :class:`Sm120Error` on a malformed ``arch``."""
     try:
@@ -223,6 +244,8 @@ def probe_args(
         args["jobs"] = jobs
     if timeout:
         args["timeout"] = timeout
+    if declared:
+        args["declared"] = {name: dict(value) for name, value in declared.items()}
     return args
 
 
@@ -269,10 +292,44 @@ def table_rows(report: SmokeReport) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def problem_lines(pkg: PackageResult) -> list[str]:
-    """Per-.so lines for a detailed view: missing libraries, versions and symbols."""
+def torch_line(pkg: PackageResult) -> str:
+    """'built for torch 2.9.1 (recipe pin for sgl-kernel 0.3.21), this env has torch 2.13.0+cpu'."""
+    return str((pkg.torch or {}).get("summary") or "")
+
+
+def info_lines(pkg: PackageResult) -> list[str]:
+    """The .so files a check reported as ``info`` (not for this arch by design)."""
     lines: list[str] = []
-    for ext in pkg.extensions:
+    for c in pkg.checks:
+        files = list((c.details or {}).get("files") or []) + list(
+            (c.details or {}).get("not_judged") or []
+        )
+        for f in files:
+            if f.get("status") == "info":
+                label = f.get("rel") or f.get("path")
+                lines.append(f"{label}: info ({c.check}): {f.get('reason')}")
+    return lines
+
+
+def problem_lines(pkg: PackageResult) -> list[str]:
+    """Per-.so lines for a detailed view: the causes, then missing libraries, versions and
+    symbols (each with its cause)."""
+    check = pkg.check("undefined_symbols")
+    details = check.details if check is not None else {}
+    order = [f.get("path") for f in details.get("failing") or []]
+    info = {f.get("path") for f in details.get("not_judged") or []}
+    # The .so the verdict names first (the loader's pick), then the other failing ones; the
+    # causes of each before the long lists of what is missing.
+    exts = sorted(
+        (e for e in pkg.extensions if e.path not in info),
+        key=lambda e: order.index(e.path) if e.path in order else len(order),
+    )
+    lines: list[str] = []
+    for ext in exts:
+        label = ext.rel or ext.path
+        for cause in ext.causes:
+            lines.append(f"{label}: cause {cause.get('cause')}: {cause.get('reason')}")
+    for ext in exts:
         label = ext.rel or ext.path
         for lib in ext.missing_libs:
             lines.append(f"{label}: NEEDED {lib} not found")
@@ -281,7 +338,8 @@ def problem_lines(pkg: PackageResult) -> list[str]:
         for sym in ext.missing_symbols:
             origin = f" (from {sym.expected_from})" if sym.expected_from else ""
             at = f"@{sym.version}" if sym.version else ""
-            lines.append(f"{label}: undefined {sym.demangled}{at}{origin}")
+            why = f" [{sym.cause}]" if sym.cause else ""
+            lines.append(f"{label}: undefined {sym.demangled}{at}{origin}{why}")
         hidden = ext.missing_symbols_total - len(ext.missing_symbols)
         if hidden > 0:
             lines.append(f"{label}: ... {hidden} more undefined symbols")

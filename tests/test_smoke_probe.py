@@ -76,7 +76,7 @@ FIXTURE_PACKAGES = [
 ]
 
 
-# --- facts pinned (FACTS.md sections 6 and 7) -----------------------------------------------
+# --- facts pinned (the fatbin layout; failure signatures) ------------------------------------
 
 
 def test_fatbin_facts_are_pinned() -> None:
@@ -191,8 +191,14 @@ def test_diagnosis_rules() -> None:
         "_ZN3c104cuda9SetDeviceEa",
         "missing_symbols": [],
     }  # fmt: skip
-    diag = probe.diagnose(ext, torch_info, "==2.7.0")
-    assert diag and "another torch" in diag[0] and "torch==2.7.0" in diag[0] and "2.9.1" in diag[0]
+    built_for = {"torch": "==2.7.0", "source": "wheel metadata: Requires-Dist torch==2.7.0"}
+    diag = probe.diagnose(ext, torch_info, built_for)
+    assert diag[0].startswith(
+        "built for torch 2.7.0 (wheel metadata: Requires-Dist torch==2.7.0), "
+        "this env has torch 2.9.1: 1 torch symbol(s) missing: _ZN3c104cuda9SetDeviceEa"
+    )
+    # Nothing says which torch: the line says so instead of inventing one.
+    assert "no build record, wheel pin or recipe pin" in probe.diagnose(ext, torch_info)[0]
     ext = {"needed": [], "dlopen_error": "/x.so: undefined symbol: "
            "_ZN5torch3jit11parseSchemaERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb"}  # fmt: skip
     assert "C++11 ABI mismatch" in probe.diagnose(ext, torch_info, None)[0]
@@ -202,6 +208,100 @@ def test_diagnosis_rules() -> None:
         "(required by /x/_C.so)",
     }
     assert probe.diagnose(ext, torch_info, None)[0].startswith("glibc too old")
+
+
+def _sym(name: str, expected_from: str | None) -> dict[str, Any]:
+    return {"name": name, "demangled": probe.Demangler()(name), "expected_from": expected_from}
+
+
+def test_causes_are_sorted_before_a_diagnosis() -> None:
+    """A CUDA 12 wheel built for torch 2.9.1 in a CPU torch env: symbols as the real wheel has
+    them (tests/test_smoke_real_wheel.py checks the real one)."""
+    ext = {
+        "needed": ["libc10.so", "libc10_cuda.so", "libtorch_cuda.so", "libcudart.so.12"],
+        "missing_libs": ["libc10_cuda.so", "libtorch_cuda.so", "libcudart.so.12", "libcuda.so.1"],
+        "missing_symbols": [
+            _sym("_ZN3c104cuda20getCurrentCUDAStreamEa", "libc10_cuda.so"),
+            _sym("__cudaRegisterFatBinary", "libcudart.so.12"),
+            _sym("_ZNK2at10TensorBase14const_data_ptrIiLi0EEEPKT_v", "libtorch_cpu.so"),
+            _sym("cuGetErrorString", None),
+        ],
+    }
+    cpu_torch = {"version": "2.13.0+cpu", "cuda": None, "cxx11_abi": True}
+    built_for = {"torch": "==2.9.1", "source": "recipe pin for sgl-kernel 0.3.21"}
+    causes = probe.sort_causes(ext, cpu_torch, built_for, provided=lambda base: [])
+    assert [c["cause"] for c in causes] == [
+        "torch_abi",
+        "torch_cpu_build",
+        "cuda_major",
+        "no_driver",
+    ]
+    drift, cpu, cuda, driver = (c["reason"] for c in causes)
+    assert drift == (
+        "built for torch 2.9.1 (recipe pin for sgl-kernel 0.3.21), this env has torch "
+        "2.13.0+cpu: 1 torch symbol(s) missing: int const* at::TensorBase::const_data_ptr<int, 0>() const"
+    )
+    assert cpu == (
+        "torch 2.13.0+cpu is a CPU build: libtorch_cuda/libc10_cuda are not there (1 symbol(s) "
+        "need them, e.g. c10::cuda::getCurrentCUDAStream(signed char))"
+    )
+    assert cuda == (
+        "needs CUDA 12 libraries (libcudart.so.12): this env provides none "
+        "(CPU torch, no nvidia-* CUDA wheels)"
+    )
+    assert driver.startswith("libcuda.so.1 (from the NVIDIA driver) not found")
+    assert [s.get("cause") for s in ext["missing_symbols"]] == [
+        "torch_cpu_build",
+        "cuda_major",
+        "torch_abi",
+        "no_driver",
+    ]
+    # Another CUDA major present: named with the library that provides it.
+    causes = probe.sort_causes(ext, cpu_torch, built_for, provided=lambda b: [f"{b}.so.13"])
+    assert "this env provides CUDA 13 (libcudart.so.13)" in causes[2]["reason"]
+    # A CUDA torch: the same c10::cuda symbol is drift, not a missing CUDA half.
+    cuda_torch = {"version": "2.13.0+cu130", "cuda": "13.0", "cxx11_abi": True}
+    ext["missing_libs"] = ["libcudart.so.12"]
+    causes = probe.sort_causes(ext, cuda_torch, built_for)
+    assert [c["cause"] for c in causes] == ["torch_abi", "cuda_major"]
+    assert "2 torch symbol(s) missing" in causes[0]["reason"]
+
+
+def test_mangled_scope() -> None:
+    scope = probe.mangled_scope
+    assert scope("_ZNK2at10TensorBase14const_data_ptrIiLi0EEEPKT_v") == (
+        "2at10TensorBase14const_data_ptr"
+    )
+    assert scope("_ZNR5torch7Library4_defEON3c1014FunctionSchemaE") == "5torch7Library4_def"
+    assert scope("_ZN3c1013MessageLoggerC1EPKcii") == "3c1013MessageLoggerC"
+    assert scope("_ZN3c106SymIntplERKS0_") is None  # an operator: not followed
+    assert scope("__cudaRegisterFatBinary") is None
+
+
+def test_close_variant_in_the_installed_torch() -> None:
+    """Read from the real libtorch: torch 2.13 dropped the enable_if parameter of
+    const_data_ptr<int> and moved at::Tag to torch::headeronly::Tag."""
+    import torch
+
+    lib = Path(torch.__file__).parent / "lib"
+    tables = []
+    for name in ("libtorch_cpu.so", "libc10.so"):
+        elf = probe.open_elf(str(lib / name))
+        assert elf is not None
+        tables.append(elf.symbols()[1])
+    demangle = probe.Demangler()
+    old = _sym("_ZNK2at10TensorBase14const_data_ptrIiLi0EEEPKT_v", None)
+    variant = probe.close_variant(old, tables, demangle)
+    assert variant is not None and "at::TensorBase::const_data_ptr<int" in variant
+    assert variant != old["demangled"]
+    if torch.__version__.startswith("2.13."):
+        assert variant == "int const* at::TensorBase::const_data_ptr<int>() const"
+        tag = _sym(
+            "_ZNR5torch7Library4_defEON3c1014FunctionSchemaEPNS1_12OperatorNameERKSt6vectorIN2at3"
+            "TagESaIS8_EENS_17_RegisterOrVerifyE",
+            None,
+        )
+        assert "torch::headeronly::Tag" in (probe.close_variant(tag, tables, demangle) or "")
 
 
 def test_demangler() -> None:
@@ -356,14 +456,19 @@ def test_built_against_another_torch(report: dict[str, Any]) -> None:
 
     pkg = report["packages"]["smoke-oldtorch"]
     assert pkg["requires_torch"] == "==2.9.1"
+    assert pkg["built_for"]["source"] == "wheel metadata: Requires-Dist torch==2.9.1"
+    assert (pkg["torch"]["built_for"], pkg["torch"]["installed"]) == ("2.9.1", torch.__version__)
     check = _check(report, "smoke-oldtorch", "undefined_symbols")
     assert check["status"] == "fail"
-    assert "another torch" in check["reason"] and "torch==2.9.1" in check["reason"]
-    assert torch.__version__ in check["reason"]
+    assert (
+        "built for torch 2.9.1 (wheel metadata: Requires-Dist torch==2.9.1), "
+        f"this env has torch {torch.__version__}: 1 torch symbol(s) missing: "
+        "c10::SymInt::sym_ne(c10::SymInt const&) const"
+    ) in check["reason"]
     (sym,) = _ext(report, "smoke-oldtorch")["missing_symbols"]
     assert sym["name"] == "_ZNK3c106SymInt6sym_neERKS0_"
     assert sym["demangled"] == "c10::SymInt::sym_ne(c10::SymInt const&) const"
-    assert sym["expected_from"] == "libc10.so"
+    assert sym["expected_from"] == "libc10.so" and sym["cause"] == "torch_abi"
 
 
 @pytest.mark.slow
@@ -380,7 +485,7 @@ def test_cxx11_abi_mismatch(report: dict[str, Any]) -> None:
 def test_cuda_runtime_absent(report: dict[str, Any]) -> None:
     check = _check(report, "smoke-cudart12", "undefined_symbols")
     assert check["status"] == "fail"
-    assert "CUDA runtime libcudart.so.12 absent" in check["reason"]
+    assert "needs CUDA 12 libraries (libcudart.so.12): this env provides " in check["reason"]
     ext = _ext(report, "smoke-cudart12")
     assert ext["missing_libs"] == ["libcudart.so.12"]
     assert "not linked against cudart" not in " ".join(ext["diagnosis"])
@@ -488,7 +593,7 @@ def test_targets_agree_with_cuobjdump(smoke_fixtures: Any) -> None:
 @pytest.mark.slow
 @needs_build
 def test_entry_header_bytes(smoke_fixtures: Any) -> None:
-    """Byte 28 of the entry header is the SM number; kind 2 is SASS (FACTS section 7)."""
+    """Byte 28 of the entry header is the SM number; kind 2 is SASS."""
     elf = probe.open_elf(str(smoke_fixtures.libs["sm90"]))
     assert elf is not None
     ((start, _stop),) = elf.section_ranges(".nv_fatbin")

@@ -117,6 +117,13 @@ def test_right_build_passes_and_absent_recipe_packages_skip(
         assert host["smoke"]["arch"] == "12.0" and host["arch_source"] == "--arch"
         assert host["smoke"]["packages"]["minikernel"]["installed"] is True
         assert host["python_source"] == "--python"
+        # The wheel's build record, per package, and the torch it names beside the env's.
+        mk_pkg = host["packages"]["minikernel"]
+        assert mk_pkg["provenance"]["arch_list"] == ["12.0"]
+        assert mk_pkg["provenance"]["gencodes"] == ["sm_120"]
+        assert mk_pkg["torch"]["built_for_source"] == "build record sm120kit-build.json"
+        assert mk_pkg["torch"]["built_for"] == mk_pkg["torch"]["installed"]
+        assert host["packages"]["sgl-kernel"].get("provenance") is None
     # gpu1 has a (simulated) GPU: the op is asked for, and skips on the CPU torch.
     gpu = checks(doc["hosts"][GPU_HOST], "minikernel")["gpu_op"]
     assert gpu["status"] == "skip" and "is_available() is False" in gpu["reason"]
@@ -229,6 +236,8 @@ def test_table_output(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
     assert set(rows) >= {"import_order", "undefined_symbols", "arch_coverage", "loader", "gpu_op"}
     assert "fail" in rows["undefined_symbols"] and "pass" in rows["arch_coverage"]
     assert "undefined __cudaPushCallConfiguration" in out  # the per-.so problem lines
+    assert "cause cudart_not_linked: not linked against cudart" in out
+    assert re.search(r"minikernel 0\.1\.0: built for torch \S+ \(build record", out)
     assert "smoke failed: minikernel:" in proc.stderr  # the recap
 
 
@@ -357,3 +366,56 @@ def test_failure_line_names_the_cause() -> None:
         "skip",
         "not installed in /e/bin/python (not in this env)",
     )
+
+
+def test_recipe_declarations() -> None:
+    """What the recipes tell the probe: without a recipe for the host, the first recipe
+    listing the package stands in (these are facts about the package)."""
+    declared = smoke_ops.declarations(None)
+    sgl = declared["sgl-kernel"]
+    assert (sgl["recipe"], sgl["version"], sgl["torch"], sgl["arch"]) == (
+        "r570",
+        "0.3.21",
+        "==2.9.1",
+        ["12.0"],
+    )
+    assert set(sgl["not_for_arch"]) == {"flash_ops", "flashmla_ops"}
+    assert sgl["not_for_arch"]["flash_ops"].startswith("FA3 (FlashAttention 3), Hopper only")
+    assert "no recipe for this host" in sgl["source"]
+    assert declared["minikernel"]["not_for_arch"] == {}
+
+
+@pytest.mark.parametrize(
+    ("edit", "error"),
+    [
+        (
+            ("not_for_arch = { flash_ops =", 'not_for_arch = { "flash-ops" ='),
+            r"r580\.toml:\d+: packages\[2\]\.smoke\.not_for_arch\.flash-ops: "
+            r"not an extension module name$",
+        ),
+        (
+            ("not_for_arch = ", "not_for_archs = "),
+            r"r580\.toml:\d+: packages\[2\]\.smoke\.not_for_archs: unknown key "
+            r"\(did you mean 'not_for_arch'\?\)",
+        ),
+        (
+            ('flashmla_ops = "FlashMLA, Hopper/B200 only: sm_90a, sm_100a"', 'flashmla_ops = ""'),
+            r"r580\.toml:\d+: packages\[2\]\.smoke\.not_for_arch\.flashmla_ops: must not be empty",
+        ),
+    ],
+)
+def test_bad_smoke_declaration_is_one_line(
+    tmp_path: Path, edit: tuple[str, str], error: str
+) -> None:
+    from sm120kit.errors import RecipeError
+    from sm120kit.recipes import load_recipes
+
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "recipes", tmp_path / "recipes")
+    path = tmp_path / "recipes" / "r580.toml"
+    text = path.read_text()
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(RecipeError) as err:
+        load_recipes(tmp_path / "recipes", patches_dir=repo / "patches")
+    assert re.search(error, str(err.value)) and "\n" not in str(err.value)

@@ -653,6 +653,7 @@ def make_builder(
             "progress": progress,
             "front_end": "pip",
             "timeout": timeout,
+            "provenance": provenance_fields(state, name, key),
         }
         # PATH is extended on the host: only there is its current value known.
         cuda_bin = posixpath.join(state.toolkit.cuda_home, "bin")
@@ -685,6 +686,26 @@ def make_builder(
         )
 
     return build
+
+
+def provenance_fields(state: ProvisionState, name: str, key: str) -> dict[str, Any]:
+    """What only the controller knows for the wheel's build record (``sm120kit-build.json``,
+    written by build_wheel.py, which adds the torch, nvcc and device code it measures)."""
+    record = state.packages.get(name) or {}
+    pkg = state.resolved.package(name)
+    return {
+        "package": name,
+        "recipe": state.resolved.recipe.name,
+        "cache_key": key,
+        "arch_list": list(state.arch_list),
+        "source": {**dict(pkg.get("source") or {}), "digest": record.get("source_digest")},
+        "patches": list(record.get("patches") or []),
+        "recipe_torch": {
+            "version": state.resolved.values.get("torch.version"),
+            "cuda": state.resolved.values.get("torch.cuda"),
+            "pin": pkg.get("torch") or None,
+        },
+    }
 
 
 #: Lines pip and the front end wrap a failed build in: they never say what went wrong.

@@ -27,6 +27,7 @@ from .. import smoke as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..plan import PlanOptions, prepare
+from ..recipes import PackageSpec, Recipe
 from ..results import RunResult
 from ..runner import HostContext
 from ..state import ProvisionState
@@ -64,6 +65,70 @@ class Target:
     arch: str | None
     arch_source: str
     gpu: bool
+    #: Per package, what the recipe says smoke should know (see `declarations`).
+    declared: Mapping[str, Mapping[str, Any]] | None = None
+
+
+# --------------------------------------------------------------------------------- recipe
+
+
+def _declaration(
+    recipe: Recipe, pkg: PackageSpec, version: str, torch: str, arch: list[str], source: str
+) -> dict[str, Any]:
+    return {
+        "recipe": recipe.name,
+        "source": source,
+        "version": version,
+        "arch": list(arch),
+        "torch": torch,
+        "not_for_arch": dict(pkg.not_for_arch),
+    }
+
+
+def declarations(
+    state: ProvisionState | None, opts: PlanOptions | None = None
+) -> dict[str, dict[str, Any]]:
+    """What the recipe tells the probe per package: its version, torch pin, target archs and
+    the modules that carry no code for them by design (``[packages.smoke] not_for_arch``).
+
+    Without a recipe for the host (``--python`` on a host no recipe serves), the first recipe
+    listing the package stands in: these are facts about the package, not the host.
+    """
+    if state is not None:
+        recipe = state.resolved.recipe
+        out = {}
+        for pkg in recipe.packages:
+            values = state.resolved.package(pkg.name)
+            out[pkg.name] = _declaration(
+                recipe,
+                pkg,
+                str(values.get("version") or pkg.version),
+                str(values.get("torch") or ""),
+                list(state.arch_list or recipe.arch),
+                f"recipe {recipe.name}",
+            )
+        return out
+    from ..recipes import load_recipes
+
+    try:
+        recipes = opts.recipes() if opts is not None else load_recipes()
+    except RecipeError:
+        return {}
+    fallback: dict[str, dict[str, Any]] = {}
+    for name in sorted(recipes):
+        recipe = recipes[name]
+        for pkg in recipe.packages:
+            if pkg.name in fallback:
+                continue
+            fallback[pkg.name] = _declaration(
+                recipe,
+                pkg,
+                pkg.version,
+                str(pkg.torch) if pkg.torch is not None else "",
+                list(recipe.arch),
+                f"recipe {recipe.name} (no recipe for this host: the first listing {pkg.name})",
+            )
+    return fallback
 
 
 # --------------------------------------------------------------------------------- arch
@@ -171,6 +236,9 @@ def judge_packages(
             "installed": True,
             "version": raw.get("version"),
             "checks": checks,
+            "provenance": raw.get("provenance"),
+            "built_for": raw.get("built_for"),
+            "torch": raw.get("torch"),
         }
     return out
 
@@ -216,6 +284,7 @@ def run_probe(ctx: HostContext, target: Target) -> SmokeRun:
         arch=target.arch,
         gpu=target.gpu,
         timeout=CHECK_TIMEOUT,
+        declared=target.declared,
     )
     ctx.runner.progress.step(
         ctx.host.name, "smoke", f"{len(target.packages)} package(s) in {target.python}"
@@ -302,7 +371,9 @@ def smoke_task(
             state.resolved.recipe.name if state is not None else None,
         )
         gpu = gpu_capability(ctx.facts) is not None
-        target = Target(py, py_source, env, names, explicit, cc, cc_source, gpu)
+        target = Target(
+            py, py_source, env, names, explicit, cc, cc_source, gpu, declarations(state, opts)
+        )
         with ctx.step("smoke") as step:
             run = run_probe(ctx, target)
             ctx.set(
@@ -331,7 +402,7 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
     py, py_source, env = _managed_python(state)
     cc, cc_source = choose_arch(None, state.facts, {}, state.arch_list, state.resolved.recipe.name)
     gpu = gpu_capability(state.facts) is not None
-    target = Target(py, py_source, env, tuple(names), True, cc, cc_source, gpu)
+    target = Target(py, py_source, env, tuple(names), True, cc, cc_source, gpu, declarations(state))
     with ctx.step("smoke") as step:
         run = run_probe(ctx, target)
         # `packages` in provision's JSON is the build record: the verdicts go inside it.
@@ -342,6 +413,8 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
                 "checks": [
                     {k: c.get(k) for k in ("check", "status", "reason")} for c in verdict["checks"]
                 ],
+                "built_for": verdict.get("built_for"),
+                "torch": verdict.get("torch"),
             }
         step.message = _summary(run.packages)
         raise_on_failure(ctx, target, run)
@@ -378,6 +451,13 @@ def render(console: Console, result: RunResult) -> None:
         console.print(table)
         report = probe.SmokeReport.from_json(doc)
         for pkg_name, pkg in report.packages.items():
+            if not pkg.installed:
+                continue
+            line = probe.torch_line(pkg)
+            if line:
+                console.print(Text(f"  {pkg_name} {pkg.version}: {line}"))
+            for line in probe.info_lines(pkg):
+                console.print(Text(f"  {pkg_name}: {line}", style="cyan"))
             if packages.get(pkg_name, {}).get("status") != "fail":
                 continue
             lines = probe.problem_lines(pkg)

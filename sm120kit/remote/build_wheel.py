@@ -224,6 +224,207 @@ def _write_json_atomic(path, doc):
     os.replace(tmp, path)
 
 
+# -- build provenance ---------------------------------------------------------------------
+
+#: The build record written into the dist-info of every wheel this script builds.
+PROVENANCE_FILE = "sm120kit-build.json"
+PROVENANCE_SCHEMA = 1
+
+_TORCH_INFO = (
+    "import json, sys, torch\n"
+    "abi = getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', None)\n"
+    "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,"
+    " 'cxx11_abi': None if abi is None else bool(abi),"
+    " 'python': '%d.%d.%d' % sys.version_info[:3]}))\n"
+)
+
+
+def _torch_info(python, env):
+    """The build env's torch as it imports there (the record says what was, not what was asked)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", _TORCH_INFO], capture_output=True, text=True, env=env, timeout=600
+        )
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode == 0 and lines:
+            return json.loads(lines[-1])
+        err = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        err = str(exc)
+    return {"version": None, "cuda": None, "cxx11_abi": None, "error": err[:300]}
+
+
+def _nvcc_version(env):
+    """'13.0.88' from the nvcc the build used (CUDA_HOME's, else PATH's), or None."""
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc", path=env.get("PATH"))
+    if not nvcc or not os.path.exists(nvcc):
+        return None, None
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, nvcc
+    m = re.search(r"release [\d.]+, V([\d.]+)", out)
+    return (m.group(1) if m else None), nvcc
+
+
+_FATBIN_MAGIC = b"\x50\xed\x55\xba"  # u32 0xBA55ED50, little-endian
+
+
+def device_code(data):
+    """(SASS targets, PTX targets) in one ELF file's .nv_fatbin sections (headers only).
+
+    The same reading as the smoke probe's: a container is a 16-byte header (magic, version,
+    header size, payload size); each entry header has kind (1 PTX, 2 SASS), the SM number at
+    byte 28 and flags at byte 40 (0x100000: an `a` target, 0x200000: an `f` target).
+    """
+    import struct
+
+    sass, ptx = set(), set()
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        return [], []
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = headers[shstrndx] if shstrndx < len(headers) else None
+    for sh in headers:
+        if names is None:
+            break
+        start = names[4] + sh[0]
+        name = data[start : data.find(b"\0", start)]
+        if name not in (b".nv_fatbin", b"__nv_relfatbin") or sh[1] == 8:
+            continue
+        pos, limit = sh[4], sh[4] + sh[5]
+        while True:
+            pos = data.find(_FATBIN_MAGIC, pos, limit)
+            if pos < 0 or pos + 16 > limit:
+                break
+            _m, _v, hsize, psize = struct.unpack_from("<IHHQ", data, pos)
+            if hsize < 16:
+                pos += 4
+                continue
+            entry, end = pos + hsize, min(pos + hsize + psize, limit)
+            while entry + 48 <= end:
+                kind, _ev, ehsize, epsize = struct.unpack_from("<HHIQ", data, entry)
+                if kind not in (1, 2) or ehsize < 48:
+                    break
+                (sm,) = struct.unpack_from("<I", data, entry + 28)
+                (flags,) = struct.unpack_from("<Q", data, entry + 40)
+                variant = "a" if flags & 0x100000 else ("f" if flags & 0x200000 else "")
+                if kind == 2:
+                    sass.add("sm_%d%s" % (sm, variant))
+                else:
+                    ptx.add("compute_%d%s" % (sm, variant))
+                entry += ehsize + epsize
+            pos = max(end, pos + 4)
+    key = lambda t: (int(re.sub(r"\D", "", t) or 0), t)  # noqa: E731
+    return sorted(sass, key=key), sorted(ptx, key=key)
+
+
+def _record_hash(data):
+    import base64
+
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return "sha256=" + digest
+
+
+def write_provenance(wheel, record):
+    """Add ``<dist-info>/sm120kit-build.json`` (and its RECORD line) to a built wheel.
+
+    The wheel is rewritten beside itself and moved into place, so a failure leaves the
+    original. Fills in what the wheel itself shows: name, version and the device code of
+    every shared object in it. Returns the record written.
+    """
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zin:
+        infos = zin.infolist()
+        dist_info = next(
+            (i.filename.split("/")[0] for i in infos if i.filename.endswith(".dist-info/RECORD")),
+            None,
+        )
+        if dist_info is None:
+            raise ValueError("%s has no .dist-info/RECORD" % os.path.basename(wheel))
+        name, _, version = dist_info[: -len(".dist-info")].partition("-")
+        code = {}
+        for info in infos:
+            if re.search(r"\.so(\.\d+)*$", info.filename):
+                sass, ptx = device_code(zin.read(info))
+                if sass or ptx:
+                    code[info.filename] = {"sass": sass, "ptx": ptx}
+        record = dict(record)
+        record.setdefault("package", name)
+        record["wheel_version"] = version
+        record["device_code"] = code
+        record["gencodes"] = sorted(
+            {t for c in code.values() for t in c["sass"] + c["ptx"]},
+            key=lambda t: (int(re.sub(r"\D", "", t) or 0), t),
+        )
+        body = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+        target = dist_info + "/" + PROVENANCE_FILE
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(wheel), prefix=".provenance-")
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
+                for info in infos:
+                    if info.filename == target:
+                        continue
+                    data = zin.read(info)
+                    if info.filename == dist_info + "/RECORD":
+                        lines = [
+                            ln
+                            for ln in data.decode().splitlines()
+                            if ln and not ln.startswith(target + ",")
+                        ]
+                        own = [
+                            i for i, ln in enumerate(lines) if ln.startswith(info.filename + ",")
+                        ]
+                        line = "%s,%s,%d" % (target, _record_hash(body), len(body))
+                        lines.insert(own[0] if own else len(lines), line)
+                        zout.writestr(_entry(target, info), body)
+                        data = ("\n".join(lines) + "\n").encode()
+                    zout.writestr(info, data, compress_type=info.compress_type)
+            os.replace(tmp, wheel)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return record
+
+
+def _entry(name, like):
+    import zipfile
+
+    info = zipfile.ZipInfo(name, date_time=like.date_time)
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def build_provenance(args, env):
+    """What the build record says beyond what the wheel shows: the torch and nvcc measured in
+    the build env, the arch list and knob env, and the controller's fields (recipe, cache key,
+    source, patches) from ``args["provenance"]``."""
+    given = dict(args.get("provenance") or {})
+    knob_env = dict(args.get("env") or {})
+    nvcc, nvcc_path = _nvcc_version(env)
+    arch = given.pop("arch_list", None)
+    if arch is None:
+        raw = knob_env.get("TORCH_CUDA_ARCH_LIST") or ""
+        arch = [a for a in re.split(r"[;,\s]+", raw) if a]
+    record = {
+        "schema": PROVENANCE_SCHEMA,
+        "tool": "sm120kit",
+        "torch": _torch_info(args["python"], env),
+        "toolkit": {"nvcc": nvcc, "nvcc_path": nvcc_path, "cuda_home": knob_env.get("CUDA_HOME")},
+        "arch_list": list(arch),
+        "env": knob_env,
+        "pip_args": list(args.get("pip_args") or []),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    record.update(given)
+    return record
+
+
 # -- the build ----------------------------------------------------------------------------
 
 
@@ -337,6 +538,16 @@ def run_build(args):
         }
         if exit_code == 0 and len(wheels) == 1:
             final = os.path.join(out_dir, wheels[0])
+            # The record goes in before the wheel is hashed (and cached by that hash). A wheel
+            # it cannot be added to is still the build's result; the failure is reported.
+            try:
+                result["provenance"] = write_provenance(
+                    os.path.join(tmp_out, wheels[0]), build_provenance(args, env)
+                )
+            except (OSError, ValueError, KeyError) as exc:
+                result["provenance_error"] = f"{PROVENANCE_FILE} not written: {exc}"
+                with open(log_path, "a", encoding="utf-8") as log:
+                    log.write("# sm120kit: {}\n".format(result["provenance_error"]))
             digest = sha256_file(os.path.join(tmp_out, wheels[0]))
             os.replace(os.path.join(tmp_out, wheels[0]), final)
             result.update(ok=True, wheel=final, sha256=digest)

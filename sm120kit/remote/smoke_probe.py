@@ -12,12 +12,21 @@ Arguments (one JSON document, argv[1])::
      "arch": "12.0" | null,                 # compute capability to judge for
      "gpu": false,                          # run one tiny real op per package when CUDA works
      "gpu_ops": {"pkg": "python code"},     # optional: override/add the op per package
-     "jobs": 4, "timeout": 300}             # optional: parallel subprocesses, seconds each
+     "jobs": 4, "timeout": 300,             # optional: parallel subprocesses (default: one
+                                            # per CPU, memory permitting), seconds each
+     "declared": {"pkg": {                  # optional, from the recipe (docs/smoke.md):
+        "recipe": "r580", "source": "recipe r580", "version": "0.3.21",
+        "arch": ["12.0"],                   # the recipe's target archs
+        "torch": "==2.9.1",                 # its torch pin for this package version
+        "not_for_arch": {"flash_ops": "why"}}}}  # modules with no code for those archs
 
 Checks per distribution: import order (after ``import torch`` and alone), undefined symbols
-(dlopen RTLD_NOW after torch, plus a static ELF read with the loader's search rules), arch
-coverage (the ``.nv_fatbin`` headers), the arch-dispatching loader (sgl-kernel style ``sm*/``
-variant directories, evaluated with a faked capability), and a GPU op.
+(dlopen RTLD_NOW after torch, plus a static ELF read with the loader's search rules; every
+missing library, version and symbol sorted into causes), arch coverage (the ``.nv_fatbin``
+headers; modules declared not for the arch are ``info``), the arch-dispatching loader
+(sgl-kernel style ``sm*/`` variant directories, evaluated with a faked capability), and a
+GPU op. The wheel's build record (``sm120kit-build.json`` in its dist-info) says which torch
+it was built for; else a Requires-Dist pin; else the recipe's pin.
 
 Output::
 
@@ -27,14 +36,21 @@ Output::
      "error": "..." (only when the env could not be inspected),
      "missing_python": true (only when no interpreter is at "python"; "error" says why),
      "packages": {name: {"installed", "version", "requires_torch": "==2.9.1" | "" | null,
-        "location", "checks": [{"check": "import_order" | "undefined_symbols" |
+        "location", "provenance": {...} | null, "built_for": {"torch", "cuda", "source"} | null,
+        "torch": {"built_for", "built_for_source", "installed", "installed_cuda", "cpu_build",
+        "summary"}, "declared": {"source", "not_for_arch": {rel: why}} | null,
+        "checks": [{"check": "import_order" | "undefined_symbols" |
         "arch_coverage" | "loader" | "gpu_op", "status": "pass" | "warn" | "fail" | "skip",
         "reason": one line, "details": {...}}],
         "extensions": [{"path", "rel", "module", "needed", "rpath", "runpath", "missing_libs",
           "needs_torch_loaded", "missing_symbols": [{"name", "demangled", "expected_from",
           "version"}], "missing_symbols_total", "missing_versions": [{"version", "library",
           "path"}], "sass": ["sm_120", "sm_120a"], "ptx": ["compute_120"], "has_fatbin",
-          "dlopen_error", "import_error", "import_alone_error", "diagnosis": [...]}]}}}
+          "dlopen_error", "import_error", "import_alone_error", "diagnosis": [...],
+          "causes": [{"cause", "reason", "libraries", "symbols", "symbols_total"}]}]}}}
+
+Missing symbols carry ``cause`` and, for torch ones, ``variant`` (the installed torch's
+closest definition). Per-file entries in a check's details may have status ``info``.
 """
 
 from __future__ import annotations
@@ -55,7 +71,7 @@ from typing import Any
 PROBE_VERSION = 1
 MARK = "@@SM120KIT-SMOKE@@"
 
-# --- fatbin layout (FACTS.md section 7; flag bits measured on nvcc 13.0 output) -------------
+# --- fatbin layout (checked against cuobjdump in the tests; flag bits measured on nvcc 13.0) ---
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_CONTAINER_HEADER = 16  # u32 magic, u16 version, u16 header size, u64 payload size
 ENTRY_KIND_PTX = 1
@@ -96,6 +112,10 @@ CUDART_SYMBOLS = {
 }
 TORCH_MANGLED_RE = re.compile(r"^_ZN[KVr]*(3c10|2at|5torch|6caffe2)")
 MAX_LISTED_SYMBOLS = 40
+#: Read from scanned distributions at most this many missing symbols each (sorting needs all).
+MAX_SCANNED_SYMBOLS = 5000
+#: The build record sm120kit writes into the dist-info of every wheel it builds.
+PROVENANCE_FILE = "sm120kit-build.json"
 
 
 # =============================================================================================
@@ -708,110 +728,400 @@ def short_error(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def diagnose(
-    ext: dict[str, Any], torch_info: dict[str, Any], requires_torch: str | None
-) -> list[str]:
-    """One-line causes (FACTS section 6) for one extension's load problems, most basic first."""
-    out: list[str] = []
+#: CUDA libraries whose soname major is the CUDA major they belong to (libcudart.so.12 is
+#: CUDA 12's runtime). cuDNN and NCCL number their sonames by their own versions.
+CUDA_MAJOR_LIBS = (
+    "libcudart",
+    "libnvrtc",
+    "libnvrtc-builtins",
+    "libcublas",
+    "libcublasLt",
+    "libcufft",
+    "libcufftw",
+    "libcurand",
+    "libcusparse",
+    "libcusolver",
+    "libnvJitLink",
+    "libcupti",
+    "libnvblas",
+)
+DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
+TORCH_CUDA_LIBS = ("libc10_cuda", "libtorch_cuda")
+MAX_CITED = 3
+#: How causes are listed: the ones that explain the most first.
+CAUSE_ORDER = (
+    "glibc_too_old",
+    "libstdcxx_too_old",
+    "symbol_version",
+    "cxx11_abi",
+    "torch_abi",
+    "torch_cpu_build",
+    "cuda_major",
+    "no_driver",
+    "cudart_not_linked",
+    "cudart_too_old",
+    "torch_lib_missing",
+    "library_missing",
+    "symbol_missing",
+    "load_error",
+)
+
+
+def cuda_lib_major(lib: str) -> tuple[str, int] | None:
+    """('libcudart', 12) for 'libcudart.so.12'; None for anything else."""
+    m = re.match(r"^(lib[\w+-]+)\.so\.(\d+)", lib)
+    if m and m.group(1) in CUDA_MAJOR_LIBS:
+        return m.group(1), int(m.group(2))
+    return None
+
+
+def torch_is_cpu_build(torch_info: dict[str, Any]) -> bool:
+    """The installed torch has no CUDA parts (torch.version.cuda is None, or a +cpu build)."""
+    version = str(torch_info.get("version") or "")
+    if not version or torch_info.get("error") and not torch_info.get("dir"):
+        return False
+    return torch_info.get("cuda") in (None, "") or version.endswith("+cpu")
+
+
+def torch_text(torch_info: dict[str, Any]) -> str:
+    """'torch 2.13.0+cpu' (or 'no importable torch')."""
+    version = torch_info.get("version")
+    return f"torch {version}" if version else "no importable torch"
+
+
+def built_for_text(built_for: dict[str, Any] | None) -> str | None:
+    """'torch 2.9.1 (recipe pin for sgl-kernel 0.3.21)', or None when nothing says."""
+    if not built_for or not built_for.get("torch"):
+        return None
+    spec = str(built_for["torch"])
+    what = spec[2:] if spec.startswith("==") else spec
+    cuda = built_for.get("cuda")
+    cu = f" with CUDA {cuda}" if cuda else ""
+    return f"torch {what}{cu} ({built_for.get('source') or 'source unknown'})"
+
+
+def drift_line(built_for: dict[str, Any] | None, torch_info: dict[str, Any]) -> str:
+    """'built for torch 2.9.1 (recipe pin ...), this env has torch 2.13.0+cpu'."""
+    here = torch_text(torch_info)
+    was = built_for_text(built_for)
+    if was:
+        return f"built for {was}, this env has {here}"
+    return (
+        f"built against another torch than this env's {here} "
+        "(no build record, wheel pin or recipe pin says which)"
+    )
+
+
+def _cite(symbols: list[dict[str, Any]], variants: Any = None) -> str:
+    """Up to MAX_CITED symbols, demangled, each with the installed torch's close variant."""
+    parts = []
+    for s in symbols[:MAX_CITED]:
+        text = s.get("demangled") or s["name"]
+        if "variant" not in s and variants is not None:
+            s["variant"] = variants(s)
+        if s.get("variant"):
+            text += " [installed torch has {}]".format(s["variant"])
+        parts.append(text)
+    more = len(symbols) - MAX_CITED
+    return ", ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def sort_causes(
+    ext: dict[str, Any],
+    torch_info: dict[str, Any],
+    built_for: dict[str, Any] | None = None,
+    provided: Any = None,
+    variants: Any = None,
+) -> list[dict[str, Any]]:
+    """Every missing library, version and symbol of one .so, sorted into causes.
+
+    Returns ``[{"cause", "reason", "libraries", "symbols"}]``, root causes first. ``ext`` holds
+    ``missing_libs``, ``missing_versions``, ``needed``, loader errors and every missing
+    symbol (``all_missing_symbols``, else ``missing_symbols``); ``provided(base)`` lists the
+    sonames of a CUDA library (``libcudart``) this env has; ``variants(symbol)`` names the
+    installed torch's closest definition of a missing torch symbol.
+    """
     missing_libs = list(ext.get("missing_libs") or [])
-    syms = list(ext.get("missing_symbols") or [])
+    syms = list(ext.get("all_missing_symbols") or ext.get("missing_symbols") or [])
     versions = list(ext.get("missing_versions") or [])
     err = ext.get("dlopen_error") or ext.get("import_error") or ""
     # Fold in what the real loader said, in case the static read missed it.
     m = re.search(r"version `([^']+)' not found", err)
     if m and not any(v["version"] == m.group(1) for v in versions):
-        lib = re.match(r"^\s*([^:]+):", err)
+        lib_m = re.match(r"^\s*([^:]+):", err)
         versions.append(
-            {"version": m.group(1), "library": os.path.basename(lib.group(1)) if lib else "?"}
+            {"version": m.group(1), "library": os.path.basename(lib_m.group(1)) if lib_m else "?"}
         )
     m = re.search(r"([^\s:/]+): cannot open shared object file", err)
     if m and m.group(1) not in missing_libs:
         missing_libs.append(m.group(1))
     m = re.search(r"undefined symbol: (\S+)", err)
     if m and not any(s["name"] == m.group(1) for s in syms):
-        syms.append(
-            {"name": m.group(1), "demangled": m.group(1), "expected_from": None, "version": None}
+        syms.append({"name": m.group(1), "demangled": m.group(1), "expected_from": None})
+
+    for s in syms:
+        s.pop("cause", None)  # sorted afresh on every call
+    causes: list[dict[str, Any]] = []
+
+    def add(cause: str, reason: str, libs: list[str], symbols: list[dict[str, Any]]) -> None:
+        for s in symbols:
+            s["cause"] = cause
+        causes.append(
+            {
+                "cause": cause,
+                "reason": reason,
+                "libraries": libs,
+                "symbols": [s.get("demangled") or s["name"] for s in symbols[:MAX_CITED]],
+                "symbols_total": len(symbols),
+            }
         )
 
-    tv = torch_info.get("version") or "unknown"
     for v in versions:
         if v["version"].startswith(("GLIBCXX_", "CXXABI_")):
-            out.append(
-                "libstdc++ too old: {} lacks {} (built with a newer GCC; use a newer libstdc++, e.g. conda's, or build here)".format(
-                    v["library"], v["version"]
-                )
-            )
+            reason = "libstdc++ too old: {} lacks {} (built with a newer GCC; use a newer libstdc++, e.g. conda's, or build here)"
+            kind = "libstdcxx_too_old"
         elif v["version"].startswith("GLIBC_"):
-            out.append(
-                "glibc too old: {} lacks {} (built on a newer distro)".format(
-                    v["library"], v["version"]
-                )
-            )
+            reason, kind = "glibc too old: {} lacks {} (built on a newer distro)", "glibc_too_old"
         else:
-            out.append("{} lacks symbol version {}".format(v["library"], v["version"]))
-    for lib in missing_libs:
-        if lib.startswith("libcudart"):
-            out.append(
-                "CUDA runtime {} absent (torch {} ships CUDA {}): built for another CUDA major".format(
-                    lib, tv, torch_info.get("cuda") or "none, CPU build"
-                )
-            )
-        elif lib.startswith(("libcuda.so", "libnvidia-ml.so")):
-            out.append(f"{lib} (from the NVIDIA driver) not found: no driver on this host")
-        elif lib.startswith(("libc10", "libtorch")):
-            out.append(
-                f"{lib} not found even with torch loaded: torch {tv} lacks it (CPU build or other version)"
-            )
-        else:
-            out.append(
-                f"{lib} not found (RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.conf dirs, torch/lib searched)"
-            )
-    cudart = [s for s in syms if is_cudart_symbol(s["name"])]
-    linked = [lib for lib in ext.get("needed") or [] if lib.startswith("libcudart")]
-    if cudart and not linked:
-        out.append(
-            f"not linked against cudart: undefined {cudart[0]['name']} (link -lcudart or cudart_static)"
-        )
-    elif cudart and not any(lib in missing_libs for lib in linked):
-        out.append(f"{linked[0]} lacks {cudart[0]['name']}: an older CUDA runtime than the build's")
+            reason, kind = "{} lacks symbol version {}", "symbol_version"
+        mine = [s for s in syms if s.get("version") == v["version"] and "cause" not in s]
+        add(kind, reason.format(v["library"], v["version"]), [v["library"]], mine)
+
+    left = [s for s in syms if "cause" not in s]
+    here = torch_text(torch_info)
+    cpu = torch_is_cpu_build(torch_info)
+    needed = list(ext.get("needed") or [])
+
+    def origin(s: dict[str, Any]) -> str:
+        return str(s.get("expected_from") or "")
+
+    # The C++11 string ABI: one flag decides every std::string in the signatures.
     abi_torch = torch_info.get("cxx11_abi")
-    old = [s for s in syms if uses_old_string(s["name"], s.get("demangled") or s["name"])]
-    new = [s for s in syms if "__cxx11" in s["name"]]
+    old = [s for s in left if uses_old_string(s["name"], s.get("demangled") or s["name"])]
+    new = [s for s in left if "__cxx11" in s["name"]]
     if old and abi_torch is not False:
-        out.append(
-            "C++11 ABI mismatch: built with _GLIBCXX_USE_CXX11_ABI=0 (old std::string in {}), torch {} uses the C++11 ABI".format(
-                old[0].get("demangled") or old[0]["name"], tv
-            )
+        add(
+            "cxx11_abi",
+            "C++11 ABI mismatch: built with _GLIBCXX_USE_CXX11_ABI=0 (old std::string in {}), {} uses the C++11 ABI".format(
+                old[0].get("demangled") or old[0]["name"], here
+            ),
+            [],
+            old,
         )
     elif new and abi_torch is False:
-        out.append(
-            "C++11 ABI mismatch: built with the C++11 ABI ({}), torch {} uses _GLIBCXX_USE_CXX11_ABI=0".format(
-                new[0].get("demangled") or new[0]["name"], tv
-            )
+        add(
+            "cxx11_abi",
+            "C++11 ABI mismatch: built with the C++11 ABI ({}), {} uses _GLIBCXX_USE_CXX11_ABI=0".format(
+                new[0].get("demangled") or new[0]["name"], here
+            ),
+            [],
+            new,
         )
-    abi_names = {s["name"] for s in old + new}
-    torchy = [
-        s for s in syms
-        if s["name"] not in abi_names and is_torch_symbol(s["name"], s.get("demangled") or s["name"])
-    ]  # fmt: skip
+    left = [s for s in syms if "cause" not in s]
+
+    # A CPU torch: its CUDA half (libc10_cuda, libtorch_cuda) is simply not there.
+    cpu_libs = [lib for lib in missing_libs if lib.startswith(TORCH_CUDA_LIBS)]
+    cpu_syms = [s for s in left if origin(s).startswith(TORCH_CUDA_LIBS)]
+    if cpu and (cpu_libs or cpu_syms):
+        if cpu_syms:
+            need = "{} symbol(s) need them, e.g. {}".format(
+                len(cpu_syms), cpu_syms[0].get("demangled") or cpu_syms[0]["name"]
+            )
+        else:
+            need = "NEEDED: " + ", ".join(cpu_libs)
+        add(
+            "torch_cpu_build",
+            f"{here} is a CPU build: libtorch_cuda/libc10_cuda are not there ({need})",
+            cpu_libs,
+            cpu_syms,
+        )
+        missing_libs = [lib for lib in missing_libs if lib not in cpu_libs]
+    left = [s for s in syms if "cause" not in s]
+
+    # ABI drift: torch symbols the installed torch does not define (the CUDA half of a
+    # CPU torch is counted above).
+    torchy = [s for s in left if is_torch_symbol(s["name"], s.get("demangled") or s["name"])]
     if torchy:
-        pin = f"torch{requires_torch}" if requires_torch else "no torch version"
-        out.append(
-            "built against another torch: the wheel pins {}, installed torch {} (undefined {})".format(
-                pin, tv, torchy[0].get("demangled") or torchy[0]["name"]
-            )
+        torchy.sort(key=lambda s: (origin(s).startswith(TORCH_CUDA_LIBS), s["name"]))
+        if variants is not None:
+            # Those the installed torch has a close variant of say most: cite them first.
+            for s in torchy[:20]:
+                s["variant"] = variants(s)
+            torchy.sort(key=lambda s: not s.get("variant"))
+        add(
+            "torch_abi",
+            "{}: {} torch symbol(s) missing: {}".format(
+                drift_line(built_for, torch_info), len(torchy), _cite(torchy, variants)
+            ),
+            [],
+            torchy,
         )
-    rest = [s for s in syms if s not in cudart and s["name"] not in abi_names and s not in torchy]
-    if rest and not out:
-        s = rest[0]
-        out.append(
+    left = [s for s in syms if "cause" not in s]
+
+    # CUDA libraries of one major: the env must provide that major.
+    by_major: dict[int, list[str]] = {}
+    for lib in missing_libs:
+        parsed = cuda_lib_major(lib)
+        if parsed:
+            by_major.setdefault(parsed[1], []).append(lib)
+    for major, libs in sorted(by_major.items()):
+        have: list[str] = []
+        if provided is not None:
+            for lib in libs:
+                parsed = cuda_lib_major(lib)
+                have += [h for h in provided(parsed[0] if parsed else lib) if h not in have]
+        cuda_syms = [s for s in left if origin(s) in libs]
+        if have:
+            majors = sorted({str(m[1]) for m in map(cuda_lib_major, have) if m})
+            where = "this env provides CUDA {} ({})".format(" and ".join(majors), ", ".join(have))
+        else:
+            where = "this env provides none" + (
+                " (CPU torch, no nvidia-* CUDA wheels)" if cpu else ""
+            )
+        add(
+            "cuda_major",
+            "needs CUDA {} libraries ({}): {}".format(major, ", ".join(libs), where),
+            libs,
+            cuda_syms,
+        )
+        missing_libs = [lib for lib in missing_libs if lib not in libs]
+        left = [s for s in syms if "cause" not in s]
+
+    cudart = [s for s in left if is_cudart_symbol(s["name"])]
+    linked = [lib for lib in needed if lib.startswith("libcudart")]
+    if cudart and not linked:
+        add(
+            "cudart_not_linked",
+            f"not linked against cudart: undefined {cudart[0]['name']} (link -lcudart or cudart_static)",
+            [],
+            cudart,
+        )
+    elif cudart:
+        add(
+            "cudart_too_old",
+            f"{linked[0]} lacks {cudart[0]['name']}: an older CUDA runtime than the build's",
+            linked[:1],
+            cudart,
+        )
+    left = [s for s in syms if "cause" not in s]
+
+    for lib in missing_libs:
+        if lib.startswith(DRIVER_LIBS):
+            driver_syms = [s for s in left if re.match(r"^(cu[A-Z]|nvml)", s["name"])]
+            add(
+                "no_driver",
+                f"{lib} (from the NVIDIA driver) not found: no driver on this host",
+                [lib],
+                driver_syms,
+            )
+        elif lib.startswith(("libc10", "libtorch")):
+            add(
+                "torch_lib_missing",
+                f"{lib} not found even with torch loaded: {here} lacks it",
+                [lib],
+                [s for s in left if origin(s) == lib],
+            )
+        else:
+            add(
+                "library_missing",
+                f"{lib} not found (RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.conf dirs, torch/lib searched)",
+                [lib],
+                [s for s in left if origin(s) == lib],
+            )
+        left = [s for s in syms if "cause" not in s]
+
+    if left and not causes:
+        s = left[0]
+        add(
+            "symbol_missing",
             "undefined symbol {} (expected from {})".format(
                 s.get("demangled") or s["name"], s.get("expected_from") or "?"
-            )
+            ),
+            [],
+            left,
         )
-    if not out and err:
-        out.append(short_error(err))
-    return out
+    if not causes and err:
+        add("load_error", short_error(err), [], [])
+    # Root causes first: a torch or C++ ABI that does not match explains the most.
+    causes.sort(key=lambda c: CAUSE_ORDER.index(c["cause"]) if c["cause"] in CAUSE_ORDER else 99)
+    return causes
+
+
+def diagnose(
+    ext: dict[str, Any],
+    torch_info: dict[str, Any],
+    built_for: dict[str, Any] | None = None,
+    provided: Any = None,
+    variants: Any = None,
+) -> list[str]:
+    """One line per cause of one extension's load problems (see :func:`sort_causes`)."""
+    return [c["reason"] for c in sort_causes(ext, torch_info, built_for, provided, variants)]
+
+
+def mangled_scope(name: str) -> str | None:
+    """The mangled qualified name of a C++ function, without its signature.
+
+    ``_ZNK2at10TensorBase14const_data_ptrIiTnNSt9enable_if...`` -> ``2at10TensorBase14const_data_ptr``;
+    None for names this simple reader does not follow (substitutions, operators).
+    """
+    if name.startswith("_ZN"):
+        i = 3
+        while i < len(name) and name[i] in "rVKRO":
+            i += 1
+    elif name.startswith("_Z"):
+        i = 2
+    else:
+        return None
+    start = i
+    if name.startswith("St", i):
+        i += 2
+    parts = 0
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        i = j + int(name[i:j])
+        parts += 1
+        if not name.startswith("_ZN"):
+            break
+    if not parts or i > len(name):
+        return None
+    if not name.startswith("_ZN"):
+        return name[start:i]
+    nxt = name[i : i + 2]
+    if nxt in ("C1", "C2", "C3", "D0", "D1", "D2"):
+        return name[start:i] + nxt[0]  # a constructor or destructor of that class
+    if nxt[:1] in ("E", "I"):
+        return name[start:i]
+    return None  # an operator or something this reader does not follow
+
+
+def close_variant(
+    symbol: dict[str, Any], tables: list[dict[str, set[str]]], demangle: Any, limit: int = 400
+) -> str | None:
+    """The defined symbol of the same qualified name whose demangled text is closest."""
+    import difflib
+
+    scope = mangled_scope(symbol["name"])
+    if not scope:
+        return None
+    want = symbol.get("demangled") or symbol["name"]
+    candidates: list[str] = []
+    for table in tables:
+        for name in table:
+            if scope[:-1] in name[: len(scope) + 8] and mangled_scope(name) == scope:
+                candidates.append(name)
+                if len(candidates) >= limit:
+                    break
+    best, best_ratio = None, 0.0
+    for name in candidates:
+        if name == symbol["name"]:
+            continue
+        text = demangle(name)
+        ratio = difflib.SequenceMatcher(None, want, text).ratio()
+        if ratio > best_ratio:
+            best, best_ratio = text, ratio
+    return best
 
 
 # =============================================================================================
@@ -836,6 +1146,9 @@ def _emit(obj):
 
 INSPECT_SRC = (
     _PRELUDE
+    + "PROVENANCE_FILE = "
+    + repr(PROVENANCE_FILE)
+    + "\n"
     + r"""
 import re, site, importlib.machinery, importlib.util
 import importlib.metadata as md
@@ -898,8 +1211,18 @@ for name in ARGS["packages"]:
             top_list.append(t)
         elif any(l["module"] == t for l in libs):
             top_list.append(t)
+    provenance = None
+    try:
+        text = d.read_text(PROVENANCE_FILE)
+        if text is not None:
+            provenance = json.loads(text)
+            if not isinstance(provenance, dict):
+                provenance = {"error": "%s is not a JSON object" % PROVENANCE_FILE}
+    except Exception as e:
+        provenance = {"error": "%s unreadable: %s" % (PROVENANCE_FILE, _err(e))}
     out["packages"][name] = {"installed": True, "version": d.version, "requires": list(d.requires or []),
-                             "location": base, "top_level": top_list, "libraries": libs}
+                             "location": base, "top_level": top_list, "libraries": libs,
+                             "provenance": provenance}
 _emit(out)
 """
 )
@@ -1071,6 +1394,23 @@ def run_target(
 # =============================================================================================
 
 
+#: Memory one probe subprocess may take: an interpreter that imported torch and a big .so.
+JOB_MEMORY = 1 << 30
+
+
+def default_jobs() -> int:
+    """Fresh interpreters at once: one per CPU, as many as the available memory holds."""
+    cpus = os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return max(1, min(cpus, int(line.split()[1]) * 1024 // JOB_MEMORY))
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(1, min(cpus, 4))
+
+
 class Context:
     """What every check shares: the target interpreter, torch, the loader's view of the host."""
 
@@ -1080,7 +1420,7 @@ class Context:
         self.args = args
         self.python = args["python"]
         self.timeout = float(args.get("timeout") or 300)
-        self.jobs = int(args.get("jobs") or min(4, os.cpu_count() or 1))
+        self.jobs = int(args.get("jobs") or default_jobs())
         self.env_info = env_info
         self.torch = torch_info
         self.resolver = Resolver(os.environ.get("LD_LIBRARY_PATH", ""), system_lib_dirs())
@@ -1115,6 +1455,61 @@ class Context:
         if cc is None:
             self.arch_source = "none"
         self.cc = cc
+        self._torch_tables: list[dict[str, set[str]]] | None = None
+        self._provided: dict[str, list[str]] = {}
+        self._variants: dict[str, str | None] = {}
+
+    def lib_dirs(self) -> list[str]:
+        """Where this env's CUDA libraries can come from: torch's nvidia-* wheels, then the
+        loader's own search path."""
+        dirs: list[str] = []
+        if self.torch_dir:
+            dirs += sorted(glob.glob(os.path.join(self.torch_dir, "..", "nvidia", "*", "lib")))
+            dirs += sorted(glob.glob(os.path.join(self.torch_dir, "..", "nvidia", "*", "*", "lib")))
+        for sp in self.env_info.get("site_packages") or []:
+            dirs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
+        dirs += self.resolver.env_dirs + self.resolver.sys_dirs
+        out: list[str] = []
+        for d in dirs:
+            real = os.path.realpath(d)
+            if real not in out and os.path.isdir(real):
+                out.append(real)
+        return out
+
+    def provided(self, base: str) -> list[str]:
+        """Sonames of CUDA library ``base`` (``libcudart``) this env has, e.g. libcudart.so.13."""
+        if base not in self._provided:
+            found: list[str] = []
+            for d in self.lib_dirs():
+                for path in sorted(glob.glob(os.path.join(d, base + ".so.*"))):
+                    m = re.match(r"^(.+\.so\.\d+)", os.path.basename(path))
+                    if m and m.group(1) not in found:
+                        found.append(m.group(1))
+            self._provided[base] = found
+        return self._provided[base]
+
+    def torch_tables(self) -> list[dict[str, set[str]]]:
+        """Defined dynamic symbols of the installed torch's libraries (for close variants)."""
+        if self._torch_tables is None:
+            self._torch_tables = []
+            if self.torch_dir:
+                for path in sorted(glob.glob(os.path.join(self.torch_dir, "lib", "lib*.so*"))):
+                    name = os.path.basename(path)
+                    if not name.startswith(("libc10", "libtorch")):
+                        continue
+                    elf = open_elf(path)
+                    if elf is not None:
+                        self._torch_tables.append(elf.symbols()[1])
+        return self._torch_tables
+
+    def variant(self, symbol: dict[str, Any]) -> str | None:
+        """The installed torch's closest definition of a missing torch symbol (memoized: the
+        same symbol goes missing from many .so files of one package)."""
+        if symbol["name"] not in self._variants:
+            self._variants[symbol["name"]] = close_variant(
+                symbol, self.torch_tables(), self.demangle
+            )
+        return self._variants[symbol["name"]]
 
 
 def static_extension(ctx: Context, path: str) -> dict[str, Any]:
@@ -1177,7 +1572,8 @@ def static_extension(ctx: Context, path: str) -> dict[str, Any]:
             continue
         missing_syms.append((name, version))
     ext["missing_symbols_total"] = len(missing_syms)
-    for name, version in missing_syms[:MAX_LISTED_SYMBOLS]:
+    # Every one is kept until the causes are sorted (check_undefined), then the list is cut.
+    for name, version in missing_syms[:MAX_SCANNED_SYMBOLS]:
         dem = ctx.demangle(name)
         ext["missing_symbols"].append(
             {
@@ -1221,7 +1617,8 @@ def check_import_order(ctx: Context, modules: list[dict[str, Any]]) -> dict[str,
             "details": details,
         }
     terr = ctx.torch.get("error")
-    failed = [m for m in modules if m["with_torch"]]
+    judged = [m for m in modules if not m.get("not_for_arch")]
+    failed = [m for m in judged if m["with_torch"]]
     if failed:
         m = failed[0]
         reason = "{} fails even after import torch: {}".format(
@@ -1231,7 +1628,7 @@ def check_import_order(ctx: Context, modules: list[dict[str, Any]]) -> dict[str,
         if terr:
             reason = f"import torch failed: {short_error(terr)}"
         return {"check": "import_order", "status": "fail", "reason": reason, "details": details}
-    alone = [m for m in modules if m["alone"]]
+    alone = [m for m in judged if m["alone"]]
     if alone:
         m = alone[0]
         err = short_error(m["alone"])
@@ -1246,8 +1643,15 @@ def check_import_order(ctx: Context, modules: list[dict[str, Any]]) -> dict[str,
     }
 
 
-def check_undefined(ctx: Context, exts: list[dict[str, Any]], pin: str | None) -> dict[str, Any]:
-    """Missing libraries, versions and symbols of every shipped .so, after torch."""
+def check_undefined(
+    ctx: Context,
+    exts: list[dict[str, Any]],
+    built_for: dict[str, Any] | None,
+    not_for_arch: dict[str, str] | None = None,
+    first: str | None = None,
+) -> dict[str, Any]:
+    """Missing libraries, versions and symbols of every shipped .so after torch, sorted into
+    causes. A .so the recipe declares not for this arch is listed, not judged."""
     if not exts:
         return {
             "check": "undefined_symbols",
@@ -1255,6 +1659,7 @@ def check_undefined(ctx: Context, exts: list[dict[str, Any]], pin: str | None) -
             "reason": "no shared objects",
             "details": {},
         }
+    skip = not_for_arch or {}
     bad = []
     for ext in exts:
         problems = (
@@ -1264,30 +1669,53 @@ def check_undefined(ctx: Context, exts: list[dict[str, Any]], pin: str | None) -
             or ext["dlopen_error"]
         )
         if problems:
-            ext["diagnosis"] = diagnose(ext, ctx.torch, pin)
+            causes = sort_causes(ext, ctx.torch, built_for, ctx.provided, ctx.variant)
+            ext["causes"] = causes
+            ext["diagnosis"] = [c["reason"] for c in causes]
+            order = {c["cause"]: i for i, c in enumerate(causes)}
+            ext["missing_symbols"].sort(key=lambda sym: order.get(sym.get("cause"), len(order)))
             bad.append(ext)
+        del ext["missing_symbols"][MAX_LISTED_SYMBOLS:]
+    where = cc_text(ctx.cc) if ctx.cc else "this arch"
+    judged = [e for e in bad if e["path"] not in skip]
+    # The file the package's loader picks first, then extension modules, then the rest.
+    judged.sort(key=lambda e: (e["path"] != first, not e.get("module"), e.get("rel") or ""))
     details = {
         "checked": len(exts),
         "failing": [
             {
                 "path": e["path"],
+                "rel": e.get("rel"),
+                "causes": [c["cause"] for c in e.get("causes", [])],
                 "diagnosis": e.get("diagnosis", []),
                 "dlopen_error": e["dlopen_error"],
             }
+            for e in judged
+        ],
+        "not_judged": [
+            {
+                "path": e["path"],
+                "rel": e.get("rel"),
+                "status": "info",
+                "reason": f"not for {where} by design, not judged: {skip[e['path']]}",
+                "diagnosis": e.get("diagnosis", []),
+            }
             for e in bad
+            if e["path"] in skip
         ],
     }
-    if not bad:
+    if not judged:
+        extra = f" ({len(bad)} not for {where} by design, not judged)" if bad else ""
         return {
             "check": "undefined_symbols",
             "status": "pass",
-            "reason": f"{len(exts)} shared object(s) resolve every symbol after torch",
+            "reason": f"{len(exts) - len(bad)} shared object(s) resolve every symbol after torch{extra}",
             "details": details,
         }
-    first = bad[0]
-    diag = first.get("diagnosis") or ["does not load"]
-    more = f" (+{len(bad) - 1} more .so)" if len(bad) > 1 else ""
-    reason = "{}: {}{}".format(first.get("rel") or first["path"], diag[0], more)
+    head = judged[0]
+    diag = head.get("diagnosis") or ["does not load"]
+    more = f" (+{len(judged) - 1} more .so)" if len(judged) > 1 else ""
+    reason = "{}: {}{}".format(head.get("rel") or head["path"], "; ".join(diag), more)
     return {"check": "undefined_symbols", "status": "fail", "reason": reason, "details": details}
 
 
@@ -1295,10 +1723,18 @@ _RANK = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
 
 
 def check_arch(
-    ctx: Context, exts: list[dict[str, Any]], excluded: dict[str, str]
+    ctx: Context,
+    exts: list[dict[str, Any]],
+    excluded: dict[str, str],
+    not_for_arch: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Whether each .so with device code carries SASS (or PTX) for the GPU."""
+    """Whether each .so with device code carries SASS (or PTX) for the GPU.
+
+    ``excluded``: variant files the loader does not pick for this capability (not judged);
+    ``not_for_arch``: files the recipe declares carry no code for this arch by design (info).
+    """
     with_code = [e for e in exts if e["sass"] or e["ptx"]]
+    declared = not_for_arch or {}
     details: dict[str, Any] = {
         "arch": cc_text(ctx.cc) if ctx.cc else None,
         "files": [],
@@ -1319,29 +1755,51 @@ def check_arch(
             "reason": "no compute capability given (device code for {})".format(", ".join(targets)),
             "details": details,
         }
+    where = cc_text(ctx.cc)
     worst = ("pass", "", "")
+    infos = []
     for ext in with_code:
         if ext["path"] in excluded:
             continue
         status, reason = arch_verdict(ext["sass"], ext["ptx"], ctx.cc)
-        details["files"].append({"path": ext["path"], "status": status, "reason": reason})
+        label = ext.get("rel") or ext["path"]
+        if ext["path"] in declared:
+            have = ", ".join(ext["sass"] + ext["ptx"])
+            reason = f"not for {where} by design: {declared[ext['path']]} (has {have})"
+            details["files"].append(
+                {"path": ext["path"], "rel": label, "status": "info", "reason": reason}
+            )
+            infos.append(label)
+            continue
+        details["files"].append(
+            {"path": ext["path"], "rel": label, "status": status, "reason": reason}
+        )
         if _RANK[status] > _RANK[worst[0]] or not worst[1]:
-            worst = (status, reason, ext.get("rel") or ext["path"])
+            worst = (status, reason, label)
+    info_text = ""
+    if infos:
+        names = ", ".join(os.path.basename(i).split(".")[0] for i in infos)
+        info_text = f"; {len(infos)} not for {where} by design ({names})"
     if not worst[1]:
         return {
             "check": "arch_coverage",
             "status": "skip",
-            "reason": "no device code on the load path",
+            "reason": "no device code on the load path" + info_text,
             "details": details,
         }
-    n = len(details["files"])
+    n = len(details["files"]) - len(infos)
     if worst[0] == "pass":
-        reason = f"{n} .so with device code, all run on {cc_text(ctx.cc)}"
+        reason = f"{n} .so with device code, all run on {where}"
         if n == 1:
             reason = f"{worst[2]}: {worst[1]}"
     else:
         reason = f"{worst[2]}: {worst[1]}"
-    return {"check": "arch_coverage", "status": worst[0], "reason": reason, "details": details}
+    return {
+        "check": "arch_coverage",
+        "status": worst[0],
+        "reason": reason + info_text,
+        "details": details,
+    }
 
 
 VARIANT_DIR_RE = re.compile(r"(^|/)sm\d+[a-z]?/[^/]+$")
@@ -1476,6 +1934,8 @@ def probe_package(
 ) -> dict[str, Any]:
     """All checks for one installed distribution."""
     pin = requires_torch(info.get("requires") or [])
+    declared = (ctx.args.get("declared") or {}).get(name) or {}
+    built_for = package_built_for(name, info, declared)
     libs = info["libraries"]
     exts = {lib["path"]: static_extension(ctx, lib["path"]) for lib in libs}
     for lib in libs:
@@ -1486,6 +1946,7 @@ def probe_package(
             exts[lib["path"]]["module"] = mod
         else:
             lib["module"] = None
+    skip = not_for_arch(ctx, libs, declared)
     ext_modules = {e["module"] for e in exts.values() if e["module"]}
     tops = [t for t in info.get("top_level") or [] if t not in ext_modules]
 
@@ -1563,6 +2024,7 @@ def probe_package(
                     "path": key,
                     "with_torch": None,
                     "alone": None,
+                    "not_for_arch": skip.get(key),
                 },
             )
         else:
@@ -1571,21 +2033,118 @@ def probe_package(
             )
         mod["with_torch" if with_torch else "alone"] = res.get("import")
 
-    checks = [check_import_order(ctx, list(modules.values()))]
     ext_list = list(exts.values())
-    checks.append(check_undefined(ctx, ext_list, pin))
     loader, excluded = check_loader(ctx, info, exts)
-    checks.append(check_arch(ctx, ext_list, excluded))
-    checks.append(loader)
-    checks.append(check_gpu(ctx, name))
+    chosen = (loader.get("details") or {}).get("chosen")
+    first = os.path.realpath(os.path.join(info["location"], chosen)) if chosen else None
+    checks = [
+        check_import_order(ctx, list(modules.values())),
+        check_undefined(ctx, ext_list, built_for, skip, first),
+        check_arch(ctx, ext_list, excluded, skip),
+        loader,
+        check_gpu(ctx, name),
+    ]
     return {
         "installed": True,
         "version": info.get("version"),
         "requires_torch": pin or None,
         "location": info.get("location"),
+        "provenance": info.get("provenance"),
+        "built_for": built_for,
+        "torch": torch_summary(built_for, ctx.torch),
+        "declared": {
+            "source": declared.get("source"),
+            "not_for_arch": {
+                (os.path.relpath(p, info["location"])): why for p, why in sorted(skip.items())
+            },
+        }
+        if declared
+        else None,
         "checks": checks,
         "extensions": ext_list,
     }
+
+
+def torch_summary(built_for: dict[str, Any] | None, torch_info: dict[str, Any]) -> dict[str, Any]:
+    """Which torch the package was built for and which this env has, side by side."""
+    spec = str((built_for or {}).get("torch") or "")
+    return {
+        "built_for": (spec[2:] if spec.startswith("==") else spec) or None,
+        "built_for_source": (built_for or {}).get("source"),
+        "installed": torch_info.get("version"),
+        "installed_cuda": torch_info.get("cuda"),
+        "cpu_build": torch_is_cpu_build(torch_info),
+        "summary": drift_line(built_for, torch_info)
+        if built_for
+        else "built for an unknown torch (no build record, wheel pin or recipe pin), this env has "
+        + torch_text(torch_info),
+    }
+
+
+def _public(version: Any) -> str:
+    return str(version or "").split("+", 1)[0]
+
+
+def package_built_for(
+    name: str, info: dict[str, Any], declared: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Which torch the package was built for, and what says so.
+
+    The build record sm120kit writes into the wheel wins; then a ``torch`` pin in the wheel's
+    Requires-Dist; then the recipe's torch pin for this package version (wheels built
+    elsewhere, like PyPI's sgl-kernel, whose metadata pins no torch at all).
+    """
+    prov = info.get("provenance")
+    if isinstance(prov, dict) and isinstance(prov.get("torch"), dict):
+        version = prov["torch"].get("version")
+        if version:
+            return {
+                "torch": "==" + str(version),
+                "cuda": prov["torch"].get("cuda"),
+                "source": f"build record {PROVENANCE_FILE}",
+            }
+    pin = requires_torch(info.get("requires") or [])
+    if pin:
+        return {"torch": pin, "cuda": None, "source": f"wheel metadata: Requires-Dist torch{pin}"}
+    spec = declared.get("torch")
+    if spec and _public(declared.get("version")) == _public(info.get("version")):
+        return {
+            "torch": str(spec),
+            "cuda": None,
+            "source": "recipe pin for {} {}".format(name, declared.get("version")),
+            "recipe": declared.get("recipe"),
+        }
+    return None
+
+
+def not_for_arch(
+    ctx: Context, libs: list[dict[str, Any]], declared: dict[str, Any]
+) -> dict[str, str]:
+    """{path: reason} of the .so files the recipe declares carry no code for the judged arch.
+
+    A declaration applies only when the capability judged is one the recipe targets. Keys are
+    module names (``flash_ops``, ``sgl_kernel.flash_ops``) or paths inside the distribution.
+    """
+    table = declared.get("not_for_arch") or {}
+    if not table or ctx.cc is None:
+        return {}
+    targets = set()
+    for arch in declared.get("arch") or []:
+        m = re.match(r"^(\d+)\.(\d+)", str(arch))
+        if m:
+            targets.add((int(m.group(1)), int(m.group(2))))
+    if ctx.cc not in targets:
+        return {}
+    out: dict[str, str] = {}
+    for lib in libs:
+        rel = lib["rel"]
+        stem = os.path.basename(rel).split(".")[0]
+        dotted = rel.rsplit("/", 1)[0].replace("/", ".") + "." + stem if "/" in rel else stem
+        for key, why in table.items():
+            if key in (stem, dotted, rel) or dotted.endswith("." + key):
+                out[lib["path"]] = str(why)
+                break
+    return out
 
 
 def resolve_python(given: str | None) -> tuple[str, str | None]:
@@ -1651,6 +2210,9 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
                     "installed": False,
                     "version": None,
                     "requires_torch": None,
+                    "provenance": None,
+                    "built_for": None,
+                    "torch": None,
                     "checks": [],
                     "extensions": [],
                 }

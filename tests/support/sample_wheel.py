@@ -26,6 +26,7 @@ from typing import Any
 from sm120kit.connection import LocalConnection
 from sm120kit.host import Host
 from sm120kit.remote import run_script
+from sm120kit.remote.build_wheel import PROVENANCE_FILE, PROVENANCE_SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_SRC = REPO / "examples" / "minikernel"
@@ -97,8 +98,10 @@ def build_sample_wheel(
         "CUDA_HOME": str(NVCC.parent.parent),
         **(extra_env or {}),
     }
+    # The build record's schema is in the key: build_wheel.py writes it into the wheel.
+    record = f"{PROVENANCE_FILE} schema {PROVENANCE_SCHEMA}"
     key = hashlib.sha256(
-        json.dumps([sources_hash(), env, _tool_versions(), python], sort_keys=True).encode()
+        json.dumps([sources_hash(), env, _tool_versions(), python, record], sort_keys=True).encode()
     ).hexdigest()[:20]
     slot = (root or cache_root()) / f"minikernel-{key}"
     slot.mkdir(parents=True, exist_ok=True)
