@@ -46,7 +46,20 @@ def context(state: ProvisionState) -> dict[str, Any]:
     """What besides the installed files decides a verdict: checks, arch, GPUs."""
     gpu = state.facts.get("gpu") or {}
     gpus = [g.get("compute_cap") for g in gpu.get("gpus") or []] if gpu.get("present") else []
-    return {"code": code_digest(), "arch": state.arch_list, "gpus": gpus}
+    # The recipe's declarations (torch pin, modules not for the arch by design) change
+    # verdicts too, so a recipe edit must not reuse a verdict judged under the old one.
+    return {
+        "code": code_digest(),
+        "arch": state.arch_list,
+        "gpus": gpus,
+        "declarations": _declarations(state),
+    }
+
+
+def _declarations(state: ProvisionState) -> dict[str, Any]:
+    from .ops import smoke as ops_smoke  # ops.smoke imports the runner layer: load on use
+
+    return ops_smoke.declarations(state)
 
 
 def memo_dir(state: ProvisionState) -> str:

@@ -277,7 +277,13 @@ def test_smoke_memo_keys_on_what_the_verdict_depends_on(tmp_path: Path) -> None:
     other = smoke_memo.check(args)
     assert other["key"] != first["key"] and other["memo"] is None
     # Another probe, arch or GPU set: another key.
-    for change in ({"code": "c2"}, {"arch": ["12.1"]}, {"gpus": ["12.0"]}):
+    declared = {"sgl-kernel": {"not_for_arch": {"flash_ops": "FA3: Hopper only"}}}
+    for change in (
+        {"code": "c2"},
+        {"arch": ["12.1"]},
+        {"gpus": ["12.0"]},
+        {"declarations": declared},
+    ):
         changed = smoke_memo.check({**args, "context": {**args["context"], **change}})
         assert changed["key"] not in (first["key"], other["key"])
     # Nothing to fingerprint (package absent): never a key, never a memo.
