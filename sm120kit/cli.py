@@ -26,8 +26,8 @@ from invoke.exceptions import Exit
 from rich.console import Console
 from rich.markup import escape
 
-from .connection import ConnectOptions
 from . import validate
+from .connection import ConnectOptions
 from .errors import Interrupted, Sm120Error, one_line
 from .host import Host
 from .inventory import Inventory, load_inventory

@@ -429,7 +429,7 @@ def _trap_signals() -> dict[int, Any] | None:
     """Turn SIGINT/SIGTERM/SIGHUP into Interrupted in the main thread; the old handlers."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    previous = {}
+    previous: dict[int, Any] = {}
     for sig in _SIGNALS:
         previous[sig] = signal.signal(sig, _raise_interrupted)
     return previous
