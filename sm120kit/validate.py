@@ -153,3 +153,31 @@ def check_recipe_flags(
             select_recipe(recipes, driver=str(driver), arch=norm or "12.0", forced=recipe)
         except RecipeError as exc:
             raise RecipeError(f"--driver {driver!r}: {one_line(str(exc))}") from None
+
+
+def check_space(facts: Mapping[str, Any], needed: int, what: str, host: str) -> None:
+    """Refuse a step when facts say the disk under work_root has less than `needed` bytes free.
+
+    Facts measure the free space once, at the start of the run; a step that needs more than
+    that fails here with both figures instead of half-way with a tool's own error (ensurepip,
+    tar, pip) that says nothing about space.
+    """
+    from .errors import HostFailed
+
+    disk = facts.get("disk") or {}
+    free = disk.get("free_bytes")
+    if not isinstance(free, (int, float)) or free >= needed:
+        return
+    raise HostFailed(
+        f"{host}: not enough disk for {what} under {disk.get('path', 'work_root')}: needs "
+        f"{_size(needed)} ({needed} bytes), {_size(free)} ({int(free)} bytes) free; free "
+        "some space or set host var work_root to a larger disk"
+    )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"

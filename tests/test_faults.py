@@ -282,3 +282,199 @@ def test_port_that_does_not_speak_ssh(fleet: Fleet, tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr and "No existing session" not in proc.stderr
     assert doc["summary"]["unreachable"] == 1 and doc["summary"]["failed"] == 0
     assert "unreachable=1" in proc.stderr and "failed=0" in proc.stderr  # counted once
+
+
+@pytest.fixture
+def tiny_work_root(tmp_path: Path) -> Any:
+    """A 3 MiB tmpfs as work_root (needs the right to mount; skipped where there is none)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(work)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+    yield work
+    subprocess.run(["umount", "-l", str(work)], check=False)
+
+
+def test_disk_too_small_is_said_before_the_step(
+    fleet: Fleet, tmp_path: Path, tiny_work_root: Path
+) -> None:
+    inv = inventory(tmp_path, fleet, "gpu1")
+    args = ["install-cuda", "-H", "gpu1", "--driver", "590.48.01", "--arch", "12.0", "-i", str(inv)]
+    code, doc, _ = cli(args, invoke_env(fleet, tmp_path))
+    entry = doc["hosts"]["gpu1"]
+    assert code == 2 and entry["status"] == "failed"
+    assert "not enough disk for CUDA 13.1" in entry["error"]
+    assert "needs 1.0 GiB (1073741824 bytes)" in entry["error"]
+    assert str(tiny_work_root) in entry["error"] and "bytes) free" in entry["error"]
+    assert not any(tiny_work_root.joinpath("toolkits").glob("*"))
+
+
+# --------------------------------------------------------------------------- injection
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("/tmp/x; touch {marker}", "holds characters"),
+        ("$(touch {marker})", "holds characters"),
+        ("relative/work", "is relative"),
+        ("~nosuchuser/work", "another user's home"),
+        (42, "must be a path string"),
+    ],
+)
+def test_bad_work_root_is_refused_before_any_host(
+    fleet: Fleet, tmp_path: Path, value: Any, says: str
+) -> None:
+    marker = tmp_path / "pwned"
+    if isinstance(value, str):
+        value = value.format(marker=marker)
+    inv = inventory(tmp_path, fleet, "gpu1", work_root=value)
+    proc = run_invoke(
+        ["provision", "-H", "gpu1", "-i", str(inv), "--json"], invoke_env(fleet, tmp_path)
+    )
+    assert proc.returncode == 1, proc.stderr
+    doc = json_of(proc)
+    assert says in doc["error"] and "work_root" in doc["error"] and "host gpu1" in doc["error"]
+    assert doc["hosts"] == {}
+    assert not marker.exists()
+    assert not (tmp_path / "runs").exists()  # no run started: no host was touched
+    assert "Traceback" not in proc.stderr
+
+
+@needs_cuda
+@pytest.mark.parametrize(
+    ("ccbin", "says"),
+    [
+        ("/dir $(touch {marker})/gcc", "holds characters"),
+        ("/usr/bin/gcc-12;touch {marker}", "holds characters"),
+        ("gcc-12", "must be an absolute path"),
+        ("/usr/bin/python3", "does not name gcc"),
+    ],
+)
+def test_injected_nvcc_ccbin_is_refused_before_any_host(
+    fleet: Fleet, tmp_path: Path, ccbin: str, says: str
+) -> None:
+    marker = tmp_path / "pwned"
+    inv = inventory(tmp_path, fleet, "gpu1", nvcc_ccbin=ccbin.format(marker=marker))
+    proc = run_invoke(
+        ["install-cuda", "-H", "gpu1", "-i", str(inv), "--json"], invoke_env(fleet, tmp_path)
+    )
+    assert proc.returncode == 1, proc.stderr
+    doc = json_of(proc)
+    assert says in doc["error"] and "nvcc_ccbin" in doc["error"]
+    assert not marker.exists()
+    assert not (tmp_path / "runs").exists()
+
+
+@needs_cuda
+def test_nvcc_ccbin_is_run_for_its_real_version(fleet: Fleet, tmp_path: Path) -> None:
+    """A missing compiler fails; a GCC 16 named `gcc` is over CUDA 13.0's GCC 15 ceiling
+    (the fake compiler is a script answering -dumpfullversion: no GCC 16 exists here)."""
+    env = invoke_env(fleet, tmp_path)
+    inv = inventory(tmp_path, fleet, "gpu1", nvcc_ccbin="/nonexistent/dir/gcc")
+    code, doc, _ = cli(["install-cuda", "-H", "gpu1", "-i", str(inv)], env)
+    entry = doc["hosts"]["gpu1"]
+    assert code == 2 and "is not a working GCC on the host" in entry["error"]
+    fake = tmp_path / "gcc16" / "gcc"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\ncase "$1" in -dump*) echo 16.1.0;; esac\n')
+    fake.chmod(0o755)
+    inv = inventory(tmp_path, fleet, "gpu1", nvcc_ccbin=str(fake))
+    code, doc, _ = cli(["install-cuda", "-H", "gpu1", "-i", str(inv)], env)
+    entry = doc["hosts"]["gpu1"]
+    assert code == 2
+    assert f"{fake} (GCC 16.1.0) is above CUDA 13.0" in entry["error"]
+    assert "ceiling GCC 15" in entry["error"]
+    if Path("/usr/bin/gcc-12").exists():
+        inv = inventory(tmp_path, fleet, "gpu1", nvcc_ccbin="/usr/bin/gcc-12")
+        code, doc, _ = cli(["install-cuda", "-H", "gpu1", "-i", str(inv)], env)
+        step = next(s for s in doc["hosts"]["gpu1"]["steps"] if s["name"] == "host-compiler")
+        assert code == 0 and step["message"].startswith("/usr/bin/gcc-12 (GCC 12.")
+
+
+def test_host_compiler_path_and_version_are_in_the_cache_key() -> None:
+    from types import SimpleNamespace
+
+    from sm120kit.ops.build import cc_version
+
+    facts = {"gcc": [{"path": "/usr/bin/gcc", "version": "12.2.0"}]}
+    plain = SimpleNamespace(host=Host("h", {}), facts=facts)
+    assert cc_version(plain) == "gcc 12.2.0"  # type: ignore[arg-type]
+    chosen = {"gcc": [{"path": "/opt/gcc-14/bin/gcc", "version": "14.2.0"}, *facts["gcc"]]}
+    other = SimpleNamespace(host=Host("h", {"nvcc_ccbin": "/opt/gcc-14/bin/gcc"}), facts=chosen)
+    assert cc_version(other) == "gcc 14.2.0 at /opt/gcc-14/bin/gcc"  # type: ignore[arg-type]
+    # A ccbin the host never ran is no compiler: no basename match with the PATH's gcc.
+    ghost = SimpleNamespace(host=Host("h", {"nvcc_ccbin": "/nonexistent/gcc"}), facts=facts)
+    assert cc_version(ghost) == ""  # type: ignore[arg-type]
+
+
+def test_secrets_never_reach_child_commands(tmp_path: Path) -> None:
+    """On `local` every command runs without the password variables (a user's interpreter
+    here dumps its environment)."""
+    dump = tmp_path / "env.txt"
+    spy = tmp_path / "spy"
+    spy.write_text(f'#!/bin/sh\nenv > {dump}\nexec {sys.executable} "$@"\n')
+    spy.chmod(0o755)
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "local": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": str(spy),
+                            "work_root": str(tmp_path / "work"),
+                        }
+                    }
+                }
+            }
+        )
+    )
+    secret = "s3cret-child-env"
+    env = invoke_env(None, tmp_path, SM120KIT_SSH_PASSWORD=secret, SM120KIT_SUDO_PASSWORD=secret)
+    proc = run_invoke(["facts", "-H", "local", "-i", str(inv), "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    text = dump.read_text()
+    assert "PATH=" in text and secret not in text and "SM120KIT_SSH_PASSWORD" not in text
+
+
+# --------------------------------------------------------------------------- flags, settings
+
+
+FLAG_ERRORS = [
+    (["recipes", "--recipe", "nope"], {}, "--recipe 'nope': no such recipe"),
+    (["recipes", "--recipe", "nope", "-H", "gpu1"], {}, "--recipe 'nope'"),
+    (["install-cuda", "-H", "gpu1", "--recipe", "nope"], {}, "--recipe 'nope'"),
+    (["install-cuda", "-H", "gpu1", "--driver", "abc"], {}, "--driver 'abc'"),
+    (["install-cuda", "-H", "gpu1", "--arch", "99.9"], {}, "--arch '99.9'"),
+    (["build", "--package", "minikernel", "-H", "gpu1", "--max-jobs=-3"], {}, "--max-jobs"),
+    (["build", "--package", "minikernel", "-H", "gpu1", "--max-jobs", "abc"], {}, "--max-jobs"),
+    (["facts", "-H", "gpu1", "--forks", "abc"], {}, "--forks: expected a whole number"),
+    (["facts", "-H", "gpu1"], {"INVOKE_SM120KIT_FORKS": "abc"}, "INVOKE_SM120KIT_FORKS='abc'"),
+    (["facts", "-H", "gpu1"], {"INVOKE_SM120KIT_CONNECT_RETRIES": "0"}, "connect_retries"),
+    (["facts", "-H", "gpu1"], {"INVOKE_SM120KIT_RUN_ROOT": "{file}/runs"}, "setting run_root"),
+    (["facts", "-H", "gpu1"], {"INVOKE_SM120KIT_KNOWN_HOSTS": "{dir}"}, "is not a file"),
+]
+
+
+@pytest.mark.parametrize(("args", "extra", "says"), FLAG_ERRORS)
+def test_flag_and_setting_errors_are_one_json_document(
+    fleet: Fleet, tmp_path: Path, args: list[str], extra: dict[str, str], says: str
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "a-dir").mkdir()
+    extra = {
+        k: v.format(file=tmp_path / "a-file", dir=tmp_path / "a-dir") for k, v in extra.items()
+    }
+    proc = run_invoke([*args, "--json"], invoke_env(fleet, tmp_path, **extra), timeout=120)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    doc = json_of(proc)
+    assert says in doc["error"] and doc["hosts"] == {}
+    assert "\n" not in doc["error"]
+    assert "Traceback" not in proc.stderr
+    assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [f"error: {doc['error']}"]
+    assert not (tmp_path / "runs").exists()  # no run started: no host was touched

@@ -687,6 +687,15 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             state.toolkit = planned_toolkit(spec)
             return state.toolkit
         step.commands = list(plan.commands)
+        if spec.method in INSTALL_SPACE:
+            from ..validate import check_space
+
+            check_space(
+                state.facts,
+                INSTALL_SPACE[spec.method],
+                what.replace("install ", "", 1),
+                state.host.name,
+            )
         doc = _install(ctx, spec, plan, sudo)
         nvcc = doc.get("nvcc") or {}
         size = doc.get("size_bytes")
@@ -718,6 +727,12 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
     )
     state.toolkit = toolkit
     return toolkit
+
+
+#: Free bytes a toolkit install needs under work_root (our estimates, with margin): the pip
+#: wheels unpack to a few hundred MB; a runfile (about 4 GB) is downloaded, then extracted.
+#: apt installs outside work_root and is not checked.
+INSTALL_SPACE = {"pip": 1 << 30, "runfile": 10 << 30}
 
 
 def _install(ctx: HostContext, spec: ToolkitSpec, plan: InstallPlan, sudo: str) -> dict[str, Any]:
