@@ -100,9 +100,12 @@ def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
         'exec "${SHELL:-/bin/sh}" -c "$1"'
     )
     unset = " ".join(SECRET_ENV)
+    args = f"{shlex.quote(inner)} sm120kit {shlex.quote(command)} {shlex.quote(pgid_dir or '')}"
+    # Without a setsid that can wait (-w: util-linux >= 2.26), sshd's own setsid() for the
+    # session (no pty) already makes the shell a group leader, and `exec` keeps its pid.
     return (
-        f"unset {unset}; exec setsid -w /bin/sh -c {shlex.quote(inner)} sm120kit "
-        f"{shlex.quote(command)} {shlex.quote(pgid_dir or '')}"
+        f"unset {unset}; if setsid -w true 2>/dev/null; then exec setsid -w /bin/sh -c {args}; "
+        f"else exec /bin/sh -c {args}; fi"
     )
 
 

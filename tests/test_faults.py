@@ -478,3 +478,42 @@ def test_flag_and_setting_errors_are_one_json_document(
     assert "Traceback" not in proc.stderr
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [f"error: {doc['error']}"]
     assert not (tmp_path / "runs").exists()  # no run started: no host was touched
+
+
+def test_host_lock_heartbeat_and_stale_rule(fleet: Fleet, tmp_path: Path) -> None:
+    """A holder refreshes its lock while it works; a lock from another controller that was
+    not refreshed for lock_stale_after is taken over, a fresh one is not."""
+    from sm120kit.runner import HostContext, Runner, RunOptions
+
+    h = fleet.by_name("gpu8")
+    host = Host("gpu8", {**fleet.all_vars(h), "work_root": str(tmp_path / "work")})
+    owner_file = tmp_path / "work" / "locks" / "run.lock" / "owner.json"
+    seen: list[dict[str, Any]] = []
+
+    def work(ctx: HostContext) -> None:
+        first = json.loads(owner_file.read_text())
+        time.sleep(2.5)  # the heartbeat runs every lock_stale_after / 5 = 1 s (its minimum)
+        seen.extend([first, json.loads(owner_file.read_text())])
+
+    options = RunOptions(
+        connect=ConnectOptions(known_hosts=str(fleet.known_hosts)),
+        run_root=str(tmp_path / "runs"),
+        lock_stale_after=5,
+    )
+    result = Runner(options).run("beat", [host], work, lock=True)
+    assert result.hosts["gpu8"].status == "ok", result.hosts["gpu8"].error
+    assert seen[1]["refreshed"] > seen[0]["refreshed"] == seen[0]["since"]
+    assert not owner_file.exists()
+
+    # Another controller's lock: refused while fresh, taken over once not refreshed.
+    owner_file.parent.mkdir(parents=True)
+    other = {"controller": "other-box", "boot_id": "x", "pid": 4242, "task": "t", "token": "z"}
+    owner_file.write_text(json.dumps({**other, "since": time.time(), "refreshed": time.time()}))
+    held = Runner(options).run("t", [host], lambda c: None, lock=True)
+    assert held.hosts["gpu8"].status == "failed"
+    assert "other-box pid 4242" in (held.hosts["gpu8"].error or "")
+    old = time.time() - 60
+    owner_file.write_text(json.dumps({**other, "since": old, "refreshed": old}))
+    taken = Runner(options).run("t", [host], lambda c: None, lock=True)
+    assert taken.hosts["gpu8"].status == "ok"
+    assert taken.hosts["gpu8"].data["lock_notes"] == ["took over a stale lock"]
