@@ -20,18 +20,14 @@ from .errors import Sm120Error, one_line
 _SAFE_PATH = re.compile(r"[A-Za-z0-9._+/@%=,:-]+")
 
 
-def _where(source: str | None, key: str) -> str:
-    return f"{source}: {key}" if source else key
-
-
-def check_work_root(value: Any, source: str | None = None) -> str:
+def check_work_root(value: Any, where: str = "work_root") -> str:
     """`work_root` must be an absolute path or `~/...` (the login user's home), plain chars.
 
     A relative path would be resolved against the controller's working directory for
     `local` (a provision writing into the checkout) and against the login directory over
-    SSH; `~user/...` depends on another account. Returns the value.
+    SSH; `~user/...` depends on another account. `where` starts the error (file, line and
+    key path when the caller knows them). Returns the value.
     """
-    where = _where(source, "work_root")
     if not isinstance(value, str) or not value:
         raise Sm120Error(f"{where}: must be a path string (absolute, or ~/...), got {value!r}")
     if not _SAFE_PATH.fullmatch(value.lstrip("~")) or "\n" in value:
@@ -54,13 +50,12 @@ def check_work_root(value: Any, source: str | None = None) -> str:
     return value
 
 
-def check_ccbin(value: Any, source: str | None = None) -> str:
+def check_ccbin(value: Any, where: str = "nvcc_ccbin") -> str:
     """`nvcc_ccbin` must be an absolute path of plain characters naming a gcc or g++.
 
     Whether it exists and which GCC it really is are checked on the host, by running it
-    (ops/toolkit.py's host-compiler step). Returns the value.
+    (ops/toolkit.py's host-compiler step). `where` starts the error. Returns the value.
     """
-    where = _where(source, "nvcc_ccbin")
     if not isinstance(value, str) or not value:
         raise Sm120Error(f"{where}: must be an absolute path to gcc/g++, got {value!r}")
     if not _SAFE_PATH.fullmatch(value):
@@ -82,14 +77,14 @@ def check_ccbin(value: Any, source: str | None = None) -> str:
 def check_host_vars(name: str, vars_: Mapping[str, Any], sources: Mapping[str, str]) -> None:
     """The path-naming host vars of host `name`: work_root, nvcc_ccbin."""
     if "work_root" in vars_:
-        check_work_root(vars_["work_root"], _source(name, sources, "work_root"))
+        check_work_root(vars_["work_root"], _where(name, sources, "work_root"))
     if vars_.get("nvcc_ccbin") not in (None, ""):
-        check_ccbin(vars_["nvcc_ccbin"], _source(name, sources, "nvcc_ccbin"))
+        check_ccbin(vars_["nvcc_ccbin"], _where(name, sources, "nvcc_ccbin"))
 
 
-def _source(host: str, sources: Mapping[str, str], key: str) -> str:
+def _where(host: str, sources: Mapping[str, str], key: str) -> str:
     origin = sources.get(key)
-    return f"host {host} ({origin})" if origin else f"host {host}"
+    return f"host {host} ({origin}): {key}" if origin else f"host {host}: {key}"
 
 
 def number(

@@ -620,7 +620,7 @@ def probe_ccbin(ctx: HostContext, state: ProvisionState) -> None:
     if not ccbin:
         return
     source = state.host.var_sources.get("nvcc_ccbin", "inventory")
-    check_ccbin(ccbin, f"host {state.host.name} ({source})")
+    check_ccbin(ccbin, f"host {state.host.name} ({source}): nvcc_ccbin")
     res = ctx.run(f"{shlex.quote(ccbin)} -dumpfullversion -dumpversion", check=False, timeout=60)
     version = parse_gcc_version(res.stdout) if res.ok else None
     if version is None:
