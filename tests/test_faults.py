@@ -120,7 +120,12 @@ needs_cuda = pytest.mark.skipif(not CUDA_130.exists(), reason="needs the system 
 @needs_cuda
 @pytest.mark.parametrize(
     ("where", "sig"),
-    [("ssh", signal.SIGTERM), ("local", signal.SIGINT), ("ssh", signal.SIGINT)],
+    [
+        ("ssh", signal.SIGTERM),
+        ("local", signal.SIGINT),
+        ("ssh", signal.SIGINT),
+        ("ssh", signal.SIGHUP),
+    ],
 )
 def test_signal_mid_run_is_orderly_and_the_rerun_completes(
     fleet: Fleet, tmp_path: Path, where: str, sig: signal.Signals
