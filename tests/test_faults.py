@@ -522,3 +522,28 @@ def test_host_lock_heartbeat_and_stale_rule(fleet: Fleet, tmp_path: Path) -> Non
     taken = Runner(options).run("t", [host], lambda c: None, lock=True)
     assert taken.hosts["gpu8"].status == "ok"
     assert taken.hosts["gpu8"].data["lock_notes"] == ["took over a stale lock"]
+
+
+def test_cache_lock_of_a_dead_process_here_is_taken_over(tmp_path: Path) -> None:
+    """The wheel-cache build lock: a holder recorded by this controller (host name and boot
+    id) whose process is gone is taken over at once, however fresh its record; a live one is
+    not, nor one from another boot."""
+    from sm120kit.cache.store import LocalStore, LockOwner
+
+    store = LocalStore(tmp_path / "store", name="t")
+    key = "ab" * 32
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid that was this controller's and is gone now
+    dead = LockOwner.current()
+    dead.pid, dead.pid_start = child.pid, "1"
+    assert store.acquire(key, dead)
+    me = LockOwner.current()
+    assert store.acquire(key, me, stale_after=3600)
+    assert store.holder(key)["pid"] == os.getpid()  # type: ignore[index]
+    other = LockOwner.current()
+    assert not store.acquire(key, other, stale_after=3600)  # live holder: this process
+    assert store.release(key, me)
+    elsewhere = LockOwner.current()
+    elsewhere.pid, elsewhere.boot_id = child.pid, "another-boot"
+    assert store.acquire(key, elsewhere)
+    assert not store.acquire(key, me, stale_after=3600)
