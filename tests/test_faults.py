@@ -123,6 +123,7 @@ needs_cuda = pytest.mark.skipif(not CUDA_130.exists(), reason="needs the system 
     [
         ("ssh", signal.SIGTERM),
         ("local", signal.SIGINT),
+        ("local", signal.SIGTERM),
         ("ssh", signal.SIGINT),
         ("ssh", signal.SIGHUP),
     ],
