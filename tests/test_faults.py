@@ -195,7 +195,9 @@ def test_killed_controller_lock_is_taken_over(fleet: Fleet, tmp_path: Path) -> N
     notes = doc["hosts"][SSH_HOST]["lock_notes"]
     assert f"run pid {proc.pid}" in notes[0] and "gone" in notes[0]
     assert f"run pid {proc.pid}" in err
-    # The dead run's remote command was killed with the takeover.
+    # The dead run's remote command (still sleeping: nothing else ends it) was killed by the
+    # takeover, with its whole process group.
+    assert "killed its leftover process groups" in notes[0]
     sleeper = int((tmp_path / "sleeper.pid").read_text())
     assert not alive(sleeper)
 
