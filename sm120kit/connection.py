@@ -77,6 +77,23 @@ class uncancelled:  # noqa: N801 - used like a function: `with uncancelled():`
         _STATE.cleanup = self._old
 
 
+class uncounted:  # noqa: N801 - used like a function: `with uncounted():`
+    """Context manager: commands in this thread are not counted in `commands_run` (the lock
+    heartbeat, whose number depends on how long the run takes)."""
+
+    def __enter__(self) -> None:
+        self._old = getattr(_STATE, "uncounted", False)
+        _STATE.uncounted = True
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.uncounted = self._old
+
+
+def _count(conn: Connection) -> None:
+    if not getattr(_STATE, "uncounted", False):
+        conn.commands_run += 1
+
+
 def scrubbed_env() -> dict[str, str]:
     """This process's environment without the password variables."""
     return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
@@ -181,7 +198,7 @@ class LocalConnection(Connection):
     ) -> CommandResult:
         if cancelled():
             raise Interrupted(_REASON[0])
-        self.commands_run += 1
+        _count(self)
         proc = subprocess.Popen(
             ["bash", "-c", command],
             stdin=subprocess.PIPE,
@@ -380,7 +397,7 @@ class SSHConnection(Connection):
         if cancelled():
             raise Interrupted(_REASON[0])
         self.open()
-        self.commands_run += 1
+        _count(self)
         try:
             return _exec(self._conn.client.get_transport(), command, stdin, timeout, self.pgid_dir)
         except (OSError, EOFError, _ssh_exception()) as exc:

@@ -40,6 +40,7 @@ from .connection import (
     connect,
     reset_cancel,
     uncancelled,
+    uncounted,
 )
 from .errors import HostFailed, HostUnreachable, Interrupted, LockHeld, Sm120Error, one_line
 from .host import Host
@@ -408,7 +409,7 @@ class _Heartbeat:
         args = {"work_root": self._ctx.host.work_root, "action": "refresh", "token": self._token}
         while not self._stop.wait(self._interval):
             try:
-                with uncancelled():
+                with uncancelled(), uncounted():
                     self._ctx.script("host_lock", args, timeout=60)
             except Exception as exc:  # noqa: BLE001 - a missed beat is not the task's failure
                 self._ctx.log.warning("host lock refresh failed: %s", one_line(str(exc)))
