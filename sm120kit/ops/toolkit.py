@@ -274,11 +274,14 @@ def choose_compiler(facts: Mapping[str, Any], ccbin: str | None) -> dict[str, An
     """The facts["gcc"] entry nvcc will use: host var nvcc_ccbin's, else plain ``gcc``."""
     gccs = list(facts.get("gcc") or [])
     if ccbin:
-        # Only the very path: a basename match would take /nonexistent/gcc for the PATH's gcc.
+        # The very path, or its gcc sibling in the same directory (g++-14 -> gcc-14); never a
+        # basename match elsewhere, which would take /nonexistent/gcc for the PATH's gcc.
         # check_host_compiler puts the compiler's real version (from running it) in facts.
-        for g in gccs:
-            if g["path"] == ccbin:
-                return dict(g)
+        sibling = posixpath.join(posixpath.dirname(ccbin), _gcc_name(ccbin))
+        for path in (ccbin, sibling):
+            for g in gccs:
+                if g["path"] == path:
+                    return dict(g)
         return None
     for g in gccs:
         if posixpath.basename(g["path"]) == "gcc":
