@@ -1,7 +1,7 @@
 """invoke tasks: parse flags, call the library. `invoke --list` lists them, `invoke T --help` helps.
 
 Every task takes -H/--host and -i/--inventory, and --json prints exactly one JSON document on
-stdout. Exit status: 0 ok, 1 bad input, 2 a host failed or was unreachable.
+stdout. Exit status: 0 ok, 1 bad input, 2 a host failed or was unreachable, 3 interrupted.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def _session(c, host, inventory, json, forks=0, accept_new_host_keys=False, ask_
 
 def _plan_options(c, driver, arch, recipe, packages=None, **extra):
     from sm120kit.plan import PlanOptions
+    from sm120kit.validate import check_recipe_flags
 
-    return PlanOptions(
+    opts = PlanOptions(
         driver=driver,
         arch=arch,
         recipe=recipe,
@@ -68,6 +69,9 @@ def _plan_options(c, driver, arch, recipe, packages=None, **extra):
         recipes_dir=cli.settings(c).get("recipes_dir"),
         extra=extra,
     )
+    if driver is not None or arch is not None or recipe is not None:
+        check_recipe_flags(opts.recipes(), driver, arch, recipe)  # before any host is touched
+    return opts
 
 
 @task(help=helps(*COMMON))

@@ -2,7 +2,9 @@
 
 tasks.py stays thin: each task parses its flags, opens a `Session` here, hands the library a
 task function, and calls `finish`. Exit codes: 0 all hosts ok/changed/skipped, 1 bad input
-(inventory, recipe, flags), 2 a host failed or was unreachable.
+(inventory, recipe, flags, settings), 2 a host failed or was unreachable, 3 interrupted
+(SIGINT, SIGTERM or SIGHUP; the JSON document is still printed, with hosts `interrupted`).
+Every flag, setting and path-naming host var is checked before any host is touched.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import functools
 import getpass
 import json
 import os
+import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +26,9 @@ from invoke.exceptions import Exit
 from rich.console import Console
 from rich.markup import escape
 
+from . import validate
 from .connection import ConnectOptions
-from .errors import Sm120Error  # noqa: F401  (re-exported for tasks.py)
+from .errors import Interrupted, Sm120Error, one_line
 from .host import Host
 from .inventory import Inventory, load_inventory
 from .progress import progress_for
@@ -41,8 +46,17 @@ DEFAULTS: dict[str, Any] = {
     "connect_retries": 3,
     "retry_backoff": 0.5,
     "run_root": "~/.cache/sm120kit/runs",
-    "lock_stale_after": 6 * 3600,
+    "lock_stale_after": 300,
     "recipes_dir": "recipes",
+}
+
+#: Numeric settings: (type, minimum, strictly above the minimum).
+NUMERIC_SETTINGS: dict[str, tuple[type, float, bool]] = {
+    "forks": (int, 1, False),
+    "connect_timeout": (float, 0, True),
+    "connect_retries": (int, 1, False),
+    "retry_backoff": (float, 0, False),
+    "lock_stale_after": (float, 0, True),
 }
 
 SSH_PASSWORD_ENV = "SM120KIT_SSH_PASSWORD"
@@ -50,6 +64,30 @@ SUDO_PASSWORD_ENV = "SM120KIT_SUDO_PASSWORD"
 
 EXIT_BAD_INPUT = 1
 EXIT_HOST_FAILED = 2
+EXIT_INTERRUPTED = 3
+
+
+def _take_bad_env() -> dict[str, str]:
+    """Numeric INVOKE_SM120KIT_* variables that do not parse, removed from the environment.
+
+    invoke casts an environment override to the type of the configured value and dies with
+    a traceback on `INVOKE_SM120KIT_FORKS=abc`, before any task runs; taken out here (when
+    tasks.py is loaded), the bad value is reported by the task as one line instead.
+    """
+    bad: dict[str, str] = {}
+    for key, (kind, _, _) in NUMERIC_SETTINGS.items():
+        var = f"INVOKE_SM120KIT_{key.upper()}"
+        raw = os.environ.get(var)
+        if raw is None:
+            continue
+        try:
+            kind(raw.strip())
+        except ValueError:
+            bad[key] = os.environ.pop(var)
+    return bad
+
+
+_BAD_ENV = _take_bad_env()
 
 #: Short flags for the common options (never -h: that is help).
 SHORT_FLAGS = {"host": "H", "inventory": "i"}
@@ -66,7 +104,23 @@ class Sm120Task(invoke.Task):  # type: ignore[misc]
         opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
         if name in SHORT_FLAGS:
             opts["names"] = [*opts["names"], SHORT_FLAGS[name]]
+        if type(default) in (int, float):
+            # invoke would cast `--forks abc` itself and die with a traceback; the value comes
+            # in as text and __call__ checks it (one line, exit 1, JSON under --json).
+            self._numeric = {**getattr(self, "_numeric", {}), name: type(default)}
+            opts["kind"] = str
         return opts
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for name, kind in getattr(self, "_numeric", {}).items():
+            value = kwargs.get(name)
+            if isinstance(value, str):
+                flag = "--" + name.replace("_", "-")
+                try:
+                    kwargs[name] = validate.number(value, flag, kind=kind)
+                except Sm120Error as exc:
+                    fail(exc, bool(kwargs.get("json")))
+        return super().__call__(*args, **kwargs)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,14 +141,53 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def settings(c: invoke.Context) -> dict[str, Any]:
-    """DEFAULTS overlaid with invoke.yaml's `sm120kit:` section."""
+    """DEFAULTS overlaid with invoke.yaml's `sm120kit:` section, numbers checked."""
     merged = dict(DEFAULTS)
     try:
         section = c.config.get("sm120kit", {}) or {}
     except AttributeError:
         section = {}
     merged.update({k: v for k, v in dict(section).items()})
+    for key, raw in _BAD_ENV.items():
+        raise Sm120Error(
+            f"setting {key} (INVOKE_SM120KIT_{key.upper()}={raw!r}): expected a number"
+        )
+    for key, (kind, minimum, above) in NUMERIC_SETTINGS.items():
+        merged[key] = validate.number(
+            merged.get(key),
+            f"setting {key} (invoke.yaml or INVOKE_SM120KIT_{key.upper()})",
+            kind=kind,
+            minimum=minimum,
+            above=above,
+        )
     return merged
+
+
+def check_known_hosts(path: str | None) -> None:
+    """A configured known_hosts that exists but is not a file is a setting error."""
+    if not path:
+        return
+    full = Path(os.path.expanduser(str(path)))
+    if full.exists() and not full.is_file():
+        raise Sm120Error(
+            f"setting known_hosts: {full} is not a file (a directory?); point it at a "
+            "known_hosts file"
+        )
+
+
+def check_run_root(path: str) -> None:
+    """run_root must be a directory this user can create and write in."""
+    root = Path(os.path.expanduser(str(path)))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise Sm120Error(
+            f"setting run_root: cannot write run logs under {root} ({reason}); set run_root "
+            "in invoke.yaml or INVOKE_SM120KIT_RUN_ROOT to a writable directory"
+        ) from None
 
 
 @dataclass
@@ -142,11 +235,21 @@ def open_session(
         if not host:
             raise Sm120Error("--host is required (a host, group, pattern, or 'local')")
         hosts = inv.select(host)
-    if forks is not None and forks < 0:
-        raise Sm120Error(f"--forks must be a positive number, got {forks}")
+    for h in hosts:
+        validate.check_host_vars(h.name, h.vars, h.var_sources)
+    if forks is not None:
+        forks = validate.number(forks, "--forks", kind=int)
+    check_known_hosts(conf.get("known_hosts"))
+    if need_hosts:
+        check_run_root(str(conf["run_root"]))
     ssh_password = os.environ.get(SSH_PASSWORD_ENV) or None
     if ask_pass and not ssh_password:
         ssh_password = getpass.getpass("SSH password: ")
+    sudo_password = os.environ.get(SUDO_PASSWORD_ENV) or None
+    # Read once, then out of this process's environment: nothing the run starts (local
+    # commands, pip, nvcc, a user's --python) inherits them.
+    for name in (SSH_PASSWORD_ENV, SUDO_PASSWORD_ENV):
+        os.environ.pop(name, None)
     options = RunOptions(
         forks=forks or int(conf["forks"]),
         check_mode=check_mode,
@@ -157,7 +260,7 @@ def open_session(
             connect_retries=int(conf["connect_retries"]),
             retry_backoff=float(conf["retry_backoff"]),
             ssh_password=ssh_password,
-            sudo_password=os.environ.get(SUDO_PASSWORD_ENV) or None,
+            sudo_password=sudo_password,
         ),
         run_root=str(conf["run_root"]),
         lock_stale_after=float(conf["lock_stale_after"]),
@@ -181,29 +284,61 @@ def finish(
         if render is not None:
             render(session.out, result)
     recap(session.err, result)
+    if result.interrupted:
+        raise Exit(code=EXIT_INTERRUPTED)
     if not result.ok:
         raise Exit(code=EXIT_HOST_FAILED)
 
 
+def fail(exc: BaseException, json_output: bool, code: int = EXIT_BAD_INPUT) -> None:
+    """Print an input error as one line (and one JSON document under --json); exit `code`."""
+    message = one_line(str(exc)) or type(exc).__name__
+    if json_output:
+        doc: dict[str, Any] = {"error": message, "hosts": {}}
+        if code == EXIT_INTERRUPTED:
+            doc["interrupted"] = str(exc) or "SIGINT"
+        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.flush()
+    Console(stderr=True).print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise Exit(code=code) from None
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
 def guarded(json_flag: str = "json") -> Callable[[F], F]:
-    """Turn a user-input error into one line (or one JSON document) and exit status 1."""
+    """Turn a user-input error into one line (or one JSON document) and exit status 1; a
+    SIGINT/SIGTERM/SIGHUP outside a run's hosts into exit status 3."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
+            previous = {}
+            if threading_main():
+                for sig in (signal.SIGTERM, signal.SIGHUP):
+                    previous[sig] = signal.signal(sig, _interrupt)
             try:
                 return fn(*args, **kwargs)
             except Sm120Error as exc:
-                if kwargs.get(json_flag):
-                    sys.stdout.write(json.dumps({"error": str(exc), "hosts": {}}) + "\n")
-                Console(stderr=True).print(
-                    f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
-                )
-                raise Exit(code=EXIT_BAD_INPUT) from None
+                fail(exc, bool(kwargs.get(json_flag)))
+            except (Interrupted, KeyboardInterrupt) as exc:
+                signame = str(exc) or "SIGINT"
+                fail(Interrupted(f"interrupted ({signame})"), bool(kwargs.get(json_flag)), 3)
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
         return inner  # type: ignore[return-value]
 
     return wrap
+
+
+def threading_main() -> bool:
+    """True in the main thread (the only one that may set signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def show_inventory(

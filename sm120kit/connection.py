@@ -3,10 +3,17 @@
 Both connections count the commands they run (the fan-out benchmark and a test check that
 facts costs one command per host) and never log what they send on stdin, which may carry
 scripts with secrets rendered in.
+
+Every command runs in its own process group (a new session: `setsid` on the host, a new
+session for `local`), so a run that is cancelled (SIGINT/SIGTERM/SIGHUP, see `cancel_all`)
+or a command that outlives its timeout is killed whole, children included, instead of
+living on as an orphan. The password variables are removed from every command's
+environment.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -17,8 +24,106 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import HostUnreachable
+from .errors import HostUnreachable, Interrupted, one_line
 from .host import Host
+
+# paramiko logs a traceback for every failed handshake (e.g. a port that does not speak
+# SSH); our one-line error says it, so its records go nowhere instead of to stderr.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
+
+#: Variables that carry secrets; no command the tool runs (local or remote) inherits them.
+SECRET_ENV = ("SM120KIT_SSH_PASSWORD", "SM120KIT_SUDO_PASSWORD")
+
+#: Set when the run is cancelled: commands in flight are killed and new ones refused.
+_CANCEL = threading.Event()
+_STATE = threading.local()
+
+#: First stderr line of a wrapped remote command: its process group id.
+_PGID_MARK = b"\x1esm120kit-pgid "
+
+
+_REASON = ["cancelled"]
+
+
+def cancel_all(reason: str = "cancelled") -> None:
+    """Cancel the run: every command in flight is killed (its process group), new ones refused
+    (they raise Interrupted(reason), e.g. "SIGTERM").
+
+    Commands run inside `uncancelled()` (cleanup: releasing locks) still run.
+    """
+    _REASON[0] = reason
+    _CANCEL.set()
+
+
+def reset_cancel() -> None:
+    """Clear a previous cancellation (a new run in the same process)."""
+    _CANCEL.clear()
+
+
+def cancelled() -> bool:
+    """True when the run was cancelled and this thread is not doing cleanup."""
+    return _CANCEL.is_set() and not getattr(_STATE, "cleanup", False)
+
+
+class uncancelled:  # noqa: N801 - used like a function: `with uncancelled():`
+    """Context manager: commands in this thread run even after `cancel_all` (cleanup)."""
+
+    def __enter__(self) -> None:
+        self._old = getattr(_STATE, "cleanup", False)
+        _STATE.cleanup = True
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.cleanup = self._old
+
+
+class uncounted:  # noqa: N801 - used like a function: `with uncounted():`
+    """Context manager: commands in this thread are not counted in `commands_run` (the lock
+    heartbeat, whose number depends on how long the run takes)."""
+
+    def __enter__(self) -> None:
+        self._old = getattr(_STATE, "uncounted", False)
+        _STATE.uncounted = True
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.uncounted = self._old
+
+
+def _count(conn: Connection) -> None:
+    if not getattr(_STATE, "uncounted", False):
+        conn.commands_run += 1
+
+
+def scrubbed_env() -> dict[str, str]:
+    """This process's environment without the password variables."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+
+
+def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
+    """The shell line that runs `command` on a host in a new session (its own process group).
+
+    It prints the group id on stderr first (stripped again by `_exec`), so a timeout or a
+    cancel can kill the whole group, and drops the password variables from the environment.
+    With `pgid_dir` (the run lock's directory, `~/` allowed) it also leaves an empty file
+    `pg.<pgid>` there when that directory exists: a later run that takes over the lock of a
+    dead controller kills those groups (remote/host_lock.py).
+    """
+    import shlex
+
+    inner = (
+        'printf "\\036sm120kit-pgid %s\\n" "$$" >&2; d=$2; '
+        'case $d in "~/"*) d=$HOME/${d#"~/"};; esac; '
+        'if [ -n "$d" ] && [ -d "$d" ]; then : > "$d/pg.$$"; fi; '
+        'exec "${SHELL:-/bin/sh}" -c "$1"'
+    )
+    unset = " ".join(SECRET_ENV)
+    args = f"{shlex.quote(inner)} sm120kit {shlex.quote(command)} {shlex.quote(pgid_dir or '')}"
+    # Without a setsid that can wait (-w: util-linux >= 2.26), sshd's own setsid() for the
+    # session (no pty) already makes the shell a group leader, and `exec` keeps its pid.
+    return (
+        f"unset {unset}; if setsid -w true 2>/dev/null; then exec setsid -w /bin/sh -c {args}; "
+        f"else exec /bin/sh -c {args}; fi"
+    )
 
 
 @dataclass
@@ -60,6 +165,9 @@ class Connection:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.commands_run = 0
+        #: While a run holds the host lock: its directory, where each command leaves its
+        #: process group id (see `remote_wrapper`).
+        self.pgid_dir: str | None = None
 
     def open(self) -> None:
         """Establish the connection (no-op for local). Raises HostUnreachable."""
@@ -88,18 +196,36 @@ class LocalConnection(Connection):
     def run(
         self, command: str, *, stdin: str | None = None, timeout: float | None = None
     ) -> CommandResult:
-        self.commands_run += 1
-        try:
-            proc = subprocess.run(
-                ["bash", "-c", command],
-                input=stdin if stdin is not None else "",
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired as exc:
-            return CommandResult(command, _text(exc.stdout), _text(exc.stderr), 124)
-        return CommandResult(command, proc.stdout, proc.stderr, proc.returncode)
+        if cancelled():
+            raise Interrupted(_REASON[0])
+        _count(self)
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=scrubbed_env(),
+            start_new_session=True,  # its own process group: killed whole on cancel/timeout
+        )
+        if self.pgid_dir:
+            marks = Path(os.path.expanduser(self.pgid_dir))
+            if marks.is_dir():
+                (marks / f"pg.{proc.pid}").touch()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        data: str | None = stdin if stdin is not None else ""
+        while True:
+            try:
+                out, err = proc.communicate(input=data, timeout=0.2)
+                return CommandResult(command, out, err, proc.returncode)
+            except subprocess.TimeoutExpired:
+                data = None  # already sent: communicate() keeps what it read so far
+            if cancelled() or (deadline is not None and time.monotonic() > deadline):
+                _killpg(proc.pid)
+                out, err = proc.communicate()
+                if cancelled():
+                    raise Interrupted(_REASON[0])
+                return CommandResult(command, _text(out), _text(err), 124)
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         dest = Path(os.path.expanduser(remote))
@@ -108,6 +234,24 @@ class LocalConnection(Connection):
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
         shutil.copyfile(os.path.expanduser(remote), local)
+
+
+def _killpg(pgid: int) -> None:
+    """SIGTERM a local process group, then SIGKILL what is left of it after a moment."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def _text(data: Any) -> str:
@@ -229,7 +373,12 @@ class SSHConnection(Connection):
         except RetryError as exc:  # pragma: no cover - reraise=True makes this rare
             raise HostUnreachable(f"cannot connect to {self._where()}: {exc}") from None
         except Exception as exc:
-            reason = str(exc) or type(exc).__name__
+            reason = one_line(str(exc) or type(exc).__name__)
+            if _not_ssh(exc):
+                raise HostUnreachable(
+                    f"{self._where()} does not speak SSH (no SSH banner: {reason}); "
+                    "check ansible_port"
+                ) from None
             raise HostUnreachable(
                 f"cannot connect to {self._where()} after "
                 f"{self.options.connect_retries} attempt(s): {reason}"
@@ -245,10 +394,12 @@ class SSHConnection(Connection):
     ) -> CommandResult:
         # A raw paramiko channel, not fabric's run(): invoke feeds in_stream one byte per
         # 10 ms, which makes shipping a 10 kB script take minutes.
+        if cancelled():
+            raise Interrupted(_REASON[0])
         self.open()
-        self.commands_run += 1
+        _count(self)
         try:
-            return _exec(self._conn.client.get_transport(), command, stdin, timeout)
+            return _exec(self._conn.client.get_transport(), command, stdin, timeout, self.pgid_dir)
         except (OSError, EOFError, _ssh_exception()) as exc:
             raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
 
@@ -271,6 +422,12 @@ class SSHConnection(Connection):
             self._conn = None
 
 
+def _not_ssh(exc: BaseException) -> bool:
+    """True when the peer answered but not with SSH (no or a garbled protocol banner)."""
+    text = str(exc)
+    return "protocol banner" in text or "No existing session" in text or "Bad protocol" in text
+
+
 def _ssh_exception() -> type[Exception]:
     from paramiko.ssh_exception import SSHException
 
@@ -281,10 +438,20 @@ def _ssh_exception() -> type[Exception]:
 _EOF_GRACE = 5.0
 
 
-def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None) -> CommandResult:
-    """Run one command on an SSH transport: stdin sent whole, stdout/stderr read as they come."""
+def _exec(
+    transport: Any,
+    command: str,
+    stdin: str | None,
+    timeout: float | None,
+    pgid_dir: str | None = None,
+) -> CommandResult:
+    """Run one command on an SSH transport: stdin sent whole, stdout/stderr read as they come.
+
+    The command runs in its own process group on the host (`remote_wrapper`); on a timeout or
+    a cancel that group is killed over a second channel before the result returns.
+    """
     chan = transport.open_session()
-    chan.exec_command(command)
+    chan.exec_command(remote_wrapper(command, pgid_dir))
     sender: threading.Thread | None = None
     if stdin:
         data = stdin.encode()
@@ -301,6 +468,7 @@ def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None
     else:
         chan.shutdown_write()
     out, err = bytearray(), bytearray()
+    pgid: int | None = None
     deadline = None if timeout is None else time.monotonic() + timeout
     drain_until: float | None = None
     while True:
@@ -311,6 +479,10 @@ def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None
         if chan.recv_stderr_ready():
             err += chan.recv_stderr(65536)
             busy = True
+        if pgid is None and b"\n" in err and err.startswith(_PGID_MARK):
+            line, _, rest = bytes(err).partition(b"\n")
+            pgid = int(line[len(_PGID_MARK) :] or 0) or None
+            err = bytearray(rest)
         if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
             # OpenSSH sends exit-status as soon as it reaps the command (session.c
             # session_exit_message), which can be before the command's last output has been
@@ -323,8 +495,13 @@ def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None
             drain_until = drain_until or now + _EOF_GRACE
             if now > drain_until:
                 break
-        if deadline is not None and time.monotonic() > deadline:
+        stop = cancelled()
+        if stop or (deadline is not None and time.monotonic() > deadline):
+            if pgid is not None:
+                _kill_remote_group(transport, pgid)
             chan.close()
+            if stop:
+                raise Interrupted(_REASON[0])
             return CommandResult(
                 command, out.decode(errors="replace"), err.decode(errors="replace"), 124
             )
@@ -334,7 +511,25 @@ def _exec(transport: Any, command: str, stdin: str | None, timeout: float | None
     chan.close()
     if sender is not None:
         sender.join(timeout=1)
+    if err.startswith(_PGID_MARK):  # a command too quick for the loop to see its first line
+        err = bytearray(bytes(err).partition(b"\n")[2])
     return CommandResult(command, out.decode(errors="replace"), err.decode(errors="replace"), code)
+
+
+def _kill_remote_group(transport: Any, pgid: int) -> None:
+    """SIGTERM a process group on the host, then SIGKILL what is left of it after 2 s."""
+    script = (
+        f"kill -TERM -- -{pgid} 2>/dev/null || exit 0; i=0; while [ $i -lt 20 ]; do "
+        f"kill -0 -- -{pgid} 2>/dev/null || exit 0; sleep 0.1; i=$((i+1)); done; "
+        f"kill -KILL -- -{pgid} 2>/dev/null; exit 0"
+    )
+    try:
+        chan = transport.open_session()
+        chan.exec_command(script)
+        chan.status_event.wait(10)
+        chan.close()
+    except Exception:  # noqa: BLE001 - the connection itself may be gone; nothing to kill then
+        pass
 
 
 def connect(host: Host, options: ConnectOptions) -> Connection:

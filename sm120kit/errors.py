@@ -29,3 +29,13 @@ class HostFailed(Sm120Error):
 
 class LockHeld(HostFailed):
     """Another run holds the per-host lock."""
+
+
+class Interrupted(BaseException):  # noqa: N818 - a signal, not an error: like KeyboardInterrupt
+    """The run was interrupted (SIGINT, SIGTERM, SIGHUP): hosts at work are marked
+    `interrupted`. A BaseException, so `except Exception` in task code does not swallow it."""
+
+
+def one_line(text: str) -> str:
+    """An error message as one line: newlines and runs of blanks collapsed."""
+    return " ".join(str(text).split())

@@ -17,15 +17,23 @@ from .results import RunResult
 def recap(console: Console, result: RunResult) -> None:
     """PLAY RECAP-style lines: per host ok/changed/failed/unreachable/skipped, then the run dir."""
     console.print()
-    console.print(f"[bold]RECAP[/] {result.task}" + (" (check mode)" if result.check_mode else ""))
+    title = f"[bold]RECAP[/] {result.task}" + (" (check mode)" if result.check_mode else "")
+    if result.interrupted:
+        title += f" [bold red](interrupted by {result.interrupted})[/]"
+    console.print(title)
     width = max((len(n) for n in result.hosts), default=4)
+    keys = ["ok", "changed", "unreachable", "failed", "skipped"]
+    if result.interrupted:
+        keys.append("interrupted")
     for name, host in result.hosts.items():
         c = host.counts()
-        line = Text(f"{name:<{width}} : ", style=STATUS_STYLE.get(host.status, ""))
-        for key in ("ok", "changed", "unreachable", "failed", "skipped"):
-            style = STATUS_STYLE[key] if c[key] else "dim"
+        line = Text(f"{name:<{width}} : ", style=STATUS_STYLE.get(host.status, "red"))
+        for key in keys:
+            style = STATUS_STYLE.get(key, "red") if c[key] else "dim"
             line.append(f"{key}={c[key]}  ", style=style)
         console.print(line)
+        for note in host.data.get("lock_notes") or []:
+            console.print(Text(f"{'':<{width}}   lock: {note}", style="yellow"))
         if host.error:
             console.print(Text(f"{'':<{width}}   {host.status}: {host.error}", style="red"))
     console.print(f"logs: {result.run_dir}", highlight=False)

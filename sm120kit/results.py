@@ -3,11 +3,16 @@
 JSON schema (every task, `--json`):
 
     {"task": "facts", "run_dir": "...", "check_mode": false,
-     "hosts": {NAME: {"status": "ok|changed|failed|unreachable|skipped",
+     "hosts": {NAME: {"status": "ok|changed|failed|unreachable|skipped|interrupted",
                       "changed": N, "error": null | "one line",
                       "steps": [{"name": ..., "status": ..., "message": ..., "seconds": ...}],
                       ...task fields...}},
-     "summary": {"ok": n, "changed": n, "failed": n, "unreachable": n, "skipped": n}}
+     "summary": {"ok": n, "changed": n, "failed": n, "unreachable": n, "skipped": n,
+                 "interrupted": n},  # the last only in an interrupted run
+     "interrupted": "SIGTERM"}   # only when a signal stopped the run
+
+Every host is counted once in the summary and in the recap: an unreachable host is not also
+a failed one.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("ok", "changed", "failed", "unreachable", "skipped")
+STATUSES = ("ok", "changed", "failed", "unreachable", "skipped", "interrupted")
 
 
 @dataclass
@@ -56,7 +61,7 @@ class HostResult:
 
     def finish(self) -> None:
         """Derive the host status from its steps unless an error already decided it."""
-        if self.status in ("failed", "unreachable", "skipped"):
+        if self.status in ("failed", "unreachable", "skipped", "interrupted"):
             return
         self.changed = sum(1 for s in self.steps if s.status == "changed") + self.data.pop(
             "_extra_changed", 0
@@ -68,8 +73,11 @@ class HostResult:
         counts = {s: 0 for s in STATUSES}
         for step in self.steps:
             counts[step.status if step.status in counts else "ok"] += 1
-        if self.status == "unreachable":
-            counts["unreachable"] = 1
+        if self.status in ("unreachable", "interrupted"):
+            # The step that could not connect (or was cut short) is this one outcome, not
+            # also a failure.
+            counts["failed"] = 0
+            counts[self.status] = 1
         elif self.status == "failed" and counts["failed"] == 0:
             counts["failed"] = 1
         elif self.status == "skipped" and counts["skipped"] == 0:
@@ -103,15 +111,22 @@ class RunResult:
     run_dir: str | None = None
     check_mode: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The signal that stopped the run (e.g. "SIGTERM"), or None.
+    interrupted: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not any(r.status in ("failed", "unreachable") for r in self.hosts.values())
+        return not self.interrupted and not any(
+            r.status in ("failed", "unreachable", "interrupted") for r in self.hosts.values()
+        )
 
     def summary(self) -> dict[str, int]:
+        """Hosts per status; "interrupted" appears only in a run a signal stopped."""
         out = {s: 0 for s in STATUSES}
         for r in self.hosts.values():
-            out[r.status] += 1
+            out[r.status] = out.get(r.status, 0) + 1
+        if not self.interrupted and not out["interrupted"]:
+            del out["interrupted"]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,5 +137,7 @@ class RunResult:
             "hosts": {name: r.to_dict() for name, r in self.hosts.items()},
             "summary": self.summary(),
         }
+        if self.interrupted:
+            doc["interrupted"] = self.interrupted
         doc.update(self.extra)
         return doc

@@ -114,22 +114,38 @@ class BlobInfo(NamedTuple):
 
 @dataclass
 class LockOwner:
-    """Who holds a lock. ``token`` tells this holder apart from a reused pid/host."""
+    """Who holds a lock. ``token`` tells this holder apart from a reused pid/host.
+
+    ``boot_id`` and ``pid_start`` (see sm120kit/controller.py) let a later run on the same
+    controller tell for certain that the holder's process is gone.
+    """
 
     host: str
     pid: int
     user: str
     run_id: str = ""
     token: str = field(default_factory=lambda: secrets.token_hex(16))
+    boot_id: str = ""
+    pid_start: str = ""
 
     @classmethod
     def current(cls, run_id: str = "") -> LockOwner:
         """The owner record of this controller process."""
+        from ..controller import identity
+
         try:
             user = os.getlogin()
         except OSError:
             user = os.environ.get("USER", "") or str(os.getuid())
-        return cls(host=socket.gethostname(), pid=os.getpid(), user=user, run_id=run_id)
+        me = identity()
+        return cls(
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            user=user,
+            run_id=run_id,
+            boot_id=me["boot_id"],
+            pid_start=me["pid_start"],
+        )
 
 
 def check_key(key: str) -> str:
@@ -476,9 +492,13 @@ class Store(ABC):
     def acquire(self, key: str, owner: LockOwner, stale_after: float = DEFAULT_STALE_AFTER) -> bool:
         """Take the lock ``locks/<key>.lock``; True when this owner holds it now.
 
-        A lock older than ``stale_after`` seconds (by its recorded time) is taken over.
-        Re-acquiring a lock this owner (same token) already holds succeeds.
+        A lock older than ``stale_after`` seconds (by its recorded time) is taken over, and so
+        is one recorded by this same controller (host name and boot id) whose process is gone
+        (logged as a warning). Re-acquiring a lock this owner (same token) already holds
+        succeeds.
         """
+        from ..controller import dead_here
+
         path = _lock_path(key)
         for _ in range(4):
             record = _dumps({**asdict(owner), "time": time.time()})
@@ -490,9 +510,17 @@ class Store(ABC):
             held = _parse_lock(raw)
             if held.get("token") == owner.token:
                 return True
-            if time.time() - float(held.get("time", 0.0)) < stale_after:
+            if dead_here(held, controller_key="host"):
+                log.warning(
+                    "cache %s: taking over lock %s: its holder, pid %s on this controller, is gone",
+                    self.name,
+                    key,
+                    held.get("pid"),
+                )
+            elif time.time() - float(held.get("time", 0.0)) < stale_after:
                 return False
-            log.warning("cache %s: taking over stale lock %s held by %s", self.name, key, held)
+            else:
+                log.warning("cache %s: taking over stale lock %s held by %s", self.name, key, held)
             if self.replace_blob_if(path, raw, record):
                 return True
         return False

@@ -508,7 +508,11 @@ def cc_version(state: ProvisionState) -> str:
 
     ccbin = state.host.vars.get("nvcc_ccbin")
     chosen = choose_compiler(state.facts, str(ccbin) if ccbin else None)
-    return f"gcc {chosen['version']}" if chosen and chosen.get("version") else ""
+    if not chosen or not chosen.get("version"):
+        return ""
+    # With nvcc_ccbin the path is part of the key too: two hosts with different compilers
+    # never share a build.
+    return f"gcc {chosen['version']}" + (f" at {chosen['path']}" if ccbin else "")
 
 
 def key_inputs(

@@ -274,10 +274,14 @@ def choose_compiler(facts: Mapping[str, Any], ccbin: str | None) -> dict[str, An
     """The facts["gcc"] entry nvcc will use: host var nvcc_ccbin's, else plain ``gcc``."""
     gccs = list(facts.get("gcc") or [])
     if ccbin:
-        want = _gcc_name(ccbin)
-        for g in gccs:
-            if g["path"] == ccbin or posixpath.basename(g["path"]) == want:
-                return dict(g)
+        # The very path, or its gcc sibling in the same directory (g++-14 -> gcc-14); never a
+        # basename match elsewhere, which would take /nonexistent/gcc for the PATH's gcc.
+        # check_host_compiler puts the compiler's real version (from running it) in facts.
+        sibling = posixpath.join(posixpath.dirname(ccbin), _gcc_name(ccbin))
+        for path in (ccbin, sibling):
+            for g in gccs:
+                if g["path"] == path:
+                    return dict(g)
         return None
     for g in gccs:
         if posixpath.basename(g["path"]) == "gcc":
@@ -608,9 +612,34 @@ def _ccbin(state: ProvisionState) -> str | None:
     return str(value) if value else None
 
 
+def probe_ccbin(ctx: HostContext, state: ProvisionState) -> None:
+    """Run host var nvcc_ccbin on the host for its real version, recorded in facts["gcc"].
+
+    Its name says nothing (a GCC 16 may be called gcc): only running it tells the version.
+    """
+    from ..validate import check_ccbin, parse_gcc_version
+
+    ccbin = _ccbin(state)
+    if not ccbin:
+        return
+    source = state.host.var_sources.get("nvcc_ccbin", "inventory")
+    check_ccbin(ccbin, f"host {state.host.name} ({source}): nvcc_ccbin")
+    res = ctx.run(f"{shlex.quote(ccbin)} -dumpfullversion -dumpversion", check=False, timeout=60)
+    version = parse_gcc_version(res.stdout) if res.ok else None
+    if version is None:
+        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+        raise HostFailed(
+            f"{state.host.name}: host var nvcc_ccbin {ccbin} ({source}) is not a working GCC "
+            f"on the host (exit {res.exit_code}: {tail[0]})"
+        )
+    others = [g for g in state.facts.get("gcc") or [] if g.get("path") != ccbin]
+    state.facts["gcc"] = [{"path": ccbin, "version": version, "source": "nvcc_ccbin"}, *others]
+
+
 def check_host_compiler(ctx: HostContext, state: ProvisionState, spec: ToolkitSpec) -> None:
     """Step ``host-compiler``: refuse a GCC above the ceiling (or a glibc clash) before any build."""
     with ctx.step("host-compiler") as step:
+        probe_ccbin(ctx, state)
         what, problem = host_compiler_problem(state.facts, spec, _ccbin(state))
         if problem:
             raise HostFailed(f"{state.host.name}: {problem}")
@@ -661,6 +690,15 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             state.toolkit = planned_toolkit(spec)
             return state.toolkit
         step.commands = list(plan.commands)
+        if spec.method in INSTALL_SPACE:
+            from ..validate import check_space
+
+            check_space(
+                state.facts,
+                INSTALL_SPACE[spec.method],
+                what.replace("install ", "", 1),
+                state.host.name,
+            )
         doc = _install(ctx, spec, plan, sudo)
         nvcc = doc.get("nvcc") or {}
         size = doc.get("size_bytes")
@@ -692,6 +730,12 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
     )
     state.toolkit = toolkit
     return toolkit
+
+
+#: Free bytes a toolkit install needs under work_root (our estimates, with margin): the pip
+#: wheels unpack to a few hundred MB; a runfile (about 4 GB) is downloaded, then extracted.
+#: apt installs outside work_root and is not checked.
+INSTALL_SPACE = {"pip": 1 << 30, "runfile": 10 << 30}
 
 
 def _install(ctx: HostContext, spec: ToolkitSpec, plan: InstallPlan, sudo: str) -> dict[str, Any]:
