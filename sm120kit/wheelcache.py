@@ -71,6 +71,7 @@ from .cache.store import (
     unreachable,
 )
 from .connection import ConnectOptions, SSHConnection
+from .controller import dead_here
 from .errors import HostFailed, HostUnreachable, Sm120Error
 from .host import Host
 from .remote import parse_last_json
@@ -915,7 +916,13 @@ class WheelCache:
         announced = False
         while True:
             try:
+                prior = lock.store.holder(key)
                 if lock.store.acquire(key, owner, stale_after=self.config.stale_lock_after):
+                    if prior and dead_here(prior, controller_key="host"):
+                        events.append(
+                            f"{key[:12]}: took over the build lock of pid {prior.get('pid')} "
+                            "on this controller: that process is gone"
+                        )
                     return True, None
                 holder = lock.store.holder(key) or {}
             except Exception as exc:  # noqa: BLE001 - no lock store: build without one
