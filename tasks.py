@@ -463,6 +463,38 @@ def cache_import(c, directory=None, json=False, store=None):
 cache = Collection(
     "cache", cache_key, cache_list, cache_verify, cache_prune, cache_export, cache_import
 )
+
+
+@task(
+    name="fetch",
+    help=helps("json", "recipe")
+    | {
+        "package": "package whose source and dependencies to fetch (e.g. sgl-kernel)",
+        "mirror": "directory holding <dir>/ per source (default: setting sources_mirror)",
+    },
+)
+@guarded()
+def sources_fetch(c, package=None, recipe=None, mirror=None, json=False):
+    """Fetch a package's pinned source and build dependencies into the controller store."""
+    from sm120kit.ops import sources as sources_ops
+
+    if not package:
+        raise cli.Sm120Error("--package is required (e.g. sgl-kernel)")
+    sources_ops.fetch_command(
+        c, package=package, recipe=recipe, mirror=mirror, json_output=json
+    )
+
+
+@task(name="list", help=helps("json"))
+@guarded()
+def sources_list(c, json=False):
+    """List the controller's source store: each tree with its digest and size."""
+    from sm120kit.ops import sources as sources_ops
+
+    sources_ops.list_command(c, json_output=json)
+
+
+sources = Collection("sources", sources_fetch, sources_list)
 ns = Collection(
     facts,
     inventory,
@@ -476,4 +508,5 @@ ns = Collection(
     smoke,
     serve_check,
     cache,
+    sources,
 )

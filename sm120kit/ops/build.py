@@ -136,17 +136,20 @@ def repo_root(state: ProvisionState) -> Path:
     return state.resolved.recipe.patches_dir.parent
 
 
-def pack_tree(root: Path, out_dir: Path, stem: str) -> tuple[Path, str]:
+def pack_tree(
+    root: Path, out_dir: Path, stem: str, *, skip_outputs: bool = True
+) -> tuple[Path, str]:
     """A deterministic tar of a local source tree and fetch_source's tree hash of its content.
 
     Build outputs (top-level build/ and dist/, ``*.egg-info``, ``__pycache__``, VCS dirs)
-    stay out. The hash is computed on the tar unpacked the way the host unpacks it, so the
+    stay out (with `skip_outputs` False only VCS dirs and caches: a dependency's own
+    top-level ``build/`` is source). The hash is computed on the tar unpacked the way the host unpacks it, so the
     host's check (``tree_sha256``) and the cache key agree by construction.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".{stem}.tar.part"
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _tree_files(root):
+        for path in _tree_files(root, skip_outputs):
             rel = path.relative_to(root).as_posix()
             info = tar.gettarinfo(str(path), arcname=rel)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -165,7 +168,7 @@ def pack_tree(root: Path, out_dir: Path, stem: str) -> tuple[Path, str]:
     return final, digest
 
 
-def _tree_files(root: Path) -> Iterator[Path]:
+def _tree_files(root: Path, skip_outputs: bool = True) -> Iterator[Path]:
     """Files and symlinks of a source tree, sorted, without build outputs."""
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
@@ -173,8 +176,8 @@ def _tree_files(root: Path) -> Iterator[Path]:
             d
             for d in dirnames
             if d not in _ANY_SKIP
-            and not d.endswith(".egg-info")
-            and not (here == root and d in _TOP_SKIP)
+            and not (skip_outputs and d.endswith(".egg-info"))
+            and not (skip_outputs and here == root and d in _TOP_SKIP)
         )
         # os.walk does not descend into linked dirs: they travel as links.
         dirnames[:] = [d for d in keep if not (here / d).is_symlink()]
