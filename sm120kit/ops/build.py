@@ -43,6 +43,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .. import sglkernel
+from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..errors import HostFailed, PatchError, RecipeError
 from ..knobs import Knobs, resolve_knobs
@@ -129,6 +131,7 @@ class SourcePlan:
     dir_digest: str  # what names the source directory
     what: str  # one line for messages
     local_tarball: str | None = None  # path kind: the packed tree on the controller
+    remote_name: str = ""  # the tarball's name on the host (default: its local name)
 
 
 def repo_root(state: ProvisionState) -> Path:
@@ -225,6 +228,8 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
     source: dict[str, str] = pkg["source"]
     version = str(pkg["version"])
     kind = source.get("kind")
+    if kind == "git" and srcstore.is_managed(pkg):
+        return _store_plan(ctx, state, srcstore.entries(name, pkg)[0], f"{name} {version}")
     if kind == "pypi":
         index = source.get("index") or "pypi"
         index_url = fs.DEFAULT_INDEX if index in ("pypi", "") else index
@@ -275,6 +280,50 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
     raise RecipeError(f"package {name}: source kind {kind!r} cannot be fetched")
 
 
+def store_record(
+    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry
+) -> dict[str, Any] | None:
+    """`entry` in the controller's source store: fetched there (once per run) unless this is
+    check mode, where a missing entry gives None."""
+    settings = getattr(ctx.runner, "settings", None) or {}
+    store = srcstore.store_dir(settings)
+    have = srcstore.read_record(store, entry)
+    if have is not None or ctx.check_mode:
+        return have
+    mirror = srcstore.mirror_setting(settings, state.host.vars) or None
+    record, _ = _once(
+        ctx.runner,
+        f"store:{entry.package}:{entry.slot}",
+        lambda: srcstore.fetch_entry(store, entry, mirror),
+    )
+    return dict(record)
+
+
+def _store_plan(
+    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry, what: str
+) -> SourcePlan:
+    where = f"{entry.url}@{entry.ref}" + (f":{entry.subdir}" if entry.subdir else "")
+    record = store_record(ctx, state, entry)
+    if record is None:
+        return SourcePlan(
+            "path",
+            {"kind": "path"},
+            "",
+            entry.ref,
+            f"{what} from {where} (not in the controller's source store yet)",
+        )
+    digest = str(record["digest"])
+    return SourcePlan(
+        "path",
+        {"kind": "path", "tree_sha256": digest},
+        f"tree:{digest}",
+        digest,
+        f"{what} from {where} via the source store",
+        str(record["tarball"]),
+        f"{entry.dir}-{digest[:12]}.tar",
+    )
+
+
 def _read_json(ctx: HostContext, path: str) -> dict[str, Any] | None:
     res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true")
     try:
@@ -300,9 +349,17 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
         plan = plan_source(ctx, state, name)
         dest = state.paths.source(name, version, plan.dir_digest)
         remote_tar = posixpath.join(
-            state.paths.downloads, os.path.basename(plan.local_tarball or "")
+            state.paths.downloads, plan.remote_name or os.path.basename(plan.local_tarball or "")
         )
         args = {**plan.args, "dest": dest, "cache_dir": state.paths.downloads}
+        if plan.kind == "path" and not plan.local_tarball:
+            # Check mode, and the source store lacks it: nothing to compare yet.
+            ctx.changed(
+                step,
+                f"fetch {plan.what} into the source store and upload it",
+                [f"invoke sources.fetch --package {name}"],
+            )
+            return Source(dest, "", False)
         if plan.local_tarball:
             args["tarball"] = remote_tar
         marker = _read_json(ctx, posixpath.join(dest, fs.MARKER))
@@ -520,6 +577,7 @@ def key_inputs(
     source_digest: str,
     patches: tuple[tuple[str, str], ...],
     knobs: Knobs,
+    dependencies: tuple[tuple[str, str], ...] = (),
 ) -> KeyInputs:
     """Every input of the package's cache key, from the toolkit and env this host has."""
     pkg = state.resolved.package(name)
@@ -553,12 +611,118 @@ def key_inputs(
         python_abi=py_abi,
         platform=platform,
         cc_version=cc_version(state),
+        dependencies=dependencies,
     )
 
 
-def explain(ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs) -> None:
+def add_dependency_defines(
+    knobs: Knobs, dirs: list[tuple[str, str]], reasons: dict[str, str] | None = None
+) -> None:
+    """``FETCHCONTENT_SOURCE_DIR_<NAME>`` per uploaded tree and FULLY_DISCONNECTED: CMake
+    configures with no network (host paths: the key has the trees' digests instead)."""
+    reasons = reasons or {}
+    for fetchcontent, path in dirs:
+        (define,) = [
+            d
+            for d in sglkernel.fetchcontent_defines([(fetchcontent, path)])
+            if d != "FETCHCONTENT_FULLY_DISCONNECTED"
+        ]
+        knobs.define(define, path, reasons.get(fetchcontent, "the tool's copy of this dependency"))
+    knobs.define(
+        "FETCHCONTENT_FULLY_DISCONNECTED",
+        "ON",
+        "every FetchContent tree is supplied: CMake never reaches the network",
+    )
+
+
+def source_rows(
+    state: ProvisionState, name: str, source: Source, patched: Patched
+) -> list[dict[str, str]]:
+    """--explain rows: the source pin and digest, and each patch with its state."""
+    pkg = state.resolved.package(name)
+    src = pkg["source"]
+    pin = {
+        "git": lambda: (
+            f"{src.get('url')}@{src.get('ref')}"
+            + (f" ({src['subdir']})" if src.get("subdir") else "")
+        ),
+        "pypi": lambda: f"{name}=={pkg['version']} sdist ({src.get('index') or 'pypi'})",
+        "path": lambda: str(src.get("path")),
+    }.get(str(src.get("kind")), lambda: str(src))()
+    rows = [
+        {
+            "name": "source",
+            "value": pin,
+            "reason": f"digest {source.digest or '(known once fetched)'}; {source.path}",
+        }
+    ]
+    chosen, skipped = package_patches(state, name)
+    states = {p["name"]: p["state"] for p in patched.patches}
+    for patch in chosen:
+        rows.append(
+            {
+                "name": f"patch {patch.name}",
+                "value": states.get(patch.name, "unknown (the tree is not on the host yet)"),
+                "reason": patch.fixes[:200] or "(no Fixes header)",
+            }
+        )
+    rows += [{"name": "patch", "value": "skipped", "reason": s} for s in skipped]
+    return rows
+
+
+def target_explain(
+    ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs, tree: str
+) -> list[dict[str, str]]:
+    """--explain rows: the gencodes of each target, from a real configure of `tree` when it
+    is on the host (sgl-kernel), else predicted from the recipe (known versions)."""
+    from .cmake_check import CMAKE_CHECKED, configure_targets, target_rows
+
+    if name not in CMAKE_CHECKED:
+        return []
+    if tree:
+        doc = configure_targets(ctx, state, name, tree, knobs)
+        how = f"from a real configure of {tree} ({doc.get('seconds', 0):.0f}s, compile commands)"
+        return target_rows(name, doc.get("targets") or {}, how)
+    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
+    cuda = (
+        state.toolkit.release
+        if state.toolkit is not None
+        else ".".join(str(state.resolved.values.get("cuda.version", "")).split(".")[:2])
+    )
+    version = str(state.resolved.package(name)["version"])
+    predicted = sglkernel.predict_targets(
+        version,
+        cuda,
+        defines.get("SGL_KERNEL_ONLY_ARCHS", ""),
+        defines.get("ENABLE_BELOW_SM90", "ON") != "OFF",
+    )
+    if predicted is None:
+        return [
+            {
+                "package": name,
+                "name": "targets",
+                "value": "(unknown)",
+                "reason": f"no prediction for {name} {version}; the configure shows them once "
+                "the source is on the host",
+            }
+        ]
+    how = (
+        f"predicted from the recipe for {name} {version} with CUDA {cuda} (x86_64); "
+        "a configure replaces this once the source is on the host"
+    )
+    return target_rows(name, {t: {"sass": c} for t, c in predicted.items()}, how)
+
+
+def explain(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    knobs: Knobs,
+    extra: list[dict[str, str]] | None = None,
+) -> None:
     """``--explain``: the env and flags with the reason for each, on stderr and in the JSON."""
     rows = [{"package": name, "name": n, "value": v, "reason": r} for n, v, r in knobs.explain]
+    rows += list(extra or [])
     rows += [
         {"package": name, "name": n, "value": v, "reason": r} for n, v, r in toolchain_env(state)
     ]
@@ -641,16 +805,24 @@ def make_builder(
         progress = posixpath.join(bdir, "progress.json")
         log = posixpath.join(state.paths.logs, f"build-{name}-{key[:12]}.log")
         timeout = float(state.options.get("build_timeout") or DEFAULT_BUILD_TIMEOUT)
+        from .cmake_check import CMAKE_CHECKED, configure_targets, require_arch
+
+        if name in CMAKE_CHECKED:
+            # A few seconds of configure before hours of compiling: the compile commands
+            # must carry code for the recipe's arch.
+            configured = configure_targets(ctx, state, name, tree, knobs)
+            require_arch(name, configured.get("targets") or {}, list(state.arch_list))
         ctx.run(
             f"rm -rf {_q(work)} {_q(out)} {_q(progress)} && mkdir -p {_q(bdir)} && "
             f"cp -a {_q(tree)} {_q(work)}",
             what=f"copy the {name} tree to build in",
         )
+        pip_args = _private_dependency_copies(ctx, knobs.pip_args, work)
         args = {
             "src": work,
             "python": state.env.python,
             "env": build_env(state, knobs),
-            "pip_args": list(knobs.pip_args),
+            "pip_args": pip_args,
             "out_dir": out,
             "log": log,
             "progress": progress,
@@ -688,6 +860,27 @@ def make_builder(
         )
 
     return build
+
+
+def _private_dependency_copies(ctx: HostContext, pip_args: list[str], work: str) -> list[str]:
+    """Copies of the FetchContent trees inside the build's throwaway tree, and the pip
+    arguments pointing at them: a full build writes into some of them (dlpack's ``bin/``,
+    mscclpp's ``python/``), and the stored trees stay as verified."""
+    prefix = "-Ccmake.define.FETCHCONTENT_SOURCE_DIR_"
+    out, copies = [], []
+    for arg in pip_args:
+        if arg.startswith(prefix):
+            define, _, path = arg.partition("=")
+            copy = posixpath.join(work, ".sm120kit-deps", posixpath.basename(path))
+            copies.append(f"cp -a {_q(path)} {_q(copy)}")
+            arg = f"{define}={copy}"
+        out.append(arg)
+    if copies:
+        ctx.run(
+            f"mkdir -p {_q(posixpath.join(work, '.sm120kit-deps'))} && " + " && ".join(copies),
+            what="copy the dependency trees into the build tree",
+        )
+    return out
 
 
 #: Lines pip and the front end wrap a failed build in: they never say what went wrong.
@@ -753,17 +946,39 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
             f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
             + "; ".join(problems)
         )
+    from .cmake_check import CMAKE_CHECKED, ensure_prerequisites
+    from .deps import ensure_dependencies
+
     record: dict[str, Any] = {"version": version, "wheel_from": None}
     state.packages[name] = record
     source = ensure_source(ctx, state, name)
     record["source_digest"] = source.digest
+    deps = ensure_dependencies(ctx, state, name)
+    if deps is not None:
+        add_dependency_defines(knobs, deps.dirs, deps.reasons)
+        record["dependencies"] = [list(d) for d in deps.digests]
     patched = ensure_patched(ctx, state, name, source)
     record["patches"] = patched.patches
     _ensure_prerequisites(ctx, state)
+    if name in CMAKE_CHECKED:
+        ensure_prerequisites(ctx, state, name, knobs)
+    ready = (
+        source.present
+        and (deps is None or deps.complete)
+        and state.toolkit is not None
+        and state.env is not None
+    )
     if state.options.get("explain"):
-        explain(ctx, state, name, knobs)
+        extra = source_rows(state, name, source, patched)
+        extra += deps.rows if deps is not None else []
+        extra += target_explain(ctx, state, name, knobs, patched.tree if ready else "")
+        for row in extra:
+            row.setdefault("package", name)
+        explain(ctx, state, name, knobs, extra)
     record["env"] = build_env(state, knobs)
     record["pip_args"] = list(knobs.pip_args)
+    if deps is not None and not deps.complete:
+        source = Source(source.path, "", source.present)  # the key needs every digest
     if not source.digest or state.toolkit is None or state.env is None:
         # Check mode before the toolkit/env/source exist: the key is not known yet.
         with ctx.step(f"wheel:{name}") as step:
@@ -774,7 +989,9 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     digests = tuple((p["name"], p["sha256"]) for p in patched.patches) or patch_key(
         package_patches(state, name)[0]
     )
-    inputs = key_inputs(state, name, source.digest, digests, knobs)
+    inputs = key_inputs(
+        state, name, source.digest, digests, knobs, deps.digests if deps is not None else ()
+    )
     key = compute_key(inputs)
     record["key"] = key
     marker_path = installed_marker(state, name)

@@ -31,7 +31,9 @@ import sys
 import time
 
 _TARGET = re.compile(r"CMakeFiles/([^/]+)\.dir/")
-_GENCODE = re.compile(r"(?:-gencode[= ]|--generate-code[= ])arch=compute_(\w+),code=(\[[^\]]*\]|\w+)")
+_GENCODE = re.compile(
+    r"(?:-gencode[= ]|--generate-code[= ])arch=compute_(\w+),code=(\[[^\]]*\]|\w+)"
+)
 _ARCH = re.compile(r"(?:^|\s)-arch[= ](sm_\w+)")
 
 
@@ -117,7 +119,15 @@ def configure(args):
     os.makedirs(build)
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (args.get("env") or {}).items()})
-    argv = [args.get("cmake") or "cmake", "-S", src, "-B", build, "-G", args.get("generator") or "Ninja"]
+    argv = [
+        args.get("cmake") or "cmake",
+        "-S",
+        src,
+        "-B",
+        build,
+        "-G",
+        args.get("generator") or "Ninja",
+    ]
     for name, value in sorted((args.get("defines") or {}).items()):
         argv.append(f"-D{name}={value}")
     code, text, seconds = _run(argv, env, float(args.get("timeout") or 600))
@@ -155,8 +165,12 @@ def compile_unit(args):
     argv[argv.index("-o") + 1] = out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    code, text, seconds = _run(argv, dict(os.environ), float(args.get("timeout") or 1800),
-                               cwd=entry.get("directory") or build)
+    code, text, seconds = _run(
+        argv,
+        dict(os.environ),
+        float(args.get("timeout") or 1800),
+        cwd=entry.get("directory") or build,
+    )
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result = {
         "ok": code == 0 and os.path.isfile(out),
