@@ -555,8 +555,13 @@ def _key_env(knobs: Knobs) -> dict[str, str]:
     for arg in knobs.pip_args:
         if arg.startswith("-Ccmake.define."):
             define, _, value = arg[len("-Ccmake.define.") :].partition("=")
-            if define not in ("SGL_KERNEL_COMPILE_THREADS",):
-                env[f"cmake.define.{define}"] = value
+            # Parallelism, and where the host keeps things: the dependency trees' digests
+            # and the toolkit version are key inputs of their own.
+            if define in ("SGL_KERNEL_COMPILE_THREADS", "CUDA_cuda_driver_LIBRARY"):
+                continue
+            if define.startswith("FETCHCONTENT_"):
+                continue
+            env[f"cmake.define.{define}"] = value
         else:
             env[f"arg:{arg}"] = "1"
     return env
@@ -675,9 +680,9 @@ def target_explain(
 ) -> list[dict[str, str]]:
     """--explain rows: the gencodes of each target, from a real configure of `tree` when it
     is on the host (sgl-kernel), else predicted from the recipe (known versions)."""
-    from .cmake_check import CMAKE_CHECKED, configure_targets, target_rows
+    from .cmake_check import cmake_checked, configure_targets, target_rows
 
-    if name not in CMAKE_CHECKED:
+    if not cmake_checked(state, name):
         return []
     if tree:
         doc = configure_targets(ctx, state, name, tree, knobs)
@@ -805,9 +810,9 @@ def make_builder(
         progress = posixpath.join(bdir, "progress.json")
         log = posixpath.join(state.paths.logs, f"build-{name}-{key[:12]}.log")
         timeout = float(state.options.get("build_timeout") or DEFAULT_BUILD_TIMEOUT)
-        from .cmake_check import CMAKE_CHECKED, configure_targets, require_arch
+        from .cmake_check import cmake_checked, configure_targets, require_arch
 
-        if name in CMAKE_CHECKED:
+        if cmake_checked(state, name):
             # A few seconds of configure before hours of compiling: the compile commands
             # must carry code for the recipe's arch.
             configured = configure_targets(ctx, state, name, tree, knobs)
@@ -946,7 +951,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
             f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
             + "; ".join(problems)
         )
-    from .cmake_check import CMAKE_CHECKED, ensure_prerequisites
+    from .cmake_check import cmake_checked, ensure_prerequisites
     from .deps import ensure_dependencies
 
     record: dict[str, Any] = {"version": version, "wheel_from": None}
@@ -960,7 +965,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     patched = ensure_patched(ctx, state, name, source)
     record["patches"] = patched.patches
     _ensure_prerequisites(ctx, state)
-    if name in CMAKE_CHECKED:
+    if cmake_checked(state, name):
         ensure_prerequisites(ctx, state, name, knobs)
     ready = (
         source.present
@@ -1158,8 +1163,30 @@ def key_task(opts: PlanOptions, package: str) -> Callable[[HostContext], None]:
             digest = plan.digest
             if not digest and plan.kind == "git":
                 digest = "git:" + git_resolve(plan.args["repo"], plan.args["commit"])
+            pkg = state.resolved.package(package)
+            dep_digests: list[tuple[str, str]] = []
+            if srcstore.is_managed(pkg):
+                for entry in srcstore.entries(package, pkg)[1:]:
+                    rec = store_record(ctx, state, entry)
+                    if rec is None:
+                        break
+                    dep_digests.append((entry.dir, f"tree:{rec['digest']}"))
+                else:
+                    rec = {}
+                if not digest or rec is None:
+                    raise HostFailed(
+                        f"{package}: its sources are not all in the controller's source store: "
+                        f"run `invoke sources.fetch --package {package}` first"
+                    )
             patches = patch_key(package_patches(state, package)[0])
-            inputs = key_inputs(state, package, digest, patches, package_knobs(state, package))
+            inputs = key_inputs(
+                state,
+                package,
+                digest,
+                patches,
+                package_knobs(state, package),
+                tuple(dep_digests),
+            )
             key = compute_key(inputs)
             step.message = key
         ctx.set(

@@ -26,6 +26,14 @@ from ..state import ProvisionState
 #: Packages whose build is sgl-kernel's CMake (prerequisites, configure check).
 CMAKE_CHECKED = frozenset({"sgl-kernel"})
 
+
+def cmake_checked(state: ProvisionState, name: str) -> bool:
+    """Whether `name` gets these checks: sgl-kernel built from the tool's own sources (its
+    recipe lists the FetchContent dependencies, so the tree is upstream's CMake build)."""
+    from .. import sources as srcstore
+
+    return name in CMAKE_CHECKED and srcstore.is_managed(state.resolved.package(name))
+
 NUMA_HINT = (
     "the libnuma headers and library (Debian/Ubuntu: apt-get install libnuma-dev; "
     "RHEL/Fedora: dnf install numactl-devel): mscclpp, built into sgl-kernel, runs "
