@@ -480,9 +480,7 @@ def sources_fetch(c, package=None, recipe=None, mirror=None, json=False):
 
     if not package:
         raise cli.Sm120Error("--package is required (e.g. sgl-kernel)")
-    sources_ops.fetch_command(
-        c, package=package, recipe=recipe, mirror=mirror, json_output=json
-    )
+    sources_ops.fetch_command(c, package=package, recipe=recipe, mirror=mirror, json_output=json)
 
 
 @task(name="list", help=helps("json"))

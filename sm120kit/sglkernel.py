@@ -108,15 +108,19 @@ def cpu_torch_defines(cuda_version: str, cuda_home: str, extra_include: str = ""
     """What a CUDA build of torch would provide and a CPU torch does not (configure only:
     a full build needs the CUDA torch). `extra_include` holds cuBLAS/cuSPARSE/... headers
     when the toolkit lacks them."""
-    inc = f"{cuda_home}/targets/x86_64-linux/include"
     cuda_flags = "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"
     if extra_include:
         cuda_flags += f" -isystem {extra_include}"
+    # A runfile toolkit keeps its headers under targets/<arch>/include, the PyPI one under
+    # include/; a directory that does not exist costs nothing.
+    cxx = cuda_flags
+    for inc in (f"{cuda_home}/targets/x86_64-linux/include", f"{cuda_home}/include"):
+        cxx += f" -isystem {inc} -isystem {inc}/cccl"
     return {
         "CUDA_VERSION": cuda_version,
         "CMAKE_CUDA_ARCHITECTURES": "OFF",
         "CMAKE_CUDA_FLAGS": cuda_flags,
-        "CMAKE_CXX_FLAGS": f"{cuda_flags} -isystem {inc} -isystem {inc}/cccl",
+        "CMAKE_CXX_FLAGS": cxx,
     }
 
 

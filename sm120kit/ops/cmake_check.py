@@ -34,6 +34,7 @@ def cmake_checked(state: ProvisionState, name: str) -> bool:
 
     return name in CMAKE_CHECKED and srcstore.is_managed(state.resolved.package(name))
 
+
 NUMA_HINT = (
     "the libnuma headers and library (Debian/Ubuntu: apt-get install libnuma-dev; "
     "RHEL/Fedora: dnf install numactl-devel): mscclpp, built into sgl-kernel, runs "
