@@ -63,11 +63,13 @@ def tree(tmp_path: Path) -> Path:
 def test_sm120_patch_header():
     patch = load_patch(SM120_PATCH)
     assert str(patch.applies_to) in (">=0.3.17,<=0.3.21", "<=0.3.21,>=0.3.17")
-    assert "7252a2385c406a7149f2a2d6939e4fd8276ffe0b" in patch.header["Upstream"]
-    assert "12.x" in patch.fixes
+    # sglang's commit for sgl-kernel 0.3.21 (the old header's 7252a238... is not in its history).
+    assert "c86ca12875bbdea8f39267f02a0d55c68ea99d8e" in patch.header["Upstream"]
+    assert "c0652d907b" in patch.header["Upstream"]  # where load_utils.py appeared
+    assert "12.x" in patch.fixes and "in no recipe" in patch.fixes
     assert patch.files == ["python/sgl_kernel/load_utils.py"]
     assert applicable(patch, "0.3.21")
-    assert not applicable(patch, "0.3.16")  # no load_utils.py before 0.3.17
+    assert not applicable(patch, "0.3.16")  # the header's range starts at 0.3.17
     assert not applicable(patch, "0.4.0")
 
 
@@ -215,8 +217,8 @@ def test_sgl_kernel_from_git_commit_then_patched(tmp_path: Path):
         {},
     )
     assert "-Ccmake.define.ENABLE_BELOW_SM90=OFF" in knobs.pip_args
-    assert "-Ccmake.define.SGL_KERNEL_ENABLE_FA3=OFF" in knobs.pip_args
-    assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=2" in knobs.pip_args
+    assert "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a" in knobs.pip_args
+    assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1" in knobs.pip_args  # one gencode
     # The options the defines name exist in the (fixture) tree's CMakeLists.
     cmake = (dest / "CMakeLists.txt").read_text()
     for arg in knobs.pip_args:
