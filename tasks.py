@@ -115,7 +115,7 @@ def recipes(
     cli.finish(s, s.run("recipes", plan.recipes_task(opts)), report.render_recipes)
 
 
-@task(help=helps(*COMMON, *RECIPE))
+@task(help=helps(*COMMON, *RECIPE, "explain"))
 @guarded()
 def plan(
     c,
@@ -128,12 +128,13 @@ def plan(
     driver=None,
     arch=None,
     recipe=None,
+    explain=False,
 ):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands."""
     from sm120kit import plan as planner
     from sm120kit import report
 
-    opts = _plan_options(c, driver, arch, recipe)
+    opts = _plan_options(c, driver, arch, recipe, explain=explain)
     s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass, check_mode=True)
     opts.recipes()
     cli.finish(s, s.run("plan", planner.plan_or_provision_task(opts)), report.render_plan)
