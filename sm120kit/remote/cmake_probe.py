@@ -119,8 +119,12 @@ def configure(args):
     os.makedirs(build)
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (args.get("env") or {}).items()})
+    cmake = args.get("cmake") or "cmake"
+    if not os.path.exists(cmake):
+        # The managed env has its own CMake; an env without one falls back to PATH's.
+        cmake = shutil.which("cmake", path=env.get("PATH")) or cmake
     argv = [
-        args.get("cmake") or "cmake",
+        cmake,
         "-S",
         src,
         "-B",
