@@ -675,6 +675,21 @@ def source_rows(
     return rows
 
 
+def dependency_rows(state: ProvisionState, name: str) -> list[dict[str, str]]:
+    """--explain rows from the recipe alone: each FetchContent dependency and its pin."""
+    pkg = state.resolved.package(name)
+    if not srcstore.is_managed(pkg):
+        return []
+    return [
+        {
+            "name": e.define,
+            "value": f"{e.url}@{e.ref}",
+            "reason": f"dependency {e.dir} (recipe pin; fetched by sources.fetch)",
+        }
+        for e in srcstore.entries(name, pkg)[1:]
+    ]
+
+
 def target_explain(
     ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs, tree: str
 ) -> list[dict[str, str]]:
@@ -946,7 +961,10 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     problems = state.resolved.problems.get(name)
     if problems:
         if state.options.get("explain"):
-            explain(ctx, state, name, knobs)
+            extra = source_rows(state, name, Source("", "", False), Patched(""))
+            extra += dependency_rows(state, name)
+            extra += target_explain(ctx, state, name, knobs, "")
+            explain(ctx, state, name, knobs, extra)
         raise HostFailed(
             f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
             + "; ".join(problems)

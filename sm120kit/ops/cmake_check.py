@@ -48,15 +48,18 @@ def ensure_prerequisites(
     """Step ``prereqs:<pkg>``; adds ``CUDA_cuda_driver_LIBRARY`` to `knobs` when found."""
     cuda_home = state.toolkit.cuda_home if state.toolkit is not None else ""
     with ctx.step(f"prereqs:{name}") as step:
-        doc = ctx.script("cmake_probe", {"op": "prereqs", "cuda_home": cuda_home})
+        given = str(state.host.vars.get("cuda_driver_library") or "")
+        doc = ctx.script(
+            "cmake_probe", {"op": "prereqs", "cuda_home": cuda_home, "cuda_driver": given}
+        )
         missing = []
         if not (doc.get("numa_header") and doc.get("numa_library")):
             missing.append(NUMA_HINT)
         if cuda_home and not doc.get("cuda_driver"):
             missing.append(
                 f"a libcuda.so for CUDA::cuda_driver (none in {cuda_home}/lib64/stubs or the "
-                "system library directories): mscclpp links it; the runfile toolkit ships the "
-                "stub, or install the driver's libcuda.so"
+                "system library directories, host var cuda_driver_library unset): mscclpp links "
+                "it; the runfile toolkit ships the stub, a GPU host's driver has libcuda.so.1"
             )
         if missing:
             raise HostFailed(f"{name}: host prerequisites missing: " + "; ".join(missing))

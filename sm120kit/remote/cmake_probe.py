@@ -3,9 +3,10 @@ and on the controller; JSON in argv[1], JSON out).
 
 Operations (``"op"``):
 
-- ``prereqs``: ``{"cuda_home"}`` -> where the libnuma headers and library are (mscclpp calls
-  ``find_package(NUMA REQUIRED)``) and a library for ``CUDA::cuda_driver`` (the toolkit's
-  ``lib64/stubs/libcuda.so``, else a driver's ``libcuda.so``), each null when missing.
+- ``prereqs``: ``{"cuda_home", "cuda_driver"}`` -> where the libnuma headers and library are
+  (mscclpp calls ``find_package(NUMA REQUIRED)``) and a library for ``CUDA::cuda_driver``
+  (`cuda_driver` when it exists, else the toolkit's ``lib64/stubs/libcuda.so``, else the
+  driver's ``libcuda.so`` / ``libcuda.so.1``), each null when missing.
 - ``configure``: ``{"src", "build_dir", "cmake", "generator", "defines": {...}, "env": {...},
   "timeout"}`` -> runs ``cmake -S src -B build_dir -G Ninja -DX=Y ...`` (the build dir is
   emptied first) and reads ``compile_commands.json``: per target (from each output path
@@ -89,11 +90,16 @@ def prereqs(args):
     inc = ["/usr/include", "/usr/local/include"]
     libs = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu"]
     stubs = [os.path.join(cuda_home, d, "stubs") for d in ("lib64", "lib")] if cuda_home else []
+    given = args.get("cuda_driver") or ""
+    driver = given if given and os.path.exists(given) else None
     return {
         "ok": True,
         "numa_header": _find(["numa.h"], inc),
         "numa_library": _find(["libnuma.so"], libs),
-        "cuda_driver": _find(["libcuda.so"], stubs + libs),
+        # The toolkit's stub, else the driver's library (a GPU host has libcuda.so.1).
+        "cuda_driver": driver
+        or _find(["libcuda.so"], stubs + libs)
+        or _find(["libcuda.so.1"], libs),
     }
 
 
