@@ -100,7 +100,7 @@ def configure_defines(
 def configure_targets(
     ctx: HostContext, state: ProvisionState, name: str, tree: str, knobs: Knobs
 ) -> dict[str, Any]:
-    """Configure `tree` on the host (in a scratch dir, removed after) and return
+    """Configure `tree` on the host (in a temporary dir, removed after) and return
     ``{"targets": {target: {"units", "sass", "ptx"}}, "seconds"}``."""
     assert state.toolkit is not None and state.env is not None
     py = shlex.quote(state.env.python)
@@ -111,7 +111,11 @@ def configure_targets(
     torch_dir = (res.stdout.strip().splitlines() or [""])[-1]
     if res.exit_code != 0 or not torch_dir:
         raise HostFailed(f"{name}: cannot locate torch's CMake files in {state.env.python}")
-    scratch = posixpath.join(state.paths.build(name), "configure-check")
+    # A scratch dir outside work_root: plan (check mode) leaves nothing behind.
+    made = ctx.conn.run("mktemp -d -t sm120kit-configure-XXXXXX")
+    scratch = made.stdout.strip().splitlines()[-1] if made.exit_code == 0 else ""
+    if not scratch:
+        raise HostFailed(f"{name}: cannot create a scratch directory for the configure")
     args = {
         "op": "configure",
         "src": tree,
