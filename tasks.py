@@ -120,7 +120,7 @@ def recipes(
     cli.finish(s, s.run("recipes", plan.recipes_task(opts)), report.render_recipes)
 
 
-@task(help=helps(*COMMON, *RECIPE))
+@task(help=helps(*COMMON, *RECIPE, "explain"))
 @guarded()
 def plan(
     c,
@@ -133,12 +133,13 @@ def plan(
     driver=None,
     arch=None,
     recipe=None,
+    explain=False,
 ):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands."""
     from sm120kit import plan as planner
     from sm120kit import report
 
-    opts = _plan_options(c, driver, arch, recipe)
+    opts = _plan_options(c, driver, arch, recipe, explain=explain)
     s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass, check_mode=True)
     opts.recipes()
     cli.finish(s, s.run("plan", planner.plan_or_provision_task(opts)), report.render_plan)
@@ -471,6 +472,36 @@ def cache_import(c, directory=None, json=False, store=None):
 cache = Collection(
     "cache", cache_key, cache_list, cache_verify, cache_prune, cache_export, cache_import
 )
+
+
+@task(
+    name="fetch",
+    help=helps("json", "recipe")
+    | {
+        "package": "package whose source and dependencies to fetch (e.g. sgl-kernel)",
+        "mirror": "directory holding <dir>/ per source (default: setting sources_mirror)",
+    },
+)
+@guarded()
+def sources_fetch(c, package=None, recipe=None, mirror=None, json=False):
+    """Fetch a package's pinned source and build dependencies into the controller store."""
+    from sm120kit.ops import sources as sources_ops
+
+    if not package:
+        raise cli.Sm120Error("--package is required (e.g. sgl-kernel)")
+    sources_ops.fetch_command(c, package=package, recipe=recipe, mirror=mirror, json_output=json)
+
+
+@task(name="list", help=helps("json"))
+@guarded()
+def sources_list(c, json=False):
+    """List the controller's source store: each tree with its digest and size."""
+    from sm120kit.ops import sources as sources_ops
+
+    sources_ops.list_command(c, json_output=json)
+
+
+sources = Collection("sources", sources_fetch, sources_list)
 ns = Collection(
     facts,
     inventory,
@@ -484,4 +515,5 @@ ns = Collection(
     smoke,
     serve_check,
     cache,
+    sources,
 )

@@ -3,7 +3,8 @@
 #   bash scripts/test.sh [pytest args]
 # Installs (when missing): openssh-server (the tests start their own sshd fleet on loopback),
 # this package with its test extras, torch 2.13.0 (CPU build where available), a CUDA 13 nvcc
-# from PyPI (when no nvcc exists), cuobjdump (reference for fatbin parsing) and py-spy.
+# from PyPI (when no nvcc exists), cuobjdump (reference for fatbin parsing) and py-spy, and
+# cmake/ninja/scikit-build-core/libnuma-dev for the sgl-kernel configure tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,14 @@ echo "== installing sm120kit and test dependencies" >&2
 "$PY" -m pip install -q -e '.[test]'
 "$PY" -c 'import torch' 2>/dev/null || "$PY" -m pip install -q 'torch==2.13.0'
 "$PY" -m pip install -q nvidia-cuda-cuobjdump py-spy
+# The realsrc tests configure sgl-kernel's real CMake build: CMake >= 3.26 (3.31 as the tool's
+# managed env), Ninja, scikit-build-core, and the libnuma headers mscclpp's CMake requires.
+"$PY" -m pip install -q 'cmake==3.31.1' ninja 'scikit-build-core>=0.10'
+if [ ! -f /usr/include/numa.h ]; then
+  echo "== installing libnuma-dev" >&2
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnuma-dev >/dev/null
+fi
 
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && [ -z "${CUDA_HOME:-}" ]; then
   echo "== no nvcc: installing CUDA 13.0 nvcc from PyPI" >&2

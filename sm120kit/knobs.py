@@ -6,7 +6,9 @@ Every package reads its target architectures and its parallelism from a differen
 - flash-attn: ``FLASH_ATTN_CUDA_ARCHS`` (it ignores ``TORCH_CUDA_ARCH_LIST``, its own nvcc flags
   carry ``arch``), ``FLASH_ATTENTION_FORCE_BUILD=TRUE``, ``MAX_JOBS`` x ``NVCC_THREADS``;
 - sgl-kernel: a hard-coded gencode list in its CMake; only its CMake options can drop targets
-  (``-Ccmake.define.X=Y``), plus ``SGL_KERNEL_COMPILE_THREADS`` and ``CMAKE_BUILD_PARALLEL_LEVEL``.
+  (``-Ccmake.define.X=Y``): ``ENABLE_BELOW_SM90`` upstream, ``SGL_KERNEL_ONLY_ARCHS`` with
+  patches/sgl-kernel/0002-cmake-sm-only-build.patch (the SM-only build), plus
+  ``SGL_KERNEL_COMPILE_THREADS`` (nvcc --threads) and the env's ``CMAKE_BUILD_PARALLEL_LEVEL``.
 
 `resolve_knobs` returns the env, the extra front-end arguments and, for ``--explain``, the
 reason for every value. Parallelism is sized so that jobs x nvcc threads x GB per thread fits
@@ -53,9 +55,10 @@ FLASH_ATTN_ARCHS: dict[str, tuple[str, ...]] = {
     "2.8.3.post1": ("80", "90", "100", "120"),
 }
 
-#: sgl-kernel compiles each file for sm_90, sm_90a, sm_100a and sm_120a once below-SM90 code is
-#: off; nvcc --threads splits work per gencode target, so more threads than that gain nothing.
-SGL_KERNEL_NVCC_THREADS = 4
+#: sgl-kernel 0.3.21 under CUDA >= 13.0 compiles each file for sm_90, sm_100a, sm_120a, sm_103a
+#: and sm_90a once below-SM90 code is off (CMakeLists.txt at sglang c86ca128); nvcc --threads
+#: splits work per gencode target, so more threads than that gain nothing.
+SGL_KERNEL_NVCC_THREADS = 5
 
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 _GIB = 1024**3
@@ -243,6 +246,9 @@ def resolve_knobs(
     overrides = dict(overrides or {})
     sources = sources or {}
     archs = parse_arch_list(arch_list, where=f"package {package}: arch_list")
+    sm_only = overrides.pop("sm120_only", None)
+    if sm_only is not None and kind != "sgl-kernel":
+        raise RecipeError(f"package {package}: knob sm120_only is for sgl-kernel only")
     cpus, mem_bytes, mem_what = _host_size(facts, package)
     gb_default = (
         FLASH_ATTN_GB_PER_JOB / FLASH_ATTN_NVCC_THREADS
@@ -283,6 +289,7 @@ def resolve_knobs(
             given,
             origin,
             overrides.pop("cmake_defines", None) or {},
+            _switch(sm_only, "sm120_only", package),
         )
     extra_env = overrides.pop("env", None) or {}
     for name, value in list(overrides.items()) + list(dict(extra_env).items()):
@@ -387,6 +394,18 @@ def _flash_attn(
     )
 
 
+def sm_only_archs(archs: list[Arch]) -> str:
+    """``SGL_KERNEL_ONLY_ARCHS`` for an arch list: sgl-kernel's own spelling, one ``<sm>a``
+    (architecture-specific SASS, as its CMake's ``compute_120a,code=sm_120a``) per arch;
+    an explicit ``f`` suffix is kept."""
+    out: list[str] = []
+    for arch in archs:
+        code = f"{arch.sm}{arch.suffix or 'a'}"
+        if code not in out:
+            out.append(code)
+    return ",".join(out)
+
+
 def _sgl_kernel(
     knobs: Knobs,
     archs: list[Arch],
@@ -397,14 +416,36 @@ def _sgl_kernel(
     given: Any,
     origin: Any,
     defines: dict[str, Any],
+    sm_only: bool | None,
 ) -> None:
     knobs.note(
         "arch list",
         ";".join(str(a) for a in archs),
         "sgl-kernel's CMake hard-codes its gencodes (sm_90 always, sm_90a with CUDA >= 12.4, "
-        "sm_100a and sm_120a with CUDA >= 12.8) and clears TORCH_CUDA_ARCH_LIST; only its "
-        "options can drop targets",
+        "sm_100a and sm_120a with CUDA >= 12.8, sm_103a with CUDA >= 13.0) and clears "
+        "TORCH_CUDA_ARCH_LIST; only its options can drop targets",
     )
+    all_12 = all(a.major == 12 for a in archs)
+    if sm_only is None:
+        sm_only = all_12
+        why = "default for an arch list of 12.x only"
+    else:
+        why = f"knob sm120_only = {str(sm_only).lower()}"
+    if sm_only:
+        only = sm_only_archs(archs)
+        knobs.define(
+            "SGL_KERNEL_ONLY_ARCHS",
+            only,
+            f"SM-only build ({why}; patch 0002-cmake-sm-only-build): every target gets "
+            f"-gencode=arch=compute_X,code=sm_X for {only} only; common_ops is built once (the "
+            "sm100/ variant load_utils.py picks on 12.x), no FA3 flash_ops, no flashmla_ops",
+        )
+    else:
+        knobs.note(
+            "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS",
+            "(not set)",
+            f"upstream's full build ({why}): common_ops twice, FA3 and FlashMLA, every gencode",
+        )
     if all(a.sm >= 90 for a in archs):
         knobs.define(
             "ENABLE_BELOW_SM90",
@@ -417,25 +458,31 @@ def _sgl_kernel(
             "(default ON)",
             "the arch list has an arch below 9.0",
         )
-    if not any(a.major == 9 for a in archs):
-        knobs.define(
-            "SGL_KERNEL_ENABLE_FA3",
-            "OFF",
-            "FA3 is Hopper-only and never runs on sm_120; honoured by trees whose CMake "
-            "does not force it ON for CUDA >= 12.4",
-        )
-    else:
-        knobs.note(
-            "-Ccmake.define.SGL_KERNEL_ENABLE_FA3",
-            "(default)",
-            "the arch list has a 9.x arch, which FA3 serves",
-        )
+    knobs.note(
+        "-Ccmake.define.SGL_KERNEL_ENABLE_FA3",
+        "(not set)",
+        "shadowed at 0.3.21: its CMakeLists runs set(SGL_KERNEL_ENABLE_FA3 ON) for CUDA >= 12.4; "
+        "the SM-only build turns FA3 off after that line",
+    )
+    knobs.note(
+        "MAX_JOBS",
+        "(not set)",
+        "sgl-kernel's CMake does not read it (only its Makefile does); "
+        "CMAKE_BUILD_PARALLEL_LEVEL bounds the jobs",
+    )
+    knobs.define(
+        "CMAKE_POLICY_VERSION_MINIMUM",
+        "3.5",
+        "dlpack v1.1 (pulled in by mscclpp) declares cmake_minimum_required(VERSION 3.2), "
+        "which CMake 4 refuses without it",
+    )
     threads = given("SGL_KERNEL_COMPILE_THREADS")
     jobs = given("CMAKE_BUILD_PARALLEL_LEVEL") or given("MAX_JOBS")
+    gencodes = len(sm_only_archs(archs).split(",")) if sm_only else SGL_KERNEL_NVCC_THREADS
     plan = plan_parallelism(
         cpus,
         mem,
-        threads_default=SGL_KERNEL_NVCC_THREADS,
+        threads_default=gencodes,
         gb_per_thread=gb,
         jobs_override=jobs,
         threads_override=threads,
@@ -446,22 +493,29 @@ def _sgl_kernel(
         origin("SGL_KERNEL_COMPILE_THREADS")
         if threads
         else f"nvcc --threads (upstream default 32 OOMs small hosts); one per gencode target "
-        f"at most, capped by CPUs and memory ({plan.reason})",
+        f"({gencodes}) at most, capped by CPUs and memory ({plan.reason})",
     )
     reason = (
         origin("CMAKE_BUILD_PARALLEL_LEVEL")
         if jobs
-        else f"parallel compile jobs = min(cpus // 2, threads in flight // "
-        f"SGL_KERNEL_COMPILE_THREADS) ({plan.reason}, {mem_what})"
+        else f"parallel compile jobs = min(cpus{' // 2' if plan.threads > 1 else ''}, "
+        f"threads in flight // SGL_KERNEL_COMPILE_THREADS) ({plan.reason}, {mem_what})"
     )
     knobs.set_env("CMAKE_BUILD_PARALLEL_LEVEL", plan.jobs, reason)
-    knobs.set_env(
-        "MAX_JOBS",
-        plan.jobs,
-        "same as CMAKE_BUILD_PARALLEL_LEVEL, for the parts of the build that read MAX_JOBS",
-    )
     for name, value in defines.items():
         knobs.define(str(name), value, origin(f"cmake_defines.{name}"))
+
+
+def _switch(value: Any, name: str, package: str) -> bool | None:
+    """A boolean knob (true/false, on/off, 1/0); None when unset."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in ("true", "1", "on", "yes"):
+        return True
+    if text in ("false", "0", "off", "no"):
+        return False
+    raise RecipeError(f"package {package}: knob {name}={value!r} is not true or false")
 
 
 def _host_size(facts: dict[str, Any], package: str) -> tuple[int, int, str]:

@@ -58,7 +58,7 @@ precedence decides per key and ``plan`` can name the file each value came from::
 
 Overridable keys: ``description``, ``arch``, ``python``, ``cuda.{version, method, gcc_max,
 mirror, runfile, sha256, url, pip_packages, apt_packages}``, ``torch.{version, index, cuda}``,
-``packages.<name>.{version, patches, torch, needs_cuda_torch}``,
+``packages.<name>.{version, patches, torch, needs_cuda_torch, dependencies}``,
 ``packages.<name>.source.{kind, path, url, ref, subdir, index}``, ``packages.<name>.knobs.<K>``.
 ``name`` and ``drivers`` select a recipe and cannot be overridden (use ``--recipe``). Overriding
 ``cuda.version`` drops the recipe's runfile/sha256/pip_packages of the old version and derives
@@ -111,7 +111,7 @@ _CHOICE_REQUIRED = {"drivers", "version"}
 _CHOICE_OPTIONAL = {"method", "gcc_max", "runfile", "sha256", "pip_packages"}
 _TORCH_KEYS = {"version", "index", "cuda"}
 _PKG_REQUIRED = {"name", "version", "source"}
-_PKG_OPTIONAL = {"patches", "knobs", "torch", "needs_cuda_torch", "smoke"}
+_PKG_OPTIONAL = {"patches", "knobs", "torch", "needs_cuda_torch", "smoke", "dependencies"}
 #: ``[packages.smoke]``: what `smoke` should know about the package (not overridable).
 _SMOKE_KEYS = {"not_for_arch"}
 #: Choice fields that belong to one toolkit version only.
@@ -186,6 +186,7 @@ class PackageSpec:
     #: Extension modules that by design carry no code for the recipe's arch, with the reason
     #: (``smoke`` reports them as info instead of judging them); module name -> reason.
     not_for_arch: dict[str, str] = field(default_factory=dict)
+    dependencies: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -435,6 +436,44 @@ def _source_value(value: Any) -> str:
     return _str(value)
 
 
+_DEP_REQUIRED = ("name", "dir", "url", "ref")
+_DEP_OPTIONAL = ("submodules",)
+_SUBMODULE_KEYS = ("path", "url", "ref")
+_DIR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _dependencies(value: Any) -> list[dict[str, Any]]:
+    """``[{name, dir, url, ref, submodules?}]``: the build's own source dependencies
+    (CMake FetchContent names), fetched by the tool instead of at configure time."""
+    if not isinstance(value, list):
+        raise _Bad("expected a list of { name, dir, url, ref } tables")
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, dep in enumerate(value):
+        if not isinstance(dep, dict):
+            raise _Bad(f"dependency {i}: expected a table {{ name, dir, url, ref }}")
+        unknown = set(dep) - set(_DEP_REQUIRED) - set(_DEP_OPTIONAL)
+        missing = [k for k in _DEP_REQUIRED if not dep.get(k)]
+        if unknown or missing:
+            what = f"unknown key(s) {sorted(unknown)}" if unknown else f"missing {missing}"
+            raise _Bad(f"dependency {i} ({dep.get('name', '?')}): {what}")
+        entry: dict[str, Any] = {k: _str(dep[k]) for k in _DEP_REQUIRED}
+        if not _DIR_RE.match(entry["dir"]) or entry["dir"] in seen:
+            raise _Bad(f"dependency {entry['name']}: dir {entry['dir']!r} is not a unique name")
+        seen.add(entry["dir"])
+        subs = dep.get("submodules") or []
+        if not isinstance(subs, list) or not all(
+            isinstance(s, dict) and set(s) == set(_SUBMODULE_KEYS) for s in subs
+        ):
+            raise _Bad(f"dependency {entry['name']}: submodules must be [{{ path, url, ref }}]")
+        for s in subs:
+            if s["path"].startswith("/") or ".." in Path(s["path"]).parts:
+                raise _Bad(f"dependency {entry['name']}: submodule path {s['path']!r}")
+        entry["submodules"] = [{k: _str(s[k]) for k in _SUBMODULE_KEYS} for s in subs]
+        out.append(entry)
+    return out
+
+
 def _kind(value: Any) -> str:
     s = _str(value)
     if s not in SOURCE_KINDS:
@@ -470,6 +509,7 @@ _PKG_CHECKS: dict[str, _Check] = {
     "patches": _patches,
     "torch": _pkg_torch,
     "needs_cuda_torch": _bool,
+    "dependencies": _dependencies,
     "source.kind": _kind,
     **{f"source.{k}": _source_value for k in _SOURCE_KEYS - {"kind"}},
     "source.sha256": _sha256,
@@ -784,6 +824,9 @@ def _parse_package(f: _File, table: Any, i: int, patches_dir: Path) -> PackageSp
             f.get(table, (*key, "needs_cuda_torch"), _bool) if "needs_cuda_torch" in table else True
         ),
         not_for_arch=not_for_arch,
+        dependencies=(
+            f.get(table, (*key, "dependencies"), _dependencies) if "dependencies" in table else []
+        ),
     )
 
 
@@ -1130,6 +1173,7 @@ def _base_values(sel: Selection) -> tuple[dict[str, Any], dict[str, str]]:
             put(f"{base}knobs.{k}", v, where)
         put(base + "torch", spec_text(pkg.torch) if pkg.torch is not None else "", where)
         put(base + "needs_cuda_torch", pkg.needs_cuda_torch, where)
+        put(base + "dependencies", [dict(d) for d in pkg.dependencies], where)
     return values, sources
 
 

@@ -193,11 +193,18 @@ def git_repo(root: Path, mutate: Callable[[Path], None] | None = None) -> tuple[
 
 
 def sgl_vars(repo: Path, sha: str) -> dict[str, Any]:
-    """Point the recipe's sgl-kernel at a local repository and let it build against torch 2.13."""
+    """Point the recipe's sgl-kernel at a local repository and let it build against torch 2.13.
+
+    The fixture tree is a stand-in, not upstream's CMake build: no FetchContent dependencies
+    (so the source is fetched by git on the host, the pre-store path) and the loader patch,
+    whose context the stand-in's load_utils.py shares with upstream's, instead of the
+    recipe's CMake patch (tests/test_sgl_kernel_real.py covers that on the real tree)."""
     base = "recipe.packages.sgl-kernel."
     return {
         base + "source.url": str(repo),
         base + "source.ref": sha,
+        base + "dependencies": [],
+        base + "patches": ["sgl-kernel/0001-load-utils-sm120.patch"],
         base + "torch": ">=2.0",
         base + "needs_cuda_torch": False,
     }
@@ -507,7 +514,8 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
     assert (Path(data["source"]) / loader).read_text() == (SGL_TREE / loader).read_text()
     defines = {r["name"]: r["value"] for r in data["explain"]}
     assert defines["-Ccmake.define.ENABLE_BELOW_SM90=OFF"] == "OFF"
-    assert defines["-Ccmake.define.SGL_KERNEL_ENABLE_FA3=OFF"] == "OFF"
+    assert defines["-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a"] == "120a"
+    assert not any("SGL_KERNEL_ENABLE_FA3=" in n for n in defines)
     assert any(n.startswith("-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=") for n in defines)
     assert "CMAKE_BUILD_PARALLEL_LEVEL" in defines
 
@@ -529,7 +537,7 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
     wheel = by_name["wheel:sgl-kernel"]
     assert wheel.status == "changed" and wheel.message.startswith("would build sgl-kernel")
     assert "pip wheel --no-build-isolation" in wheel.commands[0]
-    assert "-Ccmake.define.SGL_KERNEL_ENABLE_FA3=OFF" in wheel.commands[0]
+    assert "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a" in wheel.commands[0]
     assert by_name["install:sgl-kernel"].message.startswith("would install")
     assert not (Path(env.path) / ".sm120kit").exists()
 

@@ -179,28 +179,51 @@ def test_torch_ext_arch_list_passes_through():
 
 
 def test_sgl_kernel_cmake_defines_for_sm120():
+    """12.0 only: the SM-only build (sm_120a), one nvcc thread per job since there is one
+    gencode, and none of the knobs 0.3.21 does not read (MAX_JOBS, SGL_KERNEL_ENABLE_FA3)."""
     knobs = resolve_knobs("sgl-kernel", "sgl-kernel", ["12.0"], facts(16, 64), {})
     assert knobs.pip_args == [
+        "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a",
         "-Ccmake.define.ENABLE_BELOW_SM90=OFF",
-        "-Ccmake.define.SGL_KERNEL_ENABLE_FA3=OFF",
-        "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=4",
+        "-Ccmake.define.CMAKE_POLICY_VERSION_MINIMUM=3.5",
+        "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1",
     ]
-    assert knobs.env == {"CMAKE_BUILD_PARALLEL_LEVEL": "4", "MAX_JOBS": "4"}
+    assert knobs.env == {"CMAKE_BUILD_PARALLEL_LEVEL": "16"}
     # sgl-kernel's CMake clears it: setting it would only mislead.
     assert "TORCH_CUDA_ARCH_LIST" not in knobs.env
+    notes = {name: value for name, value, _ in knobs.explain}
+    assert notes["-Ccmake.define.SGL_KERNEL_ENABLE_FA3"] == "(not set)"
+    assert notes["MAX_JOBS"] == "(not set)"
+
+
+def test_sgl_kernel_full_build_when_the_knob_is_off():
+    """knobs.sm120_only = false: upstream's gencodes; nvcc threads default to the five
+    gencodes CUDA 13 compiles with below-SM90 code off."""
+    knobs = resolve_knobs(
+        "sgl-kernel", "sgl-kernel", ["12.0"], facts(32, 256), {"sm120_only": False}
+    )
+    assert not any("SGL_KERNEL_ONLY_ARCHS" in a for a in knobs.pip_args)
+    assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=5" in knobs.pip_args
+    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "12"  # 64 threads in flight / 5
+    with pytest.raises(RecipeError, match="sm120_only='maybe' is not true or false"):
+        resolve_knobs("sgl-kernel", "sgl-kernel", ["12.0"], facts(2, 8), {"sm120_only": "maybe"})
+    with pytest.raises(RecipeError, match="sm120_only is for sgl-kernel only"):
+        resolve_knobs("fa", "flash-attn", ["12.0"], facts(2, 8), {"sm120_only": True})
 
 
 def test_sgl_kernel_compile_threads_small_host():
-    """Upstream's default of 32 nvcc threads OOMs small hosts: 2 CPUs / 24 GiB gets 2."""
+    """Upstream's default of 32 nvcc threads OOMs small hosts: 2 CPUs / 24 GiB gets one thread
+    per job (one gencode) and two jobs (6 threads fit in 24 GiB; 2 CPUs)."""
     knobs = resolve_knobs("sgl-kernel", "sgl-kernel", ["12.0"], facts(2, 24), {})
-    assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=2" in knobs.pip_args
-    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "1"
+    assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1" in knobs.pip_args
+    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "2"
 
 
 def test_sgl_kernel_keeps_what_the_arch_list_needs():
+    """8.9 and 9.0 in the list: no SM-only build and below-SM90 code stays."""
     knobs = resolve_knobs("sgl-kernel", "sgl-kernel", ["8.9", "9.0", "12.0"], facts(16, 64), {})
     assert not any("ENABLE_BELOW_SM90" in a for a in knobs.pip_args)
-    assert not any("SGL_KERNEL_ENABLE_FA3" in a for a in knobs.pip_args)
+    assert not any("SGL_KERNEL_ONLY_ARCHS" in a for a in knobs.pip_args)
 
 
 def test_sgl_kernel_define_overrides():
@@ -219,7 +242,7 @@ def test_sgl_kernel_define_overrides():
     assert "-Ccmake.define.ENABLE_BELOW_SM90=ON" in knobs.pip_args
     assert "-Ccmake.define.ENABLE_BELOW_SM90=OFF" not in knobs.pip_args
     assert "-Ccmake.define.SGL_KERNEL_ENABLE_FP4=ON" in knobs.pip_args
-    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "8"  # 16 threads in flight / 1 per job
+    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "16"  # 16 threads in flight / 1 per job
 
 
 def test_explain_names_every_setting_with_a_reason():

@@ -46,7 +46,10 @@ TARGET = ["--driver", "580.95.05", "--arch", "12.0"]  # gpu3 has no GPU: r580, C
 def test_flavour_and_tools() -> None:
     assert pyenv.flavour("13.0") == "cu130" and pyenv.flavour("cpu") == "cpu"
     assert pyenv.build_tools(["minikernel"]) == ["ninja", "setuptools", "wheel", "packaging"]
-    assert pyenv.build_tools(["minikernel", "sgl-kernel"])[-2:] == ["cmake", "scikit-build-core"]
+    assert pyenv.build_tools(["minikernel", "sgl-kernel"])[-2:] == [
+        "cmake==3.31.1",
+        "scikit-build-core>=0.10",
+    ]
 
 
 def test_python_of_the_recipe_or_a_named_error() -> None:
@@ -298,7 +301,7 @@ def test_missing_tools_are_added_without_a_rebuild(built: dict[str, Any], fleet:
     result = _run(fleet, built["tmp"], "gpu3", built["work"], ["sgl-kernel"]).hosts["gpu3"]
     assert result.status == "changed", result.error
     step = next(s for s in result.steps if s.name == "env")
-    assert step.message.startswith("add cmake scikit-build-core to env")
+    assert step.message.startswith("add cmake==3.31.1 scikit-build-core>=0.10 to env")
     assert (built["env_path"] / "bin" / "cmake").exists()
     assert torch_dir.stat().st_mtime_ns == stamp
 

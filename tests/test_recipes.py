@@ -244,8 +244,11 @@ def test_resolve_from_facts(recipes: dict[str, Recipe]) -> None:
     assert res.values["target.arch"] == "12.0"
     assert res.values["cuda.pip_packages"][0] == "nvidia-cuda-nvcc==13.0.*"
     assert res.notes == []
-    # sgl-kernel's git ref is a placeholder until the build issue pins it.
-    assert "sgl-kernel" in res.problems and "flash-attn" not in res.problems
+    # Every package is buildable: sgl-kernel is pinned to sglang c86ca128 (0.3.21).
+    assert res.problems == {}
+    sk = res.package("sgl-kernel")
+    assert sk["source"]["ref"] == "c86ca12875bbdea8f39267f02a0d55c68ea99d8e"
+    assert [d["name"] for d in sk["dependencies"]][:2] == ["repo-cutlass", "repo-deepgemm"]
     assert res.package("minikernel")["source"] == {"kind": "path", "path": "examples/minikernel"}
 
 

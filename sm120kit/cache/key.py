@@ -119,7 +119,10 @@ class KeyInputs:
     ``build_env`` is filtered on construction (see :func:`env_excluded`); the names dropped
     are kept in ``dropped_env`` for display only and are no part of the key.
     ``source_digest`` is a tagged string: ``sha256:<hex>`` (sdist), ``git:<commit>``, or
-    ``tree:<hex>`` (an uploaded tree, see :func:`tree_digest`).
+    ``tree:<hex>`` (an uploaded tree, see :func:`tree_digest`). ``dependencies`` holds
+    (directory name, ``tree:<hex>``) per build dependency the tool supplies (sgl-kernel's
+    FetchContent trees, `sm120kit.sources`); empty, it stays out of the hashed JSON, so keys
+    of packages without dependencies are unchanged.
     """
 
     package: str
@@ -135,6 +138,7 @@ class KeyInputs:
     platform: str = ""
     cc_version: str = ""
     format_version: int = CACHE_FORMAT_VERSION
+    dependencies: tuple[tuple[str, str], ...] = ()
     dropped_env: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -147,6 +151,9 @@ class KeyInputs:
         kept, dropped = filter_build_env(self.build_env)
         # A private copy: a caller mutating its dict later must not change this key.
         object.__setattr__(self, "patches", patches)
+        object.__setattr__(
+            self, "dependencies", tuple((str(n), str(d)) for n, d in self.dependencies)
+        )
         object.__setattr__(self, "build_env", kept)
         object.__setattr__(self, "dropped_env", tuple(sorted(set(dropped) | set(self.dropped_env))))
         object.__setattr__(self, "arch_list", tuple(str(a).strip() for a in self.arch_list))
@@ -155,7 +162,7 @@ class KeyInputs:
 
     def to_dict(self) -> dict[str, Any]:
         """The hashed inputs as plain JSON types (stored in each entry's meta.json)."""
-        return {
+        doc: dict[str, Any] = {
             "package": self.package,
             "version": self.version,
             "source_digest": self.source_digest,
@@ -170,6 +177,9 @@ class KeyInputs:
             "cc_version": self.cc_version,
             "format_version": self.format_version,
         }
+        if self.dependencies:
+            doc["dependencies"] = [[n, d] for n, d in self.dependencies]
+        return doc
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KeyInputs:
@@ -188,6 +198,7 @@ class KeyInputs:
             platform=data.get("platform", ""),
             cc_version=data.get("cc_version", ""),
             format_version=data.get("format_version", CACHE_FORMAT_VERSION),
+            dependencies=tuple((n, d) for n, d in data.get("dependencies", ())),
         )
 
 
@@ -209,6 +220,7 @@ def describe(inputs: KeyInputs) -> list[tuple[str, str]]:
         ("source", inputs.source_digest),
     ]
     rows += [(f"patch {name}", digest) for name, digest in inputs.patches] or [("patches", "-")]
+    rows += [(f"dependency {name}", digest) for name, digest in inputs.dependencies]
     rows += [(f"env {name}", value) for name, value in sorted(inputs.build_env.items())]
     if inputs.dropped_env:
         rows.append(("env ignored", ", ".join(inputs.dropped_env)))

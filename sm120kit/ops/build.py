@@ -43,6 +43,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .. import sglkernel
+from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..errors import HostFailed, PatchError, RecipeError
 from ..knobs import Knobs, resolve_knobs
@@ -129,6 +131,7 @@ class SourcePlan:
     dir_digest: str  # what names the source directory
     what: str  # one line for messages
     local_tarball: str | None = None  # path kind: the packed tree on the controller
+    remote_name: str = ""  # the tarball's name on the host (default: its local name)
 
 
 def repo_root(state: ProvisionState) -> Path:
@@ -136,17 +139,20 @@ def repo_root(state: ProvisionState) -> Path:
     return state.resolved.recipe.patches_dir.parent
 
 
-def pack_tree(root: Path, out_dir: Path, stem: str) -> tuple[Path, str]:
+def pack_tree(
+    root: Path, out_dir: Path, stem: str, *, skip_outputs: bool = True
+) -> tuple[Path, str]:
     """A deterministic tar of a local source tree and fetch_source's tree hash of its content.
 
     Build outputs (top-level build/ and dist/, ``*.egg-info``, ``__pycache__``, VCS dirs)
-    stay out. The hash is computed on the tar unpacked the way the host unpacks it, so the
+    stay out (with `skip_outputs` False only VCS dirs and caches: a dependency's own
+    top-level ``build/`` is source). The hash is computed on the tar unpacked the way the host unpacks it, so the
     host's check (``tree_sha256``) and the cache key agree by construction.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".{stem}.tar.part"
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _tree_files(root):
+        for path in _tree_files(root, skip_outputs):
             rel = path.relative_to(root).as_posix()
             info = tar.gettarinfo(str(path), arcname=rel)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -165,7 +171,7 @@ def pack_tree(root: Path, out_dir: Path, stem: str) -> tuple[Path, str]:
     return final, digest
 
 
-def _tree_files(root: Path) -> Iterator[Path]:
+def _tree_files(root: Path, skip_outputs: bool = True) -> Iterator[Path]:
     """Files and symlinks of a source tree, sorted, without build outputs."""
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
@@ -173,8 +179,8 @@ def _tree_files(root: Path) -> Iterator[Path]:
             d
             for d in dirnames
             if d not in _ANY_SKIP
-            and not d.endswith(".egg-info")
-            and not (here == root and d in _TOP_SKIP)
+            and not (skip_outputs and d.endswith(".egg-info"))
+            and not (skip_outputs and here == root and d in _TOP_SKIP)
         )
         # os.walk does not descend into linked dirs: they travel as links.
         dirnames[:] = [d for d in keep if not (here / d).is_symlink()]
@@ -222,6 +228,8 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
     source: dict[str, str] = pkg["source"]
     version = str(pkg["version"])
     kind = source.get("kind")
+    if kind == "git" and srcstore.is_managed(pkg):
+        return _store_plan(ctx, state, srcstore.entries(name, pkg)[0], f"{name} {version}")
     if kind == "pypi":
         index = source.get("index") or "pypi"
         index_url = fs.DEFAULT_INDEX if index in ("pypi", "") else index
@@ -272,6 +280,50 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
     raise RecipeError(f"package {name}: source kind {kind!r} cannot be fetched")
 
 
+def store_record(
+    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry
+) -> dict[str, Any] | None:
+    """`entry` in the controller's source store: fetched there (once per run) unless this is
+    check mode, where a missing entry gives None."""
+    settings = getattr(ctx.runner, "settings", None) or {}
+    store = srcstore.store_dir(settings)
+    have = srcstore.read_record(store, entry)
+    if have is not None or ctx.check_mode:
+        return have
+    mirror = srcstore.mirror_setting(settings, state.host.vars) or None
+    record, _ = _once(
+        ctx.runner,
+        f"store:{entry.package}:{entry.slot}",
+        lambda: srcstore.fetch_entry(store, entry, mirror),
+    )
+    return dict(record)
+
+
+def _store_plan(
+    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry, what: str
+) -> SourcePlan:
+    where = f"{entry.url}@{entry.ref}" + (f":{entry.subdir}" if entry.subdir else "")
+    record = store_record(ctx, state, entry)
+    if record is None:
+        return SourcePlan(
+            "path",
+            {"kind": "path"},
+            "",
+            entry.ref,
+            f"{what} from {where} (not in the controller's source store yet)",
+        )
+    digest = str(record["digest"])
+    return SourcePlan(
+        "path",
+        {"kind": "path", "tree_sha256": digest},
+        f"tree:{digest}",
+        digest,
+        f"{what} from {where} via the source store",
+        str(record["tarball"]),
+        f"{entry.dir}-{digest[:12]}.tar",
+    )
+
+
 def _read_json(ctx: HostContext, path: str) -> dict[str, Any] | None:
     res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true")
     try:
@@ -297,9 +349,17 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
         plan = plan_source(ctx, state, name)
         dest = state.paths.source(name, version, plan.dir_digest)
         remote_tar = posixpath.join(
-            state.paths.downloads, os.path.basename(plan.local_tarball or "")
+            state.paths.downloads, plan.remote_name or os.path.basename(plan.local_tarball or "")
         )
         args = {**plan.args, "dest": dest, "cache_dir": state.paths.downloads}
+        if plan.kind == "path" and not plan.local_tarball:
+            # Check mode, and the source store lacks it: nothing to compare yet.
+            ctx.changed(
+                step,
+                f"fetch {plan.what} into the source store and upload it",
+                [f"invoke sources.fetch --package {name}"],
+            )
+            return Source(dest, "", False)
         if plan.local_tarball:
             args["tarball"] = remote_tar
         marker = _read_json(ctx, posixpath.join(dest, fs.MARKER))
@@ -495,8 +555,13 @@ def _key_env(knobs: Knobs) -> dict[str, str]:
     for arg in knobs.pip_args:
         if arg.startswith("-Ccmake.define."):
             define, _, value = arg[len("-Ccmake.define.") :].partition("=")
-            if define not in ("SGL_KERNEL_COMPILE_THREADS",):
-                env[f"cmake.define.{define}"] = value
+            # Parallelism, and where the host keeps things: the dependency trees' digests
+            # and the toolkit version are key inputs of their own.
+            if define in ("SGL_KERNEL_COMPILE_THREADS", "CUDA_cuda_driver_LIBRARY"):
+                continue
+            if define.startswith("FETCHCONTENT_"):
+                continue
+            env[f"cmake.define.{define}"] = value
         else:
             env[f"arg:{arg}"] = "1"
     return env
@@ -521,6 +586,7 @@ def key_inputs(
     source_digest: str,
     patches: tuple[tuple[str, str], ...],
     knobs: Knobs,
+    dependencies: tuple[tuple[str, str], ...] = (),
 ) -> KeyInputs:
     """Every input of the package's cache key, from the toolkit and env this host has."""
     pkg = state.resolved.package(name)
@@ -554,12 +620,133 @@ def key_inputs(
         python_abi=py_abi,
         platform=platform,
         cc_version=cc_version(state),
+        dependencies=dependencies,
     )
 
 
-def explain(ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs) -> None:
+def add_dependency_defines(
+    knobs: Knobs, dirs: list[tuple[str, str]], reasons: dict[str, str] | None = None
+) -> None:
+    """``FETCHCONTENT_SOURCE_DIR_<NAME>`` per uploaded tree and FULLY_DISCONNECTED: CMake
+    configures with no network (host paths: the key has the trees' digests instead)."""
+    reasons = reasons or {}
+    for fetchcontent, path in dirs:
+        (define,) = [
+            d
+            for d in sglkernel.fetchcontent_defines([(fetchcontent, path)])
+            if d != "FETCHCONTENT_FULLY_DISCONNECTED"
+        ]
+        knobs.define(define, path, reasons.get(fetchcontent, "the tool's copy of this dependency"))
+    knobs.define(
+        "FETCHCONTENT_FULLY_DISCONNECTED",
+        "ON",
+        "every FetchContent tree is supplied: CMake never reaches the network",
+    )
+
+
+def source_rows(
+    state: ProvisionState, name: str, source: Source, patched: Patched
+) -> list[dict[str, str]]:
+    """--explain rows: the source pin and digest, and each patch with its state."""
+    pkg = state.resolved.package(name)
+    src = pkg["source"]
+    pin = {
+        "git": lambda: (
+            f"{src.get('url')}@{src.get('ref')}"
+            + (f" ({src['subdir']})" if src.get("subdir") else "")
+        ),
+        "pypi": lambda: f"{name}=={pkg['version']} sdist ({src.get('index') or 'pypi'})",
+        "path": lambda: str(src.get("path")),
+    }.get(str(src.get("kind")), lambda: str(src))()
+    rows = [
+        {
+            "name": "source",
+            "value": pin,
+            "reason": f"digest {source.digest or '(known once fetched)'}; {source.path}",
+        }
+    ]
+    chosen, skipped = package_patches(state, name)
+    states = {p["name"]: p["state"] for p in patched.patches}
+    for patch in chosen:
+        rows.append(
+            {
+                "name": f"patch {patch.name}",
+                "value": states.get(patch.name, "unknown (the tree is not on the host yet)"),
+                "reason": patch.fixes[:200] or "(no Fixes header)",
+            }
+        )
+    rows += [{"name": "patch", "value": "skipped", "reason": s} for s in skipped]
+    return rows
+
+
+def dependency_rows(state: ProvisionState, name: str) -> list[dict[str, str]]:
+    """--explain rows from the recipe alone: each FetchContent dependency and its pin."""
+    pkg = state.resolved.package(name)
+    if not srcstore.is_managed(pkg):
+        return []
+    return [
+        {
+            "name": e.define,
+            "value": f"{e.url}@{e.ref}",
+            "reason": f"dependency {e.dir} (recipe pin; fetched by sources.fetch)",
+        }
+        for e in srcstore.entries(name, pkg)[1:]
+    ]
+
+
+def target_explain(
+    ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs, tree: str
+) -> list[dict[str, str]]:
+    """--explain rows: the gencodes of each target, from a real configure of `tree` when it
+    is on the host (sgl-kernel), else predicted from the recipe (known versions)."""
+    from .cmake_check import cmake_checked, configure_targets, target_rows
+
+    if not cmake_checked(state, name):
+        return []
+    if tree:
+        doc = configure_targets(ctx, state, name, tree, knobs)
+        how = f"from a real configure of {tree} ({doc.get('seconds', 0):.0f}s, compile commands)"
+        return target_rows(name, doc.get("targets") or {}, how)
+    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
+    cuda = (
+        state.toolkit.release
+        if state.toolkit is not None
+        else ".".join(str(state.resolved.values.get("cuda.version", "")).split(".")[:2])
+    )
+    version = str(state.resolved.package(name)["version"])
+    predicted = sglkernel.predict_targets(
+        version,
+        cuda,
+        defines.get("SGL_KERNEL_ONLY_ARCHS", ""),
+        defines.get("ENABLE_BELOW_SM90", "ON") != "OFF",
+    )
+    if predicted is None:
+        return [
+            {
+                "package": name,
+                "name": "targets",
+                "value": "(unknown)",
+                "reason": f"no prediction for {name} {version}; the configure shows them once "
+                "the source is on the host",
+            }
+        ]
+    how = (
+        f"predicted from the recipe for {name} {version} with CUDA {cuda} (x86_64); "
+        "a configure replaces this once the source is on the host"
+    )
+    return target_rows(name, {t: {"sass": c} for t, c in predicted.items()}, how)
+
+
+def explain(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    knobs: Knobs,
+    extra: list[dict[str, str]] | None = None,
+) -> None:
     """``--explain``: the env and flags with the reason for each, on stderr and in the JSON."""
     rows = [{"package": name, "name": n, "value": v, "reason": r} for n, v, r in knobs.explain]
+    rows += list(extra or [])
     rows += [
         {"package": name, "name": n, "value": v, "reason": r} for n, v, r in toolchain_env(state)
     ]
@@ -642,16 +829,24 @@ def make_builder(
         progress = posixpath.join(bdir, "progress.json")
         log = posixpath.join(state.paths.logs, f"build-{name}-{key[:12]}.log")
         timeout = float(state.options.get("build_timeout") or DEFAULT_BUILD_TIMEOUT)
+        from .cmake_check import cmake_checked, configure_targets, require_arch
+
+        if cmake_checked(state, name):
+            # A few seconds of configure before hours of compiling: the compile commands
+            # must carry code for the recipe's arch.
+            configured = configure_targets(ctx, state, name, tree, knobs)
+            require_arch(name, configured.get("targets") or {}, list(state.arch_list))
         ctx.run(
             f"rm -rf {_q(work)} {_q(out)} {_q(progress)} && mkdir -p {_q(bdir)} && "
             f"cp -a {_q(tree)} {_q(work)}",
             what=f"copy the {name} tree to build in",
         )
+        pip_args = _private_dependency_copies(ctx, knobs.pip_args, work)
         args = {
             "src": work,
             "python": state.env.python,
             "env": build_env(state, knobs),
-            "pip_args": list(knobs.pip_args),
+            "pip_args": pip_args,
             "out_dir": out,
             "log": log,
             "progress": progress,
@@ -712,6 +907,27 @@ def provenance_fields(state: ProvisionState, name: str, key: str) -> dict[str, A
     }
 
 
+def _private_dependency_copies(ctx: HostContext, pip_args: list[str], work: str) -> list[str]:
+    """Copies of the FetchContent trees inside the build's throwaway tree, and the pip
+    arguments pointing at them: a full build writes into some of them (dlpack's ``bin/``,
+    mscclpp's ``python/``), and the stored trees stay as verified."""
+    prefix = "-Ccmake.define.FETCHCONTENT_SOURCE_DIR_"
+    out, copies = [], []
+    for arg in pip_args:
+        if arg.startswith(prefix):
+            define, _, path = arg.partition("=")
+            copy = posixpath.join(work, ".sm120kit-deps", posixpath.basename(path))
+            copies.append(f"cp -a {_q(path)} {_q(copy)}")
+            arg = f"{define}={copy}"
+        out.append(arg)
+    if copies:
+        ctx.run(
+            f"mkdir -p {_q(posixpath.join(work, '.sm120kit-deps'))} && " + " && ".join(copies),
+            what="copy the dependency trees into the build tree",
+        )
+    return out
+
+
 #: Lines pip and the front end wrap a failed build in: they never say what went wrong.
 _WRAPPER = re.compile(
     r"^(\[notice\]|# sm120kit|ERROR: Failed|Failed to build|error: subprocess-exited|note: |"
@@ -770,22 +986,47 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     problems = state.resolved.problems.get(name)
     if problems:
         if state.options.get("explain"):
-            explain(ctx, state, name, knobs)
+            extra = source_rows(state, name, Source("", "", False), Patched(""))
+            extra += dependency_rows(state, name)
+            extra += target_explain(ctx, state, name, knobs, "")
+            explain(ctx, state, name, knobs, extra)
         raise HostFailed(
             f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
             + "; ".join(problems)
         )
+    from .cmake_check import cmake_checked, ensure_prerequisites
+    from .deps import ensure_dependencies
+
     record: dict[str, Any] = {"version": version, "wheel_from": None}
     state.packages[name] = record
     source = ensure_source(ctx, state, name)
     record["source_digest"] = source.digest
+    deps = ensure_dependencies(ctx, state, name)
+    if deps is not None:
+        add_dependency_defines(knobs, deps.dirs, deps.reasons)
+        record["dependencies"] = [list(d) for d in deps.digests]
     patched = ensure_patched(ctx, state, name, source)
     record["patches"] = patched.patches
     _ensure_prerequisites(ctx, state)
+    if cmake_checked(state, name):
+        ensure_prerequisites(ctx, state, name, knobs)
+    ready = (
+        source.present
+        and (deps is None or deps.complete)
+        and state.toolkit is not None
+        and state.env is not None
+    )
     if state.options.get("explain"):
-        explain(ctx, state, name, knobs)
+        extra = source_rows(state, name, source, patched)
+        extra += deps.rows if deps is not None else []
+        extra += target_explain(ctx, state, name, knobs, patched.tree if ready else "")
+        for row in extra:
+            row.setdefault("package", name)
+        explain(ctx, state, name, knobs, extra)
     record["env"] = build_env(state, knobs)
     record["pip_args"] = list(knobs.pip_args)
+    if deps is not None and not deps.complete:
+        source = Source(source.path, "", source.present)  # the key needs every digest
     if not source.digest or state.toolkit is None or state.env is None:
         # Check mode before the toolkit/env/source exist: the key is not known yet.
         with ctx.step(f"wheel:{name}") as step:
@@ -796,7 +1037,9 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     digests = tuple((p["name"], p["sha256"]) for p in patched.patches) or patch_key(
         package_patches(state, name)[0]
     )
-    inputs = key_inputs(state, name, source.digest, digests, knobs)
+    inputs = key_inputs(
+        state, name, source.digest, digests, knobs, deps.digests if deps is not None else ()
+    )
     key = compute_key(inputs)
     record["key"] = key
     marker_path = installed_marker(state, name)
@@ -963,8 +1206,30 @@ def key_task(opts: PlanOptions, package: str) -> Callable[[HostContext], None]:
             digest = plan.digest
             if not digest and plan.kind == "git":
                 digest = "git:" + git_resolve(plan.args["repo"], plan.args["commit"])
+            pkg = state.resolved.package(package)
+            dep_digests: list[tuple[str, str]] = []
+            if srcstore.is_managed(pkg):
+                for entry in srcstore.entries(package, pkg)[1:]:
+                    rec = store_record(ctx, state, entry)
+                    if rec is None:
+                        break
+                    dep_digests.append((entry.dir, f"tree:{rec['digest']}"))
+                else:
+                    rec = {}
+                if not digest or rec is None:
+                    raise HostFailed(
+                        f"{package}: its sources are not all in the controller's source store: "
+                        f"run `invoke sources.fetch --package {package}` first"
+                    )
             patches = patch_key(package_patches(state, package)[0])
-            inputs = key_inputs(state, package, digest, patches, package_knobs(state, package))
+            inputs = key_inputs(
+                state,
+                package,
+                digest,
+                patches,
+                package_knobs(state, package),
+                tuple(dep_digests),
+            )
             key = compute_key(inputs)
             step.message = key
         ctx.set(

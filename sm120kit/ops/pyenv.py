@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 
 MARKER = ".sm120kit-env.json"
 BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
-CMAKE_TOOLS = ("cmake", "scikit-build-core")
+#: sgl-kernel's own front end (its pyproject: scikit-build-core>=0.10) and the CMake minor of
+#: upstream's release image (3.31); docs/sgl-kernel.md.
+CMAKE_TOOLS = ("cmake==3.31.1", "scikit-build-core>=0.10")
 #: Recipe packages built through CMake (scikit-build-core).
 CMAKE_PACKAGES = frozenset({"sgl-kernel"})
 ENV_TIMEOUT = 2 * 3600.0

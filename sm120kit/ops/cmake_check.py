@@ -1,0 +1,176 @@
+"""sgl-kernel's host prerequisites and its real configure, before a build starts.
+
+- step ``prereqs:<pkg>``: the libnuma headers/library (mscclpp's ``find_package(NUMA
+  REQUIRED)``) and a ``libcuda.so`` for ``CUDA::cuda_driver`` (mscclpp links it; the toolkit's
+  ``lib64/stubs`` stub is enough). Missing ones stop the run with their names, in plan too.
+- `configure_targets`: ``cmake -S <tree> -B <dir>`` with the exact defines the wheel build
+  passes through scikit-build-core (plus what scikit-build-core adds itself, and, with a CPU
+  torch, what a CUDA torch would have defined), then the compile commands per target
+  (``remote/cmake_probe.py``). `require_arch` refuses a build whose common_ops carries no code
+  for the recipe's arch.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from typing import Any
+
+from .. import sglkernel
+from ..errors import HostFailed
+from ..knobs import Knobs, parse_arch_list
+from ..remote import parse_last_json, script_command, script_source
+from ..runner import HostContext
+from ..state import ProvisionState
+
+#: Packages whose build is sgl-kernel's CMake (prerequisites, configure check).
+CMAKE_CHECKED = frozenset({"sgl-kernel"})
+
+
+def cmake_checked(state: ProvisionState, name: str) -> bool:
+    """Whether `name` gets these checks: sgl-kernel built from the tool's own sources (its
+    recipe lists the FetchContent dependencies, so the tree is upstream's CMake build)."""
+    from .. import sources as srcstore
+
+    return name in CMAKE_CHECKED and srcstore.is_managed(state.resolved.package(name))
+
+
+NUMA_HINT = (
+    "the libnuma headers and library (Debian/Ubuntu: apt-get install libnuma-dev; "
+    "RHEL/Fedora: dnf install numactl-devel): mscclpp, built into sgl-kernel, runs "
+    "find_package(NUMA REQUIRED)"
+)
+
+
+def ensure_prerequisites(
+    ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs
+) -> dict[str, Any]:
+    """Step ``prereqs:<pkg>``; adds ``CUDA_cuda_driver_LIBRARY`` to `knobs` when found."""
+    cuda_home = state.toolkit.cuda_home if state.toolkit is not None else ""
+    with ctx.step(f"prereqs:{name}") as step:
+        given = str(state.host.vars.get("cuda_driver_library") or "")
+        doc = ctx.script(
+            "cmake_probe", {"op": "prereqs", "cuda_home": cuda_home, "cuda_driver": given}
+        )
+        missing = []
+        if not (doc.get("numa_header") and doc.get("numa_library")):
+            missing.append(NUMA_HINT)
+        if cuda_home and not doc.get("cuda_driver"):
+            missing.append(
+                f"a libcuda.so for CUDA::cuda_driver (none in {cuda_home}/lib64/stubs or the "
+                "system library directories, host var cuda_driver_library unset): mscclpp links "
+                "it; the runfile toolkit ships the stub, a GPU host's driver has libcuda.so.1"
+            )
+        if missing:
+            raise HostFailed(f"{name}: host prerequisites missing: " + "; ".join(missing))
+        if doc.get("cuda_driver"):
+            knobs.define(
+                "CUDA_cuda_driver_LIBRARY",
+                doc["cuda_driver"],
+                "CUDA::cuda_driver for mscclpp (only link steps read it)",
+            )
+        found = [str(doc.get("numa_header")), str(doc.get("cuda_driver") or "toolkit not yet")]
+        step.message = "libnuma: {}; libcuda: {}".format(*found)
+        return doc
+
+
+def wanted_codes(arch_list: list[str]) -> list[list[str]]:
+    """Per arch, the SASS names that run on it (``sm_120``, ``sm_120a``, ``sm_120f``)."""
+    out = []
+    for arch in parse_arch_list(arch_list):
+        base = f"sm_{arch.sm}"
+        out.append([base + s for s in ("", "a", "f")] if not arch.suffix else [base + arch.suffix])
+    return out
+
+
+def configure_defines(
+    state: ProvisionState, knobs: Knobs, torch_dir: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The defines of a configure equal to the wheel build's."""
+    assert state.toolkit is not None and state.env is not None
+    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
+    defines.update(sglkernel.skbuild_defines(state.env.python, torch_dir, state.toolkit.cuda_home))
+    if not state.env.torch_cuda:
+        cuda = ".".join(str(state.toolkit.version).split(".")[:2])
+        defines.update(sglkernel.cpu_torch_defines(cuda, state.toolkit.cuda_home))
+    defines.update(extra or {})
+    return defines
+
+
+def configure_targets(
+    ctx: HostContext, state: ProvisionState, name: str, tree: str, knobs: Knobs
+) -> dict[str, Any]:
+    """Configure `tree` on the host (in a temporary dir, removed after) and return
+    ``{"targets": {target: {"units", "sass", "ptx"}}, "seconds"}``."""
+    assert state.toolkit is not None and state.env is not None
+    py = shlex.quote(state.env.python)
+    res = ctx.conn.run(
+        f"{py} -c 'import os, torch; "
+        'print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))\''
+    )
+    torch_dir = (res.stdout.strip().splitlines() or [""])[-1]
+    if res.exit_code != 0 or not torch_dir:
+        raise HostFailed(f"{name}: cannot locate torch's CMake files in {state.env.python}")
+    # A scratch dir outside work_root: plan (check mode) leaves nothing behind.
+    made = ctx.conn.run("mktemp -d -t sm120kit-configure-XXXXXX")
+    scratch = made.stdout.strip().splitlines()[-1] if made.exit_code == 0 else ""
+    if not scratch:
+        raise HostFailed(f"{name}: cannot create a scratch directory for the configure")
+    args = {
+        "op": "configure",
+        "src": tree,
+        "build_dir": scratch,
+        "cmake": posixpath.join(posixpath.dirname(state.env.python), "cmake"),
+        "defines": configure_defines(state, knobs, torch_dir),
+        "env": dict(knobs.env),
+        "timeout": 900,
+    }
+    path = ":".join(
+        [posixpath.join(state.toolkit.cuda_home, "bin"), posixpath.dirname(state.env.python)]
+    )
+    command = f'PATH={shlex.quote(path)}:"$PATH" ' + script_command(ctx.host.python, args)
+    try:
+        out = ctx.conn.run(command, stdin=script_source("cmake_probe"), timeout=1200)
+    finally:
+        ctx.conn.run(f"rm -rf {shlex.quote(scratch)}")
+    doc = parse_last_json(out.stdout) or {}
+    if not doc.get("ok"):
+        tail = "\n".join(doc.get("log_tail") or [])
+        ctx.log.error("configure of %s failed:\n%s", name, tail)
+        raise HostFailed(
+            f"{name}: configuring {tree} failed: {doc.get('error') or out.stderr.strip()[-200:]}"
+        )
+    return doc
+
+
+def require_arch(name: str, targets: dict[str, Any], arch_list: list[str]) -> None:
+    """Refuse a build whose common_ops compile commands carry no code for an arch."""
+    sass = {t: list((info or {}).get("sass") or []) for t, info in targets.items()}
+    have = set(sass.get("common_ops_sm90_build", [])) | set(sass.get("common_ops_sm100_build", []))
+    for arch, options in zip(arch_list, wanted_codes(arch_list), strict=True):
+        if not have & set(options):
+            raise HostFailed(
+                f"{name}: the configured build carries no code for arch {arch} (common_ops "
+                f"compiles {', '.join(sorted(have)) or 'nothing'}): refusing to start a build "
+                "whose wheel cannot run there"
+            )
+
+
+def target_rows(name: str, targets: dict[str, Any], how: str) -> list[dict[str, str]]:
+    """--explain rows: each target that compiles device code, with its SASS/PTX."""
+    rows = []
+    for target in sorted(targets):
+        info = targets[target] or {}
+        codes = list(info.get("sass") or []) + list(info.get("ptx") or [])
+        if not codes and "units" in info:
+            continue
+        units = f"{info['units']} units; " if "units" in info else ""
+        rows.append(
+            {
+                "package": name,
+                "name": f"target {target}",
+                "value": ", ".join(codes) or "(no device code)",
+                "reason": f"{units}{how}",
+            }
+        )
+    return rows

@@ -1,0 +1,133 @@
+"""Step ``deps:<pkg>``: a store-managed package's build dependencies on the host.
+
+Each dependency (`sm120kit.sources`: a recipe ``dependencies`` entry, fetched into the
+controller's source store) is uploaded as its deterministic tarball and unpacked by
+``remote/fetch_source.py`` (kind ``path``, tree hash checked) into
+``work_root/src/<dir>-<ref[:12]>-<digest[:12]>``; a tree already there with the same hash is
+left alone. The result names each tree's absolute path for ``FETCHCONTENT_SOURCE_DIR_<NAME>``
+and its digest for the wheel-cache key.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import sources as srcstore
+from ..errors import HostFailed
+from ..remote import fetch_source as fs
+from ..runner import HostContext
+from ..state import ProvisionState
+
+_SEP = "--sm120kit-marker--"
+
+
+@dataclass
+class Dependencies:
+    """Where each dependency is (or will be) on the host, and what it is."""
+
+    dirs: list[tuple[str, str]] = field(default_factory=list)  # (FetchContent name, path)
+    digests: tuple[tuple[str, str], ...] = ()  # (dir, "tree:<hex>")
+    rows: list[dict[str, str]] = field(default_factory=list)  # --explain: trees not stored yet
+    reasons: dict[str, str] = field(default_factory=dict)  # FetchContent name -> what it is
+    complete: bool = True  # every tree's digest is known (check mode may not know)
+
+
+def _markers(ctx: HostContext, paths: list[str]) -> list[dict[str, Any] | None]:
+    """The fetch markers at `paths`, read in one command (None where absent or unreadable)."""
+    import json
+
+    if not paths:
+        return []
+    script = "; ".join(
+        f"(cat {shlex.quote(p)} 2>/dev/null || true); echo; echo {_SEP}" for p in paths
+    )
+    res = ctx.conn.run(script)
+    out: list[dict[str, Any] | None] = []
+    for chunk in res.stdout.split(_SEP)[: len(paths)]:
+        try:
+            value = json.loads(chunk.strip()) if chunk.strip() else None
+        except ValueError:
+            value = None
+        out.append(value if isinstance(value, dict) else None)
+    return out + [None] * (len(paths) - len(out))
+
+
+def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> Dependencies | None:
+    """The package's dependency trees on the host; None for a package without any."""
+    from .build import store_record
+
+    pkg = state.resolved.package(name)
+    if not srcstore.is_managed(pkg):
+        return None
+    wanted = srcstore.entries(name, pkg)[1:]
+    deps = Dependencies()
+    with ctx.step(f"deps:{name}") as step:
+        records = [store_record(ctx, state, e) for e in wanted]
+        placed: list[tuple[srcstore.SourceEntry, dict[str, Any], str]] = []
+        missing = []
+        digests = []
+        for entry, record in zip(wanted, records, strict=True):
+            if record is None:
+                missing.append(entry.dir)
+                deps.rows.append(
+                    {
+                        "name": entry.define,
+                        "value": f"{entry.url}@{entry.ref}",
+                        "reason": "dependency "
+                        f"{entry.dir}: not in the controller's source store yet (sources.fetch)",
+                    }
+                )
+                continue
+            dest = state.paths.source(entry.dir, entry.ref[:12], str(record["digest"]))
+            placed.append((entry, record, dest))
+            digests.append((entry.dir, f"tree:{record['digest']}"))
+            deps.dirs.append((entry.fetchcontent, dest))
+            note = f"; {record['note']}" if record.get("note") else ""
+            deps.reasons[entry.fetchcontent] = (
+                f"dependency {entry.dir} at {entry.ref} ({entry.url}), tree "
+                f"{str(record['digest'])[:16]}, {record.get('origin', '')}{note}"
+            )
+        deps.digests = tuple(digests)
+        deps.complete = not missing
+        markers = _markers(ctx, [posixpath.join(d, fs.MARKER) for _, _, d in placed])
+        todo = [
+            (entry, record, dest)
+            for (entry, record, dest), marker in zip(placed, markers, strict=True)
+            if not fs._matches(
+                marker, {"kind": "path", "tree_sha256": record["digest"], "subdir": ""}
+            )
+        ]
+        if not todo and not missing:
+            step.message = f"{len(placed)} dependency trees present"
+            return deps
+        names = [e.dir for e, _, _ in todo] + missing
+        commands = [f"upload {r['tarball']} -> {dest}" for _, r, dest in todo]
+        commands += [f"invoke sources.fetch --package {name}  # {d}" for d in missing]
+        if not ctx.changed(
+            step, f"upload {len(names)} dependency trees: {', '.join(names)}", commands
+        ):
+            return deps
+        ctx.run(f"mkdir -p {shlex.quote(state.paths.downloads)}")
+        for entry, record, dest in todo:
+            remote = posixpath.join(
+                state.paths.downloads, f"{entry.dir}-{str(record['digest'])[:12]}.tar"
+            )
+            ctx.conn.put(str(record["tarball"]), remote)
+            args = {
+                "kind": "path",
+                "tarball": remote,
+                "tree_sha256": record["digest"],
+                "dest": dest,
+                "cache_dir": state.paths.downloads,
+            }
+            doc = ctx.script("fetch_source", args, timeout=3600)
+            ctx.conn.run(f"rm -f {shlex.quote(remote)}")
+            if not doc.get("ok"):
+                raise HostFailed(
+                    f"{name}: unpacking dependency {entry.dir} failed: {doc.get('error')}"
+                )
+        step.message = f"uploaded {len(todo)} of {len(placed)} dependency trees"
+        return deps

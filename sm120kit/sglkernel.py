@@ -1,0 +1,155 @@
+"""What sgl-kernel's CMake build does, known before a configure: targets and gencodes, the
+defines that point FetchContent at local trees, and the settings scikit-build-core adds.
+
+`predict_targets` mirrors CMakeLists.txt and cmake/flashmla.cmake of sgl-kernel 0.3.21 (sglang
+commit c86ca12875bbdea8f39267f02a0d55c68ea99d8e) plus the SM-only patch
+(patches/sgl-kernel/0002-cmake-sm-only-build.patch): it is the dry-run answer of ``--explain``.
+Where the tree is present, `sm120kit.remote.cmake_probe` configures it and reads the real
+compile commands instead (see docs/sgl-kernel.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from packaging.version import InvalidVersion, Version
+
+#: Versions `predict_targets` knows the CMake of.
+KNOWN_VERSIONS = ("0.3.21",)
+
+#: The targets that compile CUDA code for the package's own gencode list.
+OWN_TARGETS = ("common_ops_sm90_build", "common_ops_sm100_build", "spatial_ops")
+
+
+def _ge(cuda: str, floor: str) -> bool:
+    try:
+        return Version(cuda) >= Version(floor)
+    except InvalidVersion:
+        return False
+
+
+def _gt(cuda: str, floor: str) -> bool:
+    try:
+        return Version(cuda) > Version(floor)
+    except InvalidVersion:
+        return False
+
+
+def upstream_gencodes(cuda: str, below_sm90: bool = True) -> list[str]:
+    """SGL_KERNEL_CUDA_FLAGS' SASS targets at 0.3.21 on x86_64, in the order CMake adds them."""
+    codes = ["sm_90"]
+    if below_sm90:
+        codes += ["sm_80", "sm_89"]
+    if _ge(cuda, "12.8"):
+        codes += ["sm_100a", "sm_120a"]
+        if _ge(cuda, "13.0"):
+            codes.append("sm_103a")
+    if _ge(cuda, "12.4"):
+        codes.append("sm_90a")
+    return codes
+
+
+def predict_targets(
+    version: str, cuda: str, only_archs: str = "", below_sm90: bool = True
+) -> dict[str, list[str]] | None:
+    """Target -> SASS targets it compiles (x86_64), or None for a version this does not know.
+
+    `cuda` is the CUDA version CMake sees as ``CUDA_VERSION`` (torch's CUDA build);
+    `only_archs` is ``SGL_KERNEL_ONLY_ARCHS`` ("" = the upstream build). deep_gemm_cpp (one
+    .cpp) and the non-CUDA targets of mscclpp, nanobind and dlpack compile no device code.
+    """
+    if version not in KNOWN_VERSIONS:
+        return None
+    if only_archs:
+        own = [f"sm_{a}" for a in only_archs.split(",") if a]
+    else:
+        own = upstream_gencodes(cuda, below_sm90)
+    targets: dict[str, list[str]] = {}
+    if not only_archs:
+        targets["common_ops_sm90_build"] = list(own)
+    targets["common_ops_sm100_build"] = list(own)
+    targets["spatial_ops"] = list(own)
+    if not only_archs and _ge(cuda, "12.4"):
+        targets["flash_ops"] = ["sm_90a"] + (["sm_80", "sm_86"] if below_sm90 else [])
+    if not only_archs:
+        mla = (["sm_90a"] if _gt(cuda, "12.4") else []) + (["sm_100a"] if _gt(cuda, "12.8") else [])
+        targets["flashmla_ops"] = mla
+    # mscclpp's CMakeLists sets CMAKE_CUDA_ARCHITECTURES to 80, plus 90 for CUDA >= 12.
+    mscclpp = ["sm_80"] + (["sm_90"] if _ge(cuda, "12.0") else [])
+    targets["mscclpp_obj"] = mscclpp
+    targets["mscclpp_nccl_obj"] = list(mscclpp)
+    return targets
+
+
+def fetchcontent_defines(dirs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``FETCHCONTENT_SOURCE_DIR_<NAME>`` per (FetchContent name, absolute path), plus
+    ``FETCHCONTENT_FULLY_DISCONNECTED=ON``. CMake upper-cases the name and keeps dashes."""
+    out = {f"FETCHCONTENT_SOURCE_DIR_{name.upper()}": path for name, path in dirs}
+    out["FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
+    return out
+
+
+def skbuild_defines(python: str, torch_cmake_dir: str, cuda_home: str) -> dict[str, str]:
+    """What scikit-build-core (and sgl-kernel's pyproject: cp310 abi3, Release) adds to a
+    configure; a configure outside pip needs them to see the same build."""
+    return {
+        "CMAKE_BUILD_TYPE": "Release",
+        "SKBUILD_SABI_COMPONENT": "Development.SABIModule",
+        "SKBUILD_SABI_VERSION": "3.10",
+        "Python_EXECUTABLE": python,
+        "Python3_EXECUTABLE": python,
+        "Torch_DIR": torch_cmake_dir,
+        "CMAKE_CUDA_COMPILER": f"{cuda_home}/bin/nvcc",
+        "CMAKE_EXPORT_COMPILE_COMMANDS": "ON",
+    }
+
+
+def cpu_torch_defines(cuda_version: str, cuda_home: str, extra_include: str = "") -> dict[str, str]:
+    """What a CUDA build of torch would provide and a CPU torch does not (configure only:
+    a full build needs the CUDA torch). `extra_include` holds cuBLAS/cuSPARSE/... headers
+    when the toolkit lacks them."""
+    cuda_flags = "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"
+    if extra_include:
+        cuda_flags += f" -isystem {extra_include}"
+    # A runfile toolkit keeps its headers under targets/<arch>/include, the PyPI one under
+    # include/; a directory that does not exist costs nothing.
+    cxx = cuda_flags
+    for inc in (f"{cuda_home}/targets/x86_64-linux/include", f"{cuda_home}/include"):
+        cxx += f" -isystem {inc} -isystem {inc}/cccl"
+    return {
+        "CUDA_VERSION": cuda_version,
+        "CMAKE_CUDA_ARCHITECTURES": "OFF",
+        "CMAKE_CUDA_FLAGS": cuda_flags,
+        "CMAKE_CXX_FLAGS": cxx,
+    }
+
+
+def defines_from_pip_args(pip_args: Iterable[str]) -> dict[str, str]:
+    """The ``-Ccmake.define.X=Y`` arguments as a dict (what CMake gets as ``-DX=Y``)."""
+    out: dict[str, str] = {}
+    for arg in pip_args:
+        if arg.startswith("-Ccmake.define."):
+            name, _, value = arg[len("-Ccmake.define.") :].partition("=")
+            out[name] = value
+    return out
+
+
+def missing_arch(targets: dict[str, list[str]], want: Iterable[str]) -> list[str]:
+    """The wanted SASS targets (``sm_120a``) that no common_ops build carries."""
+    have = set()
+    for name in ("common_ops_sm90_build", "common_ops_sm100_build"):
+        have.update(targets.get(name) or [])
+    return [w for w in want if w not in have]
+
+
+__all__ = [
+    "KNOWN_VERSIONS",
+    "OWN_TARGETS",
+    "cpu_torch_defines",
+    "defines_from_pip_args",
+    "fetchcontent_defines",
+    "missing_arch",
+    "predict_targets",
+    "skbuild_defines",
+    "upstream_gencodes",
+]

@@ -1,0 +1,139 @@
+"""The controller's source store (sm120kit/sources.py), the recipe's `dependencies`, and the
+sgl-kernel target prediction. Real git repositories on disk stand in for GitHub (no network
+here); the real upstream trees are tests/test_sgl_kernel_real.py's."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sm120kit import sglkernel
+from sm120kit import sources as src
+from sm120kit.errors import HostFailed, RecipeError
+from sm120kit.recipes import _Bad, _dependencies
+from sm120kit.remote import fetch_source as fs
+
+
+def git_repo(root: Path, files: dict[str, str]) -> str:
+    """A one-commit repository at `root` holding `files`; returns the commit."""
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    return subprocess.run(
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_git_fetch_with_subdir_and_submodule(tmp_path: Path) -> None:
+    """A package tree (a subdir of its repository) and a dependency with a submodule, fetched
+    by git into the store; digests are the trees' hashes; a second fetch does nothing."""
+    mono = git_repo(tmp_path / "mono", {"pkg/CMakeLists.txt": "project(x)\n", "README": "r\n"})
+    sub = git_repo(tmp_path / "sub", {"include/s.h": "// s\n"})
+    dep = git_repo(tmp_path / "dep", {"include/d.h": "// d\n"})
+    pkg = {
+        "source": {"kind": "git", "url": str(tmp_path / "mono"), "ref": mono, "subdir": "pkg"},
+        "dependencies": [
+            {
+                "name": "repo-dep",
+                "dir": "dep",
+                "url": str(tmp_path / "dep"),
+                "ref": dep,
+                "submodules": [{"path": "ext/sub", "url": str(tmp_path / "sub"), "ref": sub}],
+            }
+        ],
+    }
+    assert src.is_managed(pkg)
+    entries = src.entries("demo", pkg)
+    assert [e.dir for e in entries] == ["pkg", "dep"]
+    assert entries[1].define == "FETCHCONTENT_SOURCE_DIR_REPO-DEP"
+    store = tmp_path / "store"
+    first = src.fetch_all(store, entries)
+    assert [changed for _, changed in first] == [True, True]
+    own, dependency = (record for record, _ in first)
+    assert own["origin"] == f"git {tmp_path / 'mono'}@{mono}"
+    unpacked = tmp_path / "check"
+    fs.unpack(dependency["tarball"], str(unpacked))
+    assert (unpacked / "ext" / "sub" / "include" / "s.h").read_text() == "// s\n"
+    assert dependency["digest"] == fs.tree_hash(str(unpacked))
+    assert dependency["files"] == 2 and own["files"] == 1  # only the subdir: no README
+    again = src.fetch_all(store, entries)
+    assert [changed for _, changed in again] == [False, False]
+    listed = src.list_store(store)
+    assert {(r["dir"], r["digest"]) for r in listed} == {
+        ("pkg", own["digest"]),
+        ("dep", dependency["digest"]),
+    }
+
+
+def test_mirror_layout_manifest_note_and_git_fallback(tmp_path: Path) -> None:
+    """A mirror directory per `dir`; a MANIFEST.tsv listing another commit is recorded as a
+    note; an entry the mirror lacks comes from git; an unreachable one names the mirror."""
+    mirror = tmp_path / "mirror"
+    (mirror / "dep").mkdir(parents=True)
+    (mirror / "dep" / "a.h").write_text("// a\n")
+    (mirror / "MANIFEST.tsv").write_text("name\tupstream_repo\tcommit\ndep\tx\tabc123 (note)\n")
+    other = git_repo(tmp_path / "other", {"b.h": "// b\n"})
+    dep = src.SourceEntry("demo", "dep", "https://example.invalid/dep", "def456", fetchcontent="d")
+    from_git = src.SourceEntry("demo", "other", str(tmp_path / "other"), other, fetchcontent="o")
+    store = tmp_path / "store"
+    record, _ = src.fetch_entry(store, dep, mirror)
+    assert record["origin"] == f"mirror {mirror / 'dep'}"
+    assert record["note"] == "the mirror's MANIFEST.tsv lists abc123, not the pinned def456"
+    assert record["digest"] == fs.tree_hash(str(mirror / "dep"))
+    record, _ = src.fetch_entry(store, from_git, mirror)
+    assert record["origin"].startswith("git ")
+    lost = src.SourceEntry("demo", "lost", str(tmp_path / "nowhere"), "0" * 40, fetchcontent="l")
+    with pytest.raises(HostFailed, match="set sources_mirror to a directory holding lost/"):
+        src.fetch_entry(store, lost, mirror)
+    assert not (store / "demo" / lost.slot).exists()
+
+
+def test_recipe_dependencies_are_validated() -> None:
+    good = [{"name": "repo-a", "dir": "a", "url": "https://x/a", "ref": "1" * 40}]
+    assert _dependencies(good)[0]["submodules"] == []
+    for bad, why in [
+        ({"name": "r", "dir": "a", "url": "u"}, "missing"),
+        ({"name": "r", "dir": "a", "url": "u", "ref": "x", "tag": "y"}, "unknown key"),
+        ({"name": "r", "dir": "../a", "url": "u", "ref": "x"}, "not a unique name"),
+    ]:
+        with pytest.raises(_Bad, match=why):
+            _dependencies([bad])
+    with pytest.raises(_Bad, match="not a unique name"):
+        _dependencies(good + good)
+    with pytest.raises(RecipeError, match="needs a pinned git source"):
+        src.entries("x", {"source": {"kind": "git", "url": "u", "ref": ""}, "dependencies": good})
+
+
+def test_predicted_targets_follow_the_0321_cmake() -> None:
+    """CUDA 12.8: sm_100a/sm_120a join, no sm_103a; FlashMLA's `VERSION_GREATER 12.8` leaves
+    out its sm_100a there. CUDA 13.0 with the SM-only build: common_ops sm100 and
+    spatial_ops at sm_120a only."""
+    t128 = sglkernel.predict_targets("0.3.21", "12.8")
+    assert t128 is not None
+    assert t128["common_ops_sm90_build"] == [
+        "sm_90",
+        "sm_80",
+        "sm_89",
+        "sm_100a",
+        "sm_120a",
+        "sm_90a",
+    ]
+    assert t128["flashmla_ops"] == ["sm_90a"]
+    assert t128["flash_ops"] == ["sm_90a", "sm_80", "sm_86"]
+    only = sglkernel.predict_targets("0.3.21", "13.0", "120a", below_sm90=False)
+    assert only is not None
+    assert only["common_ops_sm100_build"] == only["spatial_ops"] == ["sm_120a"]
+    assert "common_ops_sm90_build" not in only and "flash_ops" not in only
+    assert sglkernel.missing_arch(only, ["sm_120a"]) == []
+    assert sglkernel.predict_targets("0.4.0", "13.0") is None
+    assert sglkernel.fetchcontent_defines([("repo-flash-attention", "/s/fa")]) == {
+        "FETCHCONTENT_SOURCE_DIR_REPO-FLASH-ATTENTION": "/s/fa",
+        "FETCHCONTENT_FULLY_DISCONNECTED": "ON",
+    }
