@@ -3,7 +3,7 @@
 Compiles the sample kernel's .cu (examples/minikernel/csrc/add_one.cu) with real nvcc, once
 per arch list per round, alternating the two lists so that load on the machine hits both
 alike; reports each list's median and the ratio. This is what FLASH_ATTN_CUDA_ARCHS=120
-saves per compile unit (FACTS.md section 4: roughly by the number of archs dropped).
+saves per compile unit (docs/stack-facts.md section 4: roughly by the number of archs dropped).
 
     python bench/archs.py [--reps 5] [--nvcc PATH] [--source FILE] [--json]
 """

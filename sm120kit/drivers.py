@@ -1,4 +1,4 @@
-"""NVIDIA's driver/toolkit table (FACTS.md section 1) as data, plus helpers over it.
+"""NVIDIA's driver/toolkit table (docs/stack-facts.md section 1) as data, plus helpers over it.
 
 Driver versions such as ``570.86.10``, ``580.95.05`` or ``470.82.01`` are compared numerically
 component by component (``packaging.version.Version``), so ``570.26 < 570.86.10 < 570.124.06``.
@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
-#: Toolkit -> minimum driver, ascending by toolkit (NVIDIA's table, FACTS.md section 1).
+#: Toolkit -> minimum driver, ascending by toolkit (NVIDIA's table, docs/stack-facts.md section 1).
 TOOLKIT_MIN_DRIVER: Mapping[str, str] = MappingProxyType(
     {
         "12.8.0": "570.26",
@@ -35,7 +35,7 @@ TOOLKIT_MIN_DRIVER: Mapping[str, str] = MappingProxyType(
     }
 )
 
-#: Driver bundled in a toolkit's runfile, where FACTS.md names it. The runfile is named after it
+#: Driver bundled in a toolkit's runfile, where docs/stack-facts.md section 1 names it. The runfile is named after it
 #: (``cuda_<toolkit>_<driver>_linux.run``). 12.8 GA bundles a newer driver than its minimum.
 #: Toolkits missing here need an explicit ``runfile`` in the recipe.
 RUNFILE_BUNDLED_DRIVER: Mapping[str, str] = MappingProxyType(
@@ -165,7 +165,7 @@ def gcc_max(toolkit: object) -> int:
 
 
 def runfile_name(toolkit: object) -> str | None:
-    """Runfile name for `toolkit` when FACTS.md names its bundled driver, else None."""
+    """Runfile name for `toolkit` when docs/stack-facts.md section 1 names its bundled driver, else None."""
     key = canonical_toolkit(toolkit)
     driver = RUNFILE_BUNDLED_DRIVER.get(key)
     return f"cuda_{key}_{driver}_linux.run" if driver else None

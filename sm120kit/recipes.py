@@ -22,7 +22,7 @@ One TOML file per NVIDIA driver branch lives in the repo's ``recipes/`` director
 
 A choice inherits ``method`` and ``gcc_max`` from ``[cuda]``, and ``runfile``, ``sha256`` and
 ``pip_packages`` only when its version equals ``[cuda].version`` (they belong to one toolkit);
-otherwise they come from `sm120kit.drivers` (runfile names FACTS.md knows, the CUDA 13 pip set).
+otherwise they come from `sm120kit.drivers` (runfile names docs/stack-facts.md section 1 knows, the CUDA 13 pip set).
 ``sha256 = ""`` means unknown: the download cannot be verified until an override supplies it
 (`ResolvedRecipe.notes` says so). Package sources: ``{kind = "path", path}`` (relative to the
 repo root), ``{kind = "git", url, ref, subdir}`` (``ref = ""``: not pinned yet, so the package

@@ -24,7 +24,7 @@ NOT_LISTENING = "not_listening"
 #: The port is open but its process is invisible (another user's): no CPU evidence to judge.
 UNKNOWN = "unknown"
 
-#: FACTS section 6: loads weights, then no port, 0% CPU and GPU.
+#: docs/stack-facts.md section 6: loads weights, then no port, 0% CPU and GPU.
 HANG_HINT = (
     "a server that loads its weights and then sits idle is hung, not warming up; on "
     "multi-GPU consumer Blackwell (SM120) boards the usual cause is custom all-reduce / P2P: "

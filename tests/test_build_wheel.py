@@ -443,7 +443,7 @@ def test_scripts_are_stdlib_only():
 
 
 def test_minikernel_setup_translates_arch_list_like_cpp_extension():
-    """The sample's own TORCH_CUDA_ARCH_LIST translation matches FACTS 3 (pure function)."""
+    """The sample's own TORCH_CUDA_ARCH_LIST translation matches docs/stack-facts.md section 3 (pure function)."""
     path = REPO / "examples" / "minikernel" / "setup.py"
     # Everything above the TORCH_PIN / setup(...) part defines helpers; run only that.
     namespace: dict = {"__file__": str(path)}

@@ -1,4 +1,4 @@
-"""The driver/toolkit table (FACTS.md section 1) and the helpers over it."""
+"""The driver/toolkit table (docs/stack-facts.md section 1) and the helpers over it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from packaging.version import Version
 
 from sm120kit import drivers as drv
 
-# FACTS.md section 1, NVIDIA's table for Linux x86_64, pinned verbatim.
+# docs/stack-facts.md section 1, NVIDIA's table for Linux x86_64, pinned verbatim.
 FACTS_MIN_DRIVER = {
     "12.8.0": "570.26",
     "12.8.1": "570.124.06",
@@ -164,7 +164,7 @@ def test_runfile_names_pin_facts() -> None:
     assert drv.runfile_name("12.9.1") == "cuda_12.9.1_575.57.08_linux.run"
     assert drv.runfile_name("13.0.2") == "cuda_13.0.2_580.95.05_linux.run"
     assert drv.runfile_name("13.1.1") == "cuda_13.1.1_590.48.01_linux.run"
-    # Not in FACTS.md: recipes must name these runfiles themselves.
+    # Not in docs/stack-facts.md section 1: recipes must name these runfiles themselves.
     assert drv.runfile_name("13.0.0") is None
 
 

@@ -1,5 +1,5 @@
 """Knobs: one arch list and a host's size -> each package's own build settings; and the
-build-failure classifier (FACTS.md sections 4-6)."""
+build-failure classifier (stack facts sections 4-6 (docs/stack-facts.md))."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_unknown_override_is_refused():
 
 
 def test_flash_attn_recipe_env():
-    """What the real recipe resolves to for an SM120 host (FACTS 4)."""
+    """What the real recipe resolves to for an SM120 host (docs/stack-facts.md section 4)."""
     knobs = resolve_knobs("flash-attn", "flash-attn", ["12.0"], facts(2, 24), {})
     assert knobs.env == {
         "FLASH_ATTN_CUDA_ARCHS": "120",

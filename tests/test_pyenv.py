@@ -82,7 +82,7 @@ def test_torch_checks() -> None:
     # cpp_extension refuses another CUDA major.
     bad = pyenv.torch_problems(CU130, _spec(), toolkit_major=12, arch=["12.0"], cpu_reason=None)
     assert "CUDA 12.x" in bad[0] and "cpp_extension" in bad[0]
-    # FACTS.md 3: the cu126 2.7.0 wheel lacks sm_120.
+    # docs/stack-facts.md section 3: the cu126 2.7.0 wheel lacks sm_120.
     old = {**CU130, "torch_arch_list": ["sm_80", "sm_90"]}
     bad = pyenv.torch_problems(old, _spec(), toolkit_major=13, arch=["12.0a"], cpu_reason=None)
     assert "lacks sm_120" in bad[0]
@@ -270,7 +270,7 @@ def test_env_is_built_with_its_own_torch(built: dict[str, Any]) -> None:
     # Exactly the +cpu file of the find-links the host was given (the host has no pip config
     # of its own), found before PyTorch's index was needed.
     assert "from torch-2.13.0+cpu-cp311-cp311-" in step.message
-    assert env["cxx11_abi"] is True  # FACTS.md 3: torch 2.7+ uses the C++11 ABI
+    assert env["cxx11_abi"] is True  # docs/stack-facts.md section 3: torch 2.7+ uses the C++11 ABI
     assert env["python_abi"] == "cp311" and env["platform"] == "linux_x86_64"
     assert (built["env_path"] / pyenv.MARKER).is_file()
     assert (built["env_path"] / "bin" / "ninja").exists()

@@ -64,7 +64,7 @@ def test_repo_recipes_load(recipes: dict[str, Recipe]) -> None:
 
 
 def test_repo_recipes_pin_branch_toolkits(recipes: dict[str, Recipe]) -> None:
-    """Each branch's toolkits, ceilings and torch (FACTS.md sections 1 and 3)."""
+    """Each branch's toolkits, ceilings and torch (stack facts sections 1 and 3 (docs/stack-facts.md))."""
     expect = {
         "r570": ("12.8", 14, "https://download.pytorch.org/whl/cu128", "12.8"),
         "r575": ("12.9", 14, "https://download.pytorch.org/whl/cu128", "12.8"),
@@ -84,7 +84,7 @@ def test_repo_recipes_pin_branch_toolkits(recipes: dict[str, Recipe]) -> None:
 
 
 def test_flash_attn_is_pinned_below_cxx20_torch(recipes: dict[str, Recipe]) -> None:
-    """FACTS.md 4: flash-attn 2.8.3 builds with -std=c++17; torch 2.14's headers need C++20."""
+    """docs/stack-facts.md section 4: flash-attn 2.8.3 builds with -std=c++17; torch 2.14's headers need C++20."""
     for r in recipes.values():
         fa = next(p for p in r.packages if p.name == "flash-attn")
         assert fa.version == "2.8.3"

@@ -110,7 +110,7 @@ class RunfileServer:
 
 @pytest.fixture(scope="module")
 def runfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fixture runfile: CUDA 12.8.1 whose fake nvcc says V12.8.93 (FACTS.md section 2)."""
+    """The fixture runfile: CUDA 12.8.1 whose fake nvcc says V12.8.93 (docs/stack-facts.md section 2)."""
     mod = _fixture_module()
     return Path(
         mod.build_runfile(tmp_path_factory.mktemp("runfile"), "12.8.1", "12.8.93", "570.124.06")
@@ -188,7 +188,7 @@ def normalise(commands: list[str]) -> list[str]:
 
 
 def test_nvcc_versions_pin_facts() -> None:
-    # FACTS.md section 2 and the brief: nvcc versions are not toolkit versions.
+    # docs/stack-facts.md section 2 and the brief: nvcc versions are not toolkit versions.
     assert tk.NVCC_VERSIONS["13.0.2"] == "13.0.88"
     assert tk.NVCC_VERSIONS["12.8.1"] == "12.8.93"
     assert tk.NVCC_VERSIONS["12.8.0"] == "12.8.61"

@@ -66,7 +66,7 @@ KIND_BY_PACKAGE = {"flash-attn": "flash-attn", "sgl-kernel": "sgl-kernel"}
 #: Marker the patch step leaves in the patched copy: which source and patches it holds.
 PATCHED_MARKER = ".sm120kit-patched.json"
 
-#: A build may take hours on a small host (FACTS: sgl-kernel); past this it is killed.
+#: A build may take hours on a small host (docs/stack-facts.md section 5); past this it is killed.
 DEFAULT_BUILD_TIMEOUT = 8 * 3600
 
 #: Seconds between two reads of the remote progress file.

@@ -1876,7 +1876,11 @@ def check_loader(
             if p != intended and arch_verdict(exts.get(p, {}).get("sass", []), [], ctx.cc)[0] == "pass"
         ]  # fmt: skip
         if better:
-            reason += f"; {better[0]} would run: the SM120 load_utils patch is needed"
+            reason += (
+                f"; {better[0]} would run: this loader maps the GPU to the wrong directory "
+                "(patches/sgl-kernel/0001-load-utils-sm120.patch makes 12.x pick the one "
+                "holding sm_120 code)"
+            )
         else:
             reason += f"; no variant here runs on {cc_text(ctx.cc)}: build one for it"
     if loaded != intended:
