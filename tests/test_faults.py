@@ -330,7 +330,8 @@ def test_disk_too_small_is_said_before_the_step(
         ("$(touch {marker})", "holds characters"),
         ("relative/work", "is relative"),
         ("~nosuchuser/work", "another user's home"),
-        (42, "must be a path string"),
+        # A non-string is a type error, caught where the inventory is read (file:line: key).
+        (42, "hosts.yaml:9: all.hosts.gpu1.work_root: host gpu1: work_root must be a string"),
     ],
 )
 def test_bad_work_root_is_refused_before_any_host(

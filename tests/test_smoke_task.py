@@ -291,7 +291,10 @@ def test_bad_python_and_named_absent_package_fail(fleet: Fleet, tmp_path: Path) 
 def test_bad_arch_is_bad_input(fleet: Fleet, tmp_path: Path) -> None:
     proc, doc = smoke(fleet, tmp_path, "--python", sys.executable, "--arch", "twelve")
     assert proc.returncode == 1
-    assert doc == {"error": "--arch 'twelve': not a compute capability like 12.0", "hosts": {}}
+    assert doc == {
+        "error": "--arch 'twelve': not a compute capability: 'twelve' (e.g. 12.0 or sm_120)",
+        "hosts": {},
+    }
 
 
 @pytest.fixture
