@@ -56,6 +56,7 @@ from typing import Any
 
 from .cache import manage
 from .cache.key import KeyInputs, compute_key, file_sha256
+from .cache.registry import make_store
 from .cache.store import (
     META_NAME,
     CacheError,
@@ -67,7 +68,6 @@ from .cache.store import (
     StoreUnavailable,
     default_local_root,
     entry_dir,
-    make_store,
     unreachable,
 )
 from .connection import ConnectOptions, SSHConnection

@@ -16,8 +16,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sm120kit.cache import manage
+from sm120kit.cache.registry import make_store
 from sm120kit.cache.s3 import S3Store
-from sm120kit.cache.store import CacheError, LocalStore, make_store
+from sm120kit.cache.store import CacheError, LocalStore
 from tests.conftest import S3_BUCKET as BUCKET
 from tests.test_cache_store import StoreContract, make_wheel, new_entry
 

@@ -25,6 +25,7 @@ import pytest
 
 from sm120kit.cache import manage
 from sm120kit.cache.key import KeyInputs, compute_key, file_sha256
+from sm120kit.cache.registry import make_store
 from sm120kit.cache.s3 import S3Store
 from sm120kit.cache.sftp import SFTPStore
 from sm120kit.cache.store import (
@@ -36,7 +37,6 @@ from sm120kit.cache.store import (
     Store,
     default_local_root,
     entry_dir,
-    make_store,
 )
 
 REPO = Path(__file__).resolve().parent.parent

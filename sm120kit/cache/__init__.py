@@ -1,8 +1,9 @@
 """Wheel cache: content-addressed keys for built wheels and the stores that keep them.
 
 ``key`` computes the key from everything that can change a wheel; ``store`` holds the Store
-interface, the local store and ``make_store``; ``s3``/``sftp`` add remote stores (their
-third-party imports happen on first use); ``manage`` lists, verifies, prunes, exports and
+interface and the local store; ``registry`` maps a spec's ``type`` to its backend
+(``make_store``); ``s3``/``sftp`` add remote stores and register themselves (their modules and
+third-party libraries load on first use); ``manage`` lists, verifies, prunes, exports and
 imports entries.
 """
 
@@ -19,6 +20,7 @@ from sm120kit.cache.key import (
     sdist_digest,
     tree_digest,
 )
+from sm120kit.cache.registry import make_store
 from sm120kit.cache.store import (
     DEFAULT_STALE_AFTER,
     CacheError,
@@ -28,7 +30,6 @@ from sm120kit.cache.store import (
     LockOwner,
     Store,
     default_local_root,
-    make_store,
 )
 
 __all__ = [

@@ -13,10 +13,11 @@ cost is a duplicate build, and both puts still leave a consistent entry.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sm120kit.cache.registry import SftpConnect, register_store_type
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 
 T = TypeVar("T")
@@ -208,3 +209,20 @@ class S3Store(Store):
                 return False
             raise
         return True
+
+
+@register_store_type(
+    "s3",
+    allowed={"bucket", "prefix", "endpoint_url", "region", "profile", "addressing_style"},
+    required=("bucket",),
+)
+def _from_spec(spec: Mapping[str, Any], sftp_connect: SftpConnect | None) -> Store:
+    return S3Store(
+        bucket=spec["bucket"],
+        prefix=spec.get("prefix", ""),
+        endpoint_url=spec.get("endpoint_url"),
+        region=spec.get("region"),
+        profile=spec.get("profile"),
+        addressing_style=spec.get("addressing_style"),
+        name=spec.get("name"),
+    )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sm120kit.cache.registry import SftpConnect, register_store_type
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 
 
@@ -253,3 +254,17 @@ def paramiko_connect(spec: Mapping[str, Any]) -> Any:
         raise CacheError(
             f"cache sftp:{spec['host']}: server refused the sftp subsystem ({exc})"
         ) from None
+
+
+@register_store_type(
+    "sftp",
+    allowed={"host", "path", "port", "user", "key_filename", "known_hosts"},
+    required=("host", "path"),
+)
+def _from_spec(spec: Mapping[str, Any], sftp_connect: SftpConnect | None) -> Store:
+    if sftp_connect is not None:
+        connect = sftp_connect
+        return SFTPStore(lambda: connect(spec), spec["path"], name=spec.get("name"))
+    return SFTPStore(
+        lambda: paramiko_connect(spec), spec["path"], name=spec.get("name"), owns_client=True
+    )

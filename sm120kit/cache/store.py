@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sm120kit.cache.key import CACHE_FORMAT_VERSION
+from sm120kit.controller import dead_here, identity
 from sm120kit.errors import Sm120Error
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,6 @@ class LockOwner:
     @classmethod
     def current(cls, run_id: str = "") -> LockOwner:
         """The owner record of this controller process."""
-        from ..controller import identity
-
         try:
             user = os.getlogin()
         except OSError:
@@ -497,8 +496,6 @@ class Store(ABC):
         (logged as a warning). Re-acquiring a lock this owner (same token) already holds
         succeeds.
         """
-        from ..controller import dead_here
-
         path = _lock_path(key)
         for _ in range(4):
             record = _dumps({**asdict(owner), "time": time.time()})
@@ -709,66 +706,3 @@ class LocalStore(Store):
             except OSError:
                 return
             here = here.parent
-
-
-def make_store(
-    spec: Mapping[str, Any],
-    sftp_connect: Callable[[Mapping[str, Any]], Any] | None = None,
-) -> Store:
-    """A store from config: ``{"type": "local"|"sftp"|"s3", ...}``.
-
-    local: ``path`` (default :func:`default_local_root`), ``name``.
-    sftp: ``host``, ``path``; ``port``, ``user``, ``key_filename``, ``known_hosts``, ``name``.
-    ``sftp_connect(spec)`` must return a paramiko SFTPClient (e.g. a fabric connection's
-    ``.sftp()``); without it a plain paramiko connection is opened (system known_hosts only).
-    s3: ``bucket``; ``prefix``, ``endpoint_url``, ``region``, ``profile``, ``addressing_style``,
-    ``name``. Credentials come from the standard AWS env/config chain, never from the spec.
-    """
-    kind = spec.get("type")
-    if kind == "local":
-        _only(spec, {"type", "path", "name"})
-        return LocalStore(spec.get("path"), name=spec.get("name"))
-    if kind == "sftp":
-        from sm120kit.cache.sftp import SFTPStore, paramiko_connect
-
-        _only(spec, {"type", "host", "path", "port", "user", "key_filename", "known_hosts", "name"})
-        _need(spec, "host", "path")
-        if sftp_connect is not None:
-            connect = sftp_connect
-            return SFTPStore(lambda: connect(spec), spec["path"], name=spec.get("name"))
-        return SFTPStore(
-            lambda: paramiko_connect(spec), spec["path"], name=spec.get("name"), owns_client=True
-        )
-    if kind == "s3":
-        from sm120kit.cache.s3 import S3Store
-
-        allowed = {"type", "bucket", "prefix", "endpoint_url", "region", "profile"}
-        _only(spec, allowed | {"addressing_style", "name"})
-        _need(spec, "bucket")
-        return S3Store(
-            bucket=spec["bucket"],
-            prefix=spec.get("prefix", ""),
-            endpoint_url=spec.get("endpoint_url"),
-            region=spec.get("region"),
-            profile=spec.get("profile"),
-            addressing_style=spec.get("addressing_style"),
-            name=spec.get("name"),
-        )
-    raise CacheError(f"cache store spec: type {kind!r} is not one of local, sftp, s3")
-
-
-def _only(spec: Mapping[str, Any], allowed: set[str]) -> None:
-    for name in spec:
-        if name not in allowed:
-            hint = (
-                " (credentials come from env/config, not the store spec)"
-                if "secret" in name or "key_id" in name or "token" in name or "password" in name
-                else ""
-            )
-            raise CacheError(f"cache store spec ({spec.get('type')}): unknown key {name!r}{hint}")
-
-
-def _need(spec: Mapping[str, Any], *names: str) -> None:
-    for name in names:
-        if not spec.get(name):
-            raise CacheError(f"cache store spec ({spec.get('type')}): missing {name!r}")
