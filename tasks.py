@@ -410,18 +410,18 @@ def cache_key(
 @guarded()
 def cache_list(c, json=False, store=None):
     """List cached wheels: package, version, key, arch, CUDA, torch, size, age, hits."""
-    from sm120kit import wheelcache
+    from sm120kit import cli_cache
 
-    wheelcache.list_command(c, json_output=json, store=store)
+    cli_cache.list_command(c, json_output=json, store=store)
 
 
 @task(name="verify", help=helps("json") | {"store": CACHE_HELP["store"]})
 @guarded()
 def cache_verify(c, json=False, store=None):
     """Check every entry's sha256; corrupt entries are quarantined."""
-    from sm120kit import wheelcache
+    from sm120kit import cli_cache
 
-    wheelcache.verify_command(c, json_output=json, store=store)
+    cli_cache.verify_command(c, json_output=json, store=store)
 
 
 @task(
@@ -431,9 +431,9 @@ def cache_verify(c, json=False, store=None):
 @guarded()
 def cache_prune(c, json=False, older_than=0.0, keep=0, max_size=None, store=None):
     """Remove entries by age, keep-N per package, or total size."""
-    from sm120kit import wheelcache
+    from sm120kit import cli_cache
 
-    wheelcache.prune_command(
+    cli_cache.prune_command(
         c,
         json_output=json,
         older_than_days=older_than or None,
@@ -451,9 +451,9 @@ def cache_prune(c, json=False, older_than=0.0, keep=0, max_size=None, store=None
 @guarded()
 def cache_export(c, directory=None, json=False, store=None):
     """Write every cached wheel into DIR (pip install --find-links DIR works offline)."""
-    from sm120kit import wheelcache
+    from sm120kit import cli_cache
 
-    wheelcache.export_command(c, directory, json_output=json, store=store)
+    cli_cache.export_command(c, directory, json_output=json, store=store)
 
 
 @task(
@@ -464,9 +464,9 @@ def cache_export(c, directory=None, json=False, store=None):
 @guarded()
 def cache_import(c, directory=None, json=False, store=None):
     """Read a directory written by cache.export back into a store."""
-    from sm120kit import wheelcache
+    from sm120kit import cli_cache
 
-    wheelcache.import_command(c, directory, json_output=json, store=store)
+    cli_cache.import_command(c, directory, json_output=json, store=store)
 
 
 cache = Collection(

@@ -44,9 +44,8 @@ class PlanOptions:
 
 def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
     """Facts (one command), then the recipe for this host with overrides and their sources."""
-    state: ProvisionState | None = getattr(ctx, "state", None)
-    if state is not None:
-        return state
+    if ctx.state is not None:
+        return ctx.state
     facts = gather(ctx)
     with ctx.step("recipe") as step:
         resolved = resolve_for_host(
@@ -59,7 +58,7 @@ def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
         )
         step.message = f"{resolved.recipe.name}: {resolved.selection.reason}"
     state = ProvisionState(ctx.host, facts, resolved, options=dict(opts.extra))
-    ctx.state = state  # type: ignore[attr-defined]
+    ctx.state = state
     ctx.set(
         recipe=resolved.recipe.name,
         cuda=resolved.values.get("cuda.version"),

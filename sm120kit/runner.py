@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import controller
 from .connection import (
@@ -47,6 +47,11 @@ from .host import Host
 from .progress import NullProgress, Progress
 from .remote import run_script
 from .results import HostResult, RunResult, StepResult
+from .run import Run
+
+if TYPE_CHECKING:
+    from .cache.wheels import WheelCache
+    from .state import ProvisionState
 
 
 class SkipHost(Exception):
@@ -88,6 +93,8 @@ class HostContext:
         self.result = result
         self.log = log
         self.facts: dict[str, Any] | None = None
+        #: This host's facts and resolved recipe, once ``plan.prepare`` made them.
+        self.state: ProvisionState | None = None
         self._conn: Connection | None = None
 
     @property
@@ -201,8 +208,26 @@ class Runner:
         self.options = options
         self.progress = progress or NullProgress()
         self.run_dir: Path | None = None
-        #: The task layer's settings (invoke.yaml), for run-wide services like the wheel cache.
-        self.settings: dict[str, Any] = {}
+        #: What the host threads of this run share (settings, wheel cache, once-per-run values).
+        self.shared = Run()
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The task layer's settings (invoke.yaml), for run-wide services like the wheel cache."""
+        return self.shared.settings
+
+    @settings.setter
+    def settings(self, value: dict[str, Any]) -> None:
+        self.shared.settings = value
+
+    @property
+    def wheel_cache(self) -> WheelCache | None:
+        """This run's wheel cache, once a build asked for it (``cache_for(runner)``)."""
+        return self.shared.wheel_cache
+
+    @wheel_cache.setter
+    def wheel_cache(self, value: WheelCache | None) -> None:
+        self.shared.wheel_cache = value
 
     def _make_run_dir(self, task: str) -> Path:
         root = Path(os.path.expanduser(self.options.run_root))

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -46,6 +46,8 @@ from rich.table import Table
 from .. import sglkernel
 from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
+from ..cache.request import BuiltWheel
+from ..cache.wheels import cache_for
 from ..errors import HostFailed, PatchError, RecipeError
 from ..knobs import Knobs, resolve_knobs
 from ..patching import Patch, check_and_apply, load_patch, select
@@ -56,9 +58,6 @@ from ..remote.build_wheel import build_command
 from ..results import RunResult, StepResult
 from ..runner import HostContext, Runner
 from ..state import ProvisionState
-
-if TYPE_CHECKING:
-    from ..wheelcache import BuiltWheel
 
 #: Build kind (knobs.KINDS) of the packages whose build front end is not a plain extension.
 KIND_BY_PACKAGE = {"flash-attn": "flash-attn", "sgl-kernel": "sgl-kernel"}
@@ -77,7 +76,6 @@ _TOP_SKIP = frozenset({"build", "dist"})
 _ANY_SKIP = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
 
 _explain_lock = threading.Lock()
-_cache_lock = threading.Lock()
 
 
 def build_kind(name: str) -> str:
@@ -92,30 +90,9 @@ def _q(text: str) -> str:
 # --------------------------------------------------------------------------- per-run cache
 
 
-def _run_cache(runner: Runner) -> dict[str, Any]:
-    """Controller-side results shared by the host threads of one run (packed trees, index)."""
-    with _cache_lock:
-        cache: dict[str, Any] | None = getattr(runner, "_sm120kit_build_cache", None)
-        if cache is None:
-            cache = {"lock": threading.Lock(), "values": {}}
-            runner._sm120kit_build_cache = cache  # type: ignore[attr-defined]
-        return cache
-
-
 def _once(runner: Runner, key: str, compute: Callable[[], Any]) -> Any:
     """`compute()` once per run and key, whichever host thread asks first."""
-    cache = _run_cache(runner)
-    with cache["lock"]:
-        values: dict[str, Any] = cache["values"]
-        if key not in values:
-            try:
-                values[key] = ("ok", compute())
-            except Exception as exc:  # every host asking gets the same one-line error
-                values[key] = ("error", exc)
-        status, value = values[key]
-    if status == "error":
-        raise value
-    return value
+    return runner.shared.once(key, compute)
 
 
 # --------------------------------------------------------------------------- sources
@@ -821,8 +798,6 @@ def make_builder(
     """The closure `WheelCache.obtain` runs on a miss: build_wheel.py in a fresh copy of `tree`."""
 
     def build() -> BuiltWheel:
-        from ..wheelcache import BuiltWheel
-
         assert state.env is not None and state.toolkit is not None
         bdir = state.paths.build(name)
         work, out = posixpath.join(bdir, "work"), posixpath.join(bdir, "out")
@@ -1078,8 +1053,6 @@ def _obtain(
     record: dict[str, Any],
     step: StepResult,
 ) -> None:
-    from ..wheelcache import cache_for
-
     builder = make_builder(ctx, state, name, tree, knobs, key)
     dest = posixpath.join(state.paths.build(name), "wheels")
     built: dict[str, Any] = {}

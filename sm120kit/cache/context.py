@@ -1,0 +1,67 @@
+"""What the wheel cache needs from a host's context: a typed protocol instead of ``Any``.
+
+The runner's ``HostContext`` satisfies it, and so does any stand-in with the same members
+(a check-mode view, a test double): the cache reads the host and its vars, logs, runs
+commands and moves files over the host's connection, shows progress, and records events in
+the host's result.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ..connection import CommandResult, Connection
+from ..host import Host
+from ..paths import HostPaths
+from ..progress import Progress
+from ..results import HostResult
+
+
+class RunView(Protocol):
+    """The part of a Runner the cache uses: its progress display."""
+
+    @property
+    def progress(self) -> Progress: ...
+
+
+class StateView(Protocol):
+    """The part of a host's provision state the cache uses: where its host store lives."""
+
+    @property
+    def paths(self) -> HostPaths: ...
+
+
+class CacheHost(Protocol):
+    """A host's context as the wheel cache sees it (``sm120kit.runner.HostContext``)."""
+
+    @property
+    def host(self) -> Host: ...
+
+    @property
+    def log(self) -> logging.Logger: ...
+
+    @property
+    def check_mode(self) -> bool: ...
+
+    @property
+    def conn(self) -> Connection: ...
+
+    @property
+    def result(self) -> HostResult: ...
+
+    @property
+    def runner(self) -> RunView: ...
+
+    @property
+    def state(self) -> StateView | None: ...
+
+    def run(
+        self,
+        command: str,
+        *,
+        check: bool = True,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        what: str | None = None,
+    ) -> CommandResult: ...

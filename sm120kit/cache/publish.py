@@ -1,0 +1,112 @@
+"""After a build: the wheel goes once to the controller, is checked, and is put in every store.
+
+The wheel is fetched once from the builder, checked against the build's sha256 and put
+(atomically: wheel first, meta.json last) into the controller and shared stores; the host
+store gets an on-host copy, and ``dest_dir`` the wheel under its final name. A store that
+refuses the put is recorded in the events; nothing is retried blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import HostFailed, Sm120Error
+from .health import StoreHealth, one_line
+from .key import file_sha256
+from .place import place
+from .request import BuiltWheel, Counters, Obtained, WheelRequest
+from .store import META_NAME, entry_dir, unreachable
+
+
+class Publisher:
+    """Stores a fresh build's wheel in the request's stores and places it on the host."""
+
+    def __init__(self, health: StoreHealth, counters: Counters, run_id: str) -> None:
+        self.health = health
+        self.counters = counters
+        self.run_id = run_id
+
+    def publish(self, req: WheelRequest, built: BuiltWheel) -> Obtained:
+        """Put ``built`` into every store of the request and into ``dest_dir`` on the host."""
+        ctx, inputs, key, events = req.ctx, req.inputs, req.key, req.events
+        sources, dest_dir = req.sources, req.dest_dir
+        filename = posixpath.basename(built.path)
+        meta = {
+            "inputs": inputs.to_dict(),
+            "build_seconds": round(float(built.seconds), 3),
+            "builder_host": ctx.host.name,
+            "log_path": built.log,
+            "run_id": self.run_id,
+        }
+        moved = 0
+        with tempfile.TemporaryDirectory(prefix="sm120kit-built-") as tmp:
+            local = Path(tmp) / filename
+            try:
+                ctx.conn.get(built.path, local)
+            except Sm120Error:
+                raise
+            except Exception as exc:
+                raise HostFailed(
+                    f"fetching {built.path} from {ctx.host.name} failed: {exc}"
+                ) from None
+            moved = local.stat().st_size
+            self.counters.add("bytes_from_hosts", moved)
+            got = file_sha256(local)
+            if got != built.sha256:
+                raise HostFailed(
+                    f"{built.path} on {ctx.host.name}: sha256 {got[:12]} != the build's "
+                    f"{built.sha256[:12]}"
+                )
+            stored: list[str] = []
+            for src in sources:
+                # A store in its back-off is still tried: publishing matters more than a
+                # lookup, and one put is the cheapest way to learn that it is back.
+                if src.host_root is not None:
+                    continue
+                try:
+                    src.store.put(key, local, meta)
+                except Exception as exc:  # noqa: BLE001 - other stores still get it
+                    ctx.log.warning("put of %s into %s failed", key[:12], src.name, exc_info=True)
+                    if unreachable(exc):
+                        self.health.mark_down(src.name, exc, events)
+                    events.append(f"{key[:12]}: not stored in {src.name} ({one_line(exc)})")
+                    continue
+                self.health.mark_up(src.name, events)
+                stored.append(src.name)
+        host = next((s for s in sources if s.host_root is not None), None)
+        ops = [{"src": built.path, "dir": dest_dir, "name": filename, "sha256": built.sha256}]
+        if host is not None:
+            assert host.host_root is not None
+            host.store.delete_blob(f"{entry_dir(key)}/{META_NAME}")
+            entry = posixpath.join(host.host_root, entry_dir(key))
+            ops.append({"src": built.path, "dir": entry, "name": filename, "sha256": built.sha256})
+        results = place(ctx, ops)
+        if not results[0]["ok"]:
+            raise HostFailed(
+                f"{built.path} on {ctx.host.name}: cannot place it in {dest_dir}: "
+                f"{results[0].get('error') or 'sha256 changed'}"
+            )
+        if host is not None:
+            if results[1]["ok"]:
+                full = {
+                    **meta,
+                    "key": key,
+                    "filename": filename,
+                    "sha256": built.sha256,
+                    "size": int(results[1]["size"]),
+                    "created": time.time(),
+                    "format_version": inputs.format_version,
+                }
+                host.store.write_blob(
+                    f"{entry_dir(key)}/{META_NAME}",
+                    json.dumps(full, sort_keys=True, indent=1).encode(),
+                )
+            else:
+                events.append(f"{key[:12]}: not stored in the host store ({results[1]})")
+        return Obtained(
+            results[0]["path"], built.sha256, "build", key, events, moved, stored_in=stored
+        )

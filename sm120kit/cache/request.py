@@ -1,0 +1,82 @@
+"""The values the wheel cache's parts hand each other: a request, its sources, its outcome."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .context import CacheHost
+from .key import KeyInputs
+from .store import Store
+
+
+@dataclass
+class BuiltWheel:
+    """What a build closure returns: the wheel's path ON THE HOST and how it came about."""
+
+    path: str
+    sha256: str
+    seconds: float
+    log: str
+
+
+@dataclass
+class Obtained:
+    """A wheel ready on the host (``path`` is "" in check mode) and where it came from."""
+
+    path: str
+    sha256: str
+    wheel_from: str
+    key: str
+    #: One-line cache events of this lookup (quarantines, unavailable stores, waits).
+    events: list[str] = field(default_factory=list)
+    #: Wheel bytes sent between controller and host for this wheel (both directions).
+    bytes_moved: int = 0
+    #: After a build: the controller/shared stores the wheel was put into.
+    stored_in: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Source:
+    """One store a host reads, under the name ``wheel_from`` gives it."""
+
+    name: str
+    store: Store
+    host_root: str | None = None  # set for the host store: its root as a host path
+
+
+@dataclass
+class WheelRequest:
+    """One host's ask for one key's wheel, as it travels through lookup, election, lock and
+    publish: the host, the key and its inputs, how to build, where the wheel goes, the stores
+    to read (in order), and the cache events recorded on the way."""
+
+    ctx: CacheHost
+    inputs: KeyInputs
+    key: str
+    build: Callable[[], BuiltWheel]
+    dest_dir: str
+    sources: list[Source]
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def what(self) -> str:
+        """The package and short key, for messages."""
+        return f"{self.inputs.package} (key {self.key[:12]})"
+
+    def progress(self, detail: str) -> None:
+        """Show what this host's wheel is waiting for or doing."""
+        self.ctx.runner.progress.step(self.ctx.host.name, f"wheel {self.inputs.package}", detail)
+
+
+class Counters:
+    """Run-wide counters (builds, hits:<store>, bytes_to_hosts, bytes_from_hosts, quarantined)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.values[name] = self.values.get(name, 0) + n
