@@ -136,13 +136,12 @@ def plan(
     explain=False,
 ):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands."""
-    from sm120kit import plan as planner
-    from sm120kit import report
+    from sm120kit import provision, report
 
     opts = _plan_options(c, driver, arch, recipe, explain=explain)
     s = _session(c, host, inventory, json, forks, accept_new_host_keys, ask_pass, check_mode=True)
     opts.recipes()
-    cli.finish(s, s.run("plan", planner.plan_or_provision_task(opts)), report.render_plan)
+    cli.finish(s, s.run("plan", provision.plan_or_provision_task(opts)), report.render_plan)
 
 
 @task(help=helps(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "recheck"))
@@ -164,8 +163,7 @@ def provision(
     recheck=False,
 ):
     """Toolkit, env, builds (through the wheel cache), smoke: in order, one run, one recap."""
-    from sm120kit import plan as planner
-    from sm120kit import report
+    from sm120kit import provision, report
 
     opts = _plan_options(
         c, driver, arch, recipe, max_jobs=max_jobs, nvcc_threads=nvcc_threads, recheck=recheck
@@ -175,7 +173,7 @@ def provision(
     )
     opts.recipes()
     cli.finish(
-        s, s.run("provision", planner.plan_or_provision_task(opts), lock=True), report.render_plan
+        s, s.run("provision", provision.plan_or_provision_task(opts), lock=True), report.render_plan
     )
 
 

@@ -138,34 +138,3 @@ def recipes_catalog(opts: PlanOptions, driver: str | None, arch: str | None) -> 
             "reason": sel.reason,
         }
     return doc
-
-
-def _ops() -> Any:
-    from . import ops
-
-    return ops
-
-
-def plan_or_provision_task(opts: PlanOptions) -> Callable[[HostContext], None]:
-    """`invoke plan` (check mode) and `invoke provision`: the same steps, in order."""
-
-    def run(ctx: HostContext) -> None:
-        state = prepare(ctx, opts)
-        ctx.set(values=[list(r) for r in state.resolved.rows()], notes=state.resolved.notes)
-        ops = _ops()
-        ops.toolkit.ensure_toolkit(ctx, state)
-        ops.pyenv.ensure_env(ctx, state)
-        names = package_names(state, opts)
-        for name in names:
-            ops.build.ensure_package(ctx, state, name)
-        if not ctx.check_mode:
-            from .smoke_memo import smoke_or_reuse
-
-            smoke_or_reuse(ctx, state, names, recheck=bool(opts.extra.get("recheck")))
-        ctx.set(
-            toolkit=state.toolkit.to_dict() if state.toolkit else None,
-            env=state.env.to_dict() if state.env else None,
-            packages=state.packages,
-        )
-
-    return run

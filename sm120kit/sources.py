@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HostFailed, RecipeError
+from .packing import pack_tree  # the same deterministic tar the path sources use
 from .remote import fetch_source as fs
 
 RECORD = "source.json"
@@ -163,7 +164,6 @@ def fetch_entry(
     have = read_record(store, entry)
     if have is not None:
         return have, False
-    from .ops.build import pack_tree  # the same deterministic tar the path sources use
 
     slot = store / entry.package / entry.slot
     slot.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,6 @@ import posixpath
 import re
 import shlex
 import subprocess
-import tarfile
 import tempfile
 import threading
 import time
@@ -50,6 +49,7 @@ from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
 from ..errors import HostFailed, PatchError, RecipeError
 from ..knobs import Knobs, resolve_knobs
+from ..packing import pack_tree
 from ..patching import Patch, check_and_apply, load_patch, select
 from ..plan import PlanOptions, package_names, prepare
 from ..remote import fetch_source as fs
@@ -58,6 +58,7 @@ from ..remote.build_wheel import build_command
 from ..results import RunResult, StepResult
 from ..runner import HostContext, Runner
 from ..state import ProvisionState
+from .deps import ensure_dependencies, store_record
 
 #: Build kind (knobs.KINDS) of the packages whose build front end is not a plain extension.
 KIND_BY_PACKAGE = {"flash-attn": "flash-attn", "sgl-kernel": "sgl-kernel"}
@@ -71,9 +72,6 @@ DEFAULT_BUILD_TIMEOUT = 8 * 3600
 #: Seconds between two reads of the remote progress file.
 PROGRESS_POLL_SECONDS = 2.0
 
-#: Top-level directories of a local tree that are build outputs, not sources.
-_TOP_SKIP = frozenset({"build", "dist"})
-_ANY_SKIP = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
 
 _explain_lock = threading.Lock()
 
@@ -114,58 +112,6 @@ class SourcePlan:
 def repo_root(state: ProvisionState) -> Path:
     """The directory ``path`` sources are relative to: the one holding recipes/ and patches/."""
     return state.resolved.recipe.patches_dir.parent
-
-
-def pack_tree(
-    root: Path, out_dir: Path, stem: str, *, skip_outputs: bool = True
-) -> tuple[Path, str]:
-    """A deterministic tar of a local source tree and fetch_source's tree hash of its content.
-
-    Build outputs (top-level build/ and dist/, ``*.egg-info``, ``__pycache__``, VCS dirs)
-    stay out (with `skip_outputs` False only VCS dirs and caches: a dependency's own
-    top-level ``build/`` is source). The hash is computed on the tar unpacked the way the host unpacks it, so the
-    host's check (``tree_sha256``) and the cache key agree by construction.
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".{stem}.tar.part"
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _tree_files(root, skip_outputs):
-            rel = path.relative_to(root).as_posix()
-            info = tar.gettarinfo(str(path), arcname=rel)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            if info.isfile():
-                info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
-                with open(path, "rb") as fh:
-                    tar.addfile(info, fh)
-            elif info.issym():
-                info.mode = 0o777
-                tar.addfile(info)
-    with tempfile.TemporaryDirectory(dir=out_dir) as unpacked:
-        fs.unpack(str(tmp), unpacked)
-        digest = fs.tree_hash(unpacked)
-    final = out_dir / f"{stem}-{digest[:12]}.tar"
-    os.replace(tmp, final)
-    return final, digest
-
-
-def _tree_files(root: Path, skip_outputs: bool = True) -> Iterator[Path]:
-    """Files and symlinks of a source tree, sorted, without build outputs."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        keep = sorted(
-            d
-            for d in dirnames
-            if d not in _ANY_SKIP
-            and not (skip_outputs and d.endswith(".egg-info"))
-            and not (skip_outputs and here == root and d in _TOP_SKIP)
-        )
-        # os.walk does not descend into linked dirs: they travel as links.
-        dirnames[:] = [d for d in keep if not (here / d).is_symlink()]
-        links = [d for d in keep if (here / d).is_symlink()]
-        for name in sorted(filenames + links):
-            if name == fs.MARKER or name.endswith(".pyc"):
-                continue
-            yield here / name
 
 
 def index_sdist(index_url: str, package: str, version: str) -> tuple[str, str]:
@@ -255,25 +201,6 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
             "path", args, f"tree:{digest}", digest, f"{name} {version} from {root}", str(tarball)
         )
     raise RecipeError(f"package {name}: source kind {kind!r} cannot be fetched")
-
-
-def store_record(
-    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry
-) -> dict[str, Any] | None:
-    """`entry` in the controller's source store: fetched there (once per run) unless this is
-    check mode, where a missing entry gives None."""
-    settings = getattr(ctx.runner, "settings", None) or {}
-    store = srcstore.store_dir(settings)
-    have = srcstore.read_record(store, entry)
-    if have is not None or ctx.check_mode:
-        return have
-    mirror = srcstore.mirror_setting(settings, state.host.vars) or None
-    record, _ = _once(
-        ctx.runner,
-        f"store:{entry.package}:{entry.slot}",
-        lambda: srcstore.fetch_entry(store, entry, mirror),
-    )
-    return dict(record)
 
 
 def _store_plan(
@@ -970,7 +897,6 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
             + "; ".join(problems)
         )
     from .cmake_check import cmake_checked, ensure_prerequisites
-    from .deps import ensure_dependencies
 
     record: dict[str, Any] = {"version": version, "wheel_from": None}
     state.packages[name] = record

@@ -55,10 +55,26 @@ def _markers(ctx: HostContext, paths: list[str]) -> list[dict[str, Any] | None]:
     return out + [None] * (len(paths) - len(out))
 
 
+def store_record(
+    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry
+) -> dict[str, Any] | None:
+    """`entry` in the controller's source store: fetched there (once per run) unless this is
+    check mode, where a missing entry gives None."""
+    settings = getattr(ctx.runner, "settings", None) or {}
+    store = srcstore.store_dir(settings)
+    have = srcstore.read_record(store, entry)
+    if have is not None or ctx.check_mode:
+        return have
+    mirror = srcstore.mirror_setting(settings, state.host.vars) or None
+    record, _ = ctx.runner.shared.once(
+        f"store:{entry.package}:{entry.slot}",
+        lambda: srcstore.fetch_entry(store, entry, mirror),
+    )
+    return dict(record)
+
+
 def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> Dependencies | None:
     """The package's dependency trees on the host; None for a package without any."""
-    from .build import store_record
-
     pkg = state.resolved.package(name)
     if not srcstore.is_managed(pkg):
         return None

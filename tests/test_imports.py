@@ -1,0 +1,148 @@
+"""Every sm120kit module imports on its own (in a process where no other sm120kit module is
+loaded), and sm120kit's modules import each other
+without cycles (function-level imports included, so a lazy import cannot hide one)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "sm120kit"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imported(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The sm120kit modules an import statement names (``from pkg import mod`` names pkg.mod,
+    ``from mod import name`` names mod)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*parts, base] if base else parts)
+        names = []
+        for alias in node.names:
+            sub = f"{base}.{alias.name}"
+            names.append(sub if sub in MODULES else base)
+    return [n for n in names if n in MODULES]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the sm120kit modules it imports anywhere but under ``if TYPE_CHECKING:``."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+
+        def visit(node: ast.AST, package: str = package, edges: set[str] = edges) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                    for other in child.orelse:
+                        visit(other)
+                    continue
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    edges.update(_imported(child, package))
+                visit(child)
+
+        visit(ast.parse(path.read_text(encoding="utf-8")))
+        # A submodule's import of its own package is implied by Python; it is no edge here.
+        graph[name] = {e for e in edges if e != name and not name.startswith(e + ".")}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (``[a, b, ..., a]``), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state:
+                found = walk(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = walk(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    assert "sm120kit.cache.store" in graph and graph["sm120kit.cache.sftp"]
+    assert find_cycle(graph) is None
+
+
+def test_cycle_finder_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: Run in one fresh interpreter: third-party libraries load once, then each sm120kit module is
+#: imported in its own forked child, which starts with no sm120kit module loaded.
+FORK_EACH = r"""
+import importlib, json, os, sys, traceback
+for lib in ("fabric", "invoke", "jinja2", "packaging", "paramiko", "rich", "tenacity", "yaml"):
+    try:
+        importlib.import_module(lib)
+    except ImportError:
+        pass
+assert not [m for m in sys.modules if m.split(".")[0] == "sm120kit"]
+failed = {}
+for name in json.loads(sys.argv[1]):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            importlib.import_module(name)
+            os._exit(0)
+        except BaseException:
+            os.write(write, traceback.format_exc()[-600:].encode())
+            os._exit(1)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        err = fh.read().decode()
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        failed[name] = err or "exit status %d" % status
+print(json.dumps(failed))
+"""
+
+
+def test_every_module_imports_alone() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_EACH, json.dumps(sorted(MODULES))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not failed, "\n".join(f"{name}: {err}" for name, err in failed.items())
