@@ -63,9 +63,7 @@ class HostResult:
         """Derive the host status from its steps unless an error already decided it."""
         if self.status in ("failed", "unreachable", "skipped", "interrupted"):
             return
-        self.changed = sum(1 for s in self.steps if s.status == "changed") + self.data.pop(
-            "_extra_changed", 0
-        )
+        self.changed = sum(1 for s in self.steps if s.status == "changed")
         self.status = "changed" if self.changed else "ok"
 
     def counts(self) -> dict[str, int]:

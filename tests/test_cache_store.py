@@ -506,6 +506,30 @@ def test_make_store_specs(tmp_path: Path) -> None:
     assert "hunter2" not in str(err.value)
 
 
+def test_a_backend_registers_its_store_type(tmp_path: Path) -> None:
+    """The registry knows a type only from its backend's registration: a new backend needs no
+    change in the base or the registry (and the base imports no backend)."""
+    from sm120kit.cache import registry
+
+    assert registry.known_types()[:3] == ["local", "sftp", "s3"]
+    assert registry.store_type("s3") is not None  # loaded by name on first use
+
+    @registry.register_store_type("flat", allowed={"path"}, required=("path",))
+    def flat(spec: Any, sftp_connect: Any) -> Store:
+        return LocalStore(spec["path"], name=spec.get("name") or "flat")
+
+    try:
+        store = make_store({"type": "flat", "path": str(tmp_path / "f")})
+        assert isinstance(store, LocalStore) and store.name == "flat"
+        assert "flat" in registry.known_types()
+        with pytest.raises(CacheError, match=r"\(flat\): missing 'path'"):
+            make_store({"type": "flat"})
+        with pytest.raises(CacheError, match=r"\(flat\): unknown key 'bucket'"):
+            make_store({"type": "flat", "path": "x", "bucket": "b"})
+    finally:
+        registry._TYPES.pop("flat")
+
+
 # ---- export / import with real pip ---------------------------------------------------------
 
 

@@ -129,9 +129,8 @@ class Stores:
         """The host's own store, reached over its connection, unless turned off."""
         if not self.config.host_store or not truthy(ctx.host.vars.get(HOST_STORE_VAR, True)):
             return None
-        state = getattr(ctx, "state", None)
-        if state is not None:
-            root = state.paths.wheel_cache
+        if ctx.state is not None:
+            root = ctx.state.paths.wheel_cache
         else:
             root = posixpath.join(ctx.host.work_root, "cache", "wheels")
         conn = ctx.conn

@@ -60,7 +60,7 @@ def store_record(
 ) -> dict[str, Any] | None:
     """`entry` in the controller's source store: fetched there (once per run) unless this is
     check mode, where a missing entry gives None."""
-    settings = getattr(ctx.runner, "settings", None) or {}
+    settings = ctx.runner.settings
     store = srcstore.store_dir(settings)
     have = srcstore.read_record(store, entry)
     if have is not None or ctx.check_mode:
