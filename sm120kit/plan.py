@@ -1,10 +1,11 @@
-"""From facts to a per-host plan, and the task functions that apply it in order.
+"""From facts to a per-host plan: the state every operation starts from.
 
 `prepare` turns a host's facts and the recipes into a ProvisionState (which recipe, which
 toolkit, which values from where). The operations (sm120kit/ops/*) then each ensure one
 thing; in check mode they only probe and record "would change" with the exact commands.
-`provision` runs toolkit -> env -> builds (through the wheel cache) -> smoke, as one run; smoke
-reuses a remembered verdict when nothing it depends on changed (sm120kit/smoke_memo.py).
+`provision` (sm120kit/provision.py) runs toolkit -> env -> builds (through the wheel cache)
+-> smoke, as one run; smoke reuses a remembered verdict when nothing it depends on changed
+(sm120kit/smoke_memo.py). This module imports no operation, so each of them can import it.
 """
 
 from __future__ import annotations

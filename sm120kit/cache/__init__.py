@@ -1,10 +1,19 @@
-"""Wheel cache: content-addressed keys for built wheels and the stores that keep them.
+"""Wheel cache: content-addressed keys for built wheels, the stores that keep them, and the
+cache that looks a wheel up before a build and stores every build.
 
 ``key`` computes the key from everything that can change a wheel; ``store`` holds the Store
 interface and the local store; ``registry`` maps a spec's ``type`` to its backend
 (``make_store``); ``s3``/``sftp`` add remote stores and register themselves (their modules and
 third-party libraries load on first use); ``manage`` lists, verifies, prunes, exports and
-imports entries.
+imports entries, and ``commands`` builds the ``invoke cache.*`` documents from it.
+
+The cache used by builds is ``wheels.WheelCache`` (``wheels.cache_for(runner)``), a small
+front over one module per job: ``config`` (invoke.yaml's block, store specs), ``resolve``
+(which stores a host reads, opening them), ``health`` (back-off for unreachable stores),
+``lookup`` (find and install a hit), ``place`` (the on-host copy-check-rename),
+``election`` (one builder per key in a run), ``locks`` (the cross-run lock) and ``publish``
+(store a fresh build). ``context`` types what the cache needs from a host's context and
+``request`` the values these parts hand each other.
 """
 
 from __future__ import annotations

@@ -147,3 +147,6 @@ def discover_settings() -> dict[str, Any]:
     config.load_shell_env()
     section = config.get("sm120kit", {}) or {}
     return {k: v for k, v in dict(section).items()}
+
+
+__all__ = ["BuiltWheel", "CacheConfig", "Obtained", "WheelCache", "cache_for", "discover_settings"]
