@@ -18,7 +18,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -200,33 +199,27 @@ class LocalConnection(Connection):
         if cancelled():
             raise Interrupted(_REASON[0])
         _count(self)
-        # stdin comes from a file, not a pipe: communicate(timeout=...) retried with no input
-        # never writes the rest of a first input the pipe could not take in time (a script
-        # over 64 KiB to a slow-starting child), and the child would wait for it forever.
-        feed = tempfile.TemporaryFile()
-        feed.write((stdin or "").encode())
-        feed.seek(0)
-        with feed:
-            proc = subprocess.Popen(
-                ["bash", "-c", command],
-                stdin=feed,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=scrubbed_env(),
-                start_new_session=True,  # its own process group: killed whole on cancel/timeout
-            )
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=scrubbed_env(),
+            start_new_session=True,  # its own process group: killed whole on cancel/timeout
+        )
         if self.pgid_dir:
             marks = Path(os.path.expanduser(self.pgid_dir))
             if marks.is_dir():
                 (marks / f"pg.{proc.pid}").touch()
         deadline = None if timeout is None else time.monotonic() + timeout
+        data: str | None = stdin if stdin is not None else ""
         while True:
             try:
-                out, err = proc.communicate(timeout=0.2)
+                out, err = proc.communicate(input=data, timeout=0.2)
                 return CommandResult(command, out, err, proc.returncode)
             except subprocess.TimeoutExpired:
-                pass  # communicate() keeps what it read so far
+                data = None  # already sent: communicate() keeps what it read so far
             if cancelled() or (deadline is not None and time.monotonic() > deadline):
                 _killpg(proc.pid)
                 out, err = proc.communicate()
