@@ -63,6 +63,14 @@ def ensure_prerequisites(
             )
         if missing:
             raise HostFailed(f"{name}: host prerequisites missing: " + "; ".join(missing))
+        if cuda_home and state.env is not None and state.env.torch_cuda:
+            knobs.define(
+                "CMAKE_CXX_FLAGS",
+                cccl_cxx_flags(cuda_home),
+                "CUDA 13 keeps CCCL (cuda/atomic, ...) under include/cccl, which nvcc adds for .cu "
+                "units and CMake's FindCUDAToolkit does not give C++ units; mscclpp's fifo.cc "
+                "includes <cuda/atomic>",
+            )
         if doc.get("cuda_driver"):
             knobs.define(
                 "CUDA_cuda_driver_LIBRARY",
@@ -72,6 +80,16 @@ def ensure_prerequisites(
         found = [str(doc.get("numa_header")), str(doc.get("cuda_driver") or "toolkit not yet")]
         step.message = "libnuma: {}; libcuda: {}".format(*found)
         return doc
+
+
+def cccl_cxx_flags(cuda_home: str) -> str:
+    """``-isystem`` for the toolkit's CCCL headers, for plain C++ units (both layouts: a runfile
+    toolkit keeps headers under targets/<arch>/include, the PyPI one under include/; a
+    directory that does not exist costs nothing)."""
+    return " ".join(
+        f"-isystem {inc}/cccl"
+        for inc in (f"{cuda_home}/targets/x86_64-linux/include", f"{cuda_home}/include")
+    )
 
 
 def wanted_codes(arch_list: list[str]) -> list[list[str]]:
