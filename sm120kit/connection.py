@@ -213,13 +213,13 @@ class LocalConnection(Connection):
             if marks.is_dir():
                 (marks / f"pg.{proc.pid}").touch()
         deadline = None if timeout is None else time.monotonic() + timeout
-        data: str | None = stdin if stdin is not None else ""
+        _feed(proc, stdin or "")
         while True:
             try:
-                out, err = proc.communicate(input=data, timeout=0.2)
+                out, err = proc.communicate(timeout=0.2)
                 return CommandResult(command, out, err, proc.returncode)
             except subprocess.TimeoutExpired:
-                data = None  # already sent: communicate() keeps what it read so far
+                pass  # communicate() keeps what it read so far
             if cancelled() or (deadline is not None and time.monotonic() > deadline):
                 _killpg(proc.pid)
                 out, err = proc.communicate()
@@ -234,6 +234,35 @@ class LocalConnection(Connection):
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
         shutil.copyfile(os.path.expanduser(remote), local)
+
+
+def _feed(proc: subprocess.Popen[str], data: str) -> None:
+    """Write `data` to the child's stdin from a thread, then close it, and detach stdin from
+    `proc` so communicate() only reads. Why not communicate(input=..., timeout=...) in a loop:
+    a retry must pass input=None (CPython refuses input once communication started), and then
+    it no longer writes what the first call left unsent, so a child still reading a script
+    longer than the pipe buffer (64 KiB) when the first call timed out waits forever."""
+    pipe = proc.stdin
+    proc.stdin = None
+    if pipe is None:
+        return
+
+    def write() -> None:
+        try:
+            if data:
+                pipe.write(data)
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the child exited or was killed before reading it all
+        finally:
+            try:
+                pipe.close()
+            except (BrokenPipeError, OSError):
+                pass
+
+    if len(data) < 4096:
+        write()  # fits the pipe buffer: no thread needed
+    else:
+        threading.Thread(target=write, name="stdin-feed", daemon=True).start()
 
 
 def _killpg(pgid: int) -> None:

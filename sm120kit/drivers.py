@@ -12,7 +12,7 @@ looser floor for diagnostics only.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
@@ -196,3 +196,20 @@ def apt_packages(toolkit: object) -> list[str]:
     """Minimal apt packages (NVIDIA's cuda-keyring repo) for an nvcc of `toolkit`'s X.Y."""
     mm = cuda_major_minor(canonical_toolkit(toolkit)).replace(".", "-")
     return [f"cuda-nvcc-{mm}", f"cuda-cudart-dev-{mm}", f"cuda-cccl-{mm}"]
+
+
+#: NVIDIA's apt package of each toolkit library (sm120kit/cuda_libraries.py), by component;
+#: ``{mm}`` is the release with a dash (``13-0``), as in NVIDIA's repo (libcublas-dev-13-0).
+APT_LIBRARY_PACKAGES = {
+    "cublas": "libcublas-dev-{mm}",
+    "cusparse": "libcusparse-dev-{mm}",
+    "cusolver": "libcusolver-dev-{mm}",
+    "curand": "libcurand-dev-{mm}",
+    "nvrtc": "cuda-nvrtc-dev-{mm}",
+}
+
+
+def apt_library_packages(release: str, components: Iterable[str]) -> list[str]:
+    """NVIDIA's apt packages for `components` of CUDA `release` (``13.0``)."""
+    mm = release.replace(".", "-")
+    return [APT_LIBRARY_PACKAGES[c].format(mm=mm) for c in components]

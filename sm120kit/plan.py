@@ -58,7 +58,8 @@ def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
             forced=opts.recipe,
         )
         step.message = f"{resolved.recipe.name}: {resolved.selection.reason}"
-    state = ProvisionState(ctx.host, facts, resolved, options=dict(opts.extra))
+    options = {**opts.extra, "packages": opts.packages}
+    state = ProvisionState(ctx.host, facts, resolved, options=options)
     ctx.state = state
     ctx.set(
         recipe=resolved.recipe.name,

@@ -559,7 +559,9 @@ def test_gcc_above_ceiling_is_caught_before_install(
 
 @pytest.mark.skipif(not Path("/usr/local/cuda-13.0/bin/nvcc").exists(), reason="no CUDA 13.0")
 def test_system_cuda_130_serves_r580(fleet: Fleet, tmp_path: Path) -> None:
-    inv = write_inventory(tmp_path, fleet, "gpu1")
+    """For the sample kernel: this machine's CUDA 13.0 has nvcc but not cuBLAS & co, which only
+    the CUDA-torch builds need (test_cuda_libraries.py)."""
+    inv = write_inventory(tmp_path, fleet, "gpu1", provision_packages=["minikernel"])
     code, doc = cli(["install-cuda", "-H", "gpu1", "-i", str(inv)], fleet, tmp_path)
     entry = doc["hosts"]["gpu1"]
     assert code == 0 and entry["changed"] == 0, entry

@@ -42,19 +42,77 @@ NUMA_HINT = (
 )
 
 
+#: os-release IDs whose package manager the tool drives for a missing prerequisite.
+APT_IDS = frozenset({"debian", "ubuntu", "linuxmint", "pop"})
+DNF_IDS = frozenset({"rhel", "fedora", "rocky", "almalinux", "centos", "ol", "amzn"})
+
+
+def numa_install_commands(facts: dict[str, Any], sudo: str) -> tuple[str, list[str]] | None:
+    """(package, commands) installing the libnuma headers on this host's distro, or None when
+    the tool does not know its package manager."""
+    os_id = str((facts.get("os") or {}).get("id") or "")
+    if os_id in APT_IDS:
+        apt = f"{sudo}env DEBIAN_FRONTEND=noninteractive apt-get"
+        return "libnuma-dev", [
+            f"{apt} update -qq",
+            f"{apt} install -y --no-install-recommends libnuma-dev",
+        ]
+    if os_id in DNF_IDS:
+        return "numactl-devel", [f"{sudo}dnf install -y numactl-devel"]
+    return None
+
+
+def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
+    """Install libnuma's headers where the host allows it (host var install_prerequisites,
+    default true; a known distro); False when it was not installed (check mode included)."""
+    from .toolkit import sudo_prefix
+
+    if state.host.vars.get("install_prerequisites") is False:
+        return False
+    password = ctx.runner.options.connect.sudo_password
+    sudo = sudo_prefix(state.facts, bool(password))
+    planned = numa_install_commands(state.facts, sudo)
+    if planned is None:
+        return False
+    package, commands = planned
+    if not ctx.changed(step, f"install {package} (mscclpp needs libnuma)", commands):
+        return False
+    step.commands = list(commands)
+    stdin = password + "\n" if password and sudo.startswith("sudo -S") else None
+    for command in commands:
+        res = ctx.run(command, check=False, stdin=stdin, timeout=1800)
+        if res.exit_code != 0:
+            tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or [""]
+            raise HostFailed(
+                f"installing {package} failed (exit {res.exit_code}: {tail[0]}); "
+                + NUMA_HINT
+                + " (or set host var install_prerequisites: false and install it yourself)"
+            )
+    return True
+
+
 def ensure_prerequisites(
     ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs
 ) -> dict[str, Any]:
-    """Step ``prereqs:<pkg>``; adds ``CUDA_cuda_driver_LIBRARY`` to `knobs` when found."""
+    """Step ``prereqs:<pkg>``; adds ``CUDA_cuda_driver_LIBRARY`` to `knobs` when found.
+
+    A missing libnuma is installed with the host's package manager (apt or dnf, as root or
+    through sudo) unless host var ``install_prerequisites`` is false; in plan the step says
+    what it would run."""
     cuda_home = state.toolkit.cuda_home if state.toolkit is not None else ""
     with ctx.step(f"prereqs:{name}") as step:
         given = str(state.host.vars.get("cuda_driver_library") or "")
-        doc = ctx.script(
-            "cmake_probe", {"op": "prereqs", "cuda_home": cuda_home, "cuda_driver": given}
-        )
+        args = {"op": "prereqs", "cuda_home": cuda_home, "cuda_driver": given}
+        doc = ctx.script("cmake_probe", args)
         missing = []
+        numa_planned = False
         if not (doc.get("numa_header") and doc.get("numa_library")):
-            missing.append(NUMA_HINT)
+            if _install_numa(ctx, state, step):
+                doc = ctx.script("cmake_probe", args)
+            else:
+                numa_planned = step.status == "changed"  # check mode: "would install"
+            if not numa_planned and not (doc.get("numa_header") and doc.get("numa_library")):
+                missing.append(NUMA_HINT)
         if cuda_home and not doc.get("cuda_driver"):
             missing.append(
                 f"a libcuda.so for CUDA::cuda_driver (none in {cuda_home}/lib64/stubs or the "
@@ -63,15 +121,36 @@ def ensure_prerequisites(
             )
         if missing:
             raise HostFailed(f"{name}: host prerequisites missing: " + "; ".join(missing))
+        if cuda_home and state.env is not None and state.env.torch_cuda:
+            knobs.define(
+                "CMAKE_CXX_FLAGS",
+                cccl_cxx_flags(cuda_home),
+                "CUDA 13 keeps CCCL (cuda/atomic, ...) under include/cccl, which nvcc adds for .cu "
+                "units and CMake's FindCUDAToolkit does not give C++ units; mscclpp's fifo.cc "
+                "includes <cuda/atomic>",
+            )
         if doc.get("cuda_driver"):
             knobs.define(
                 "CUDA_cuda_driver_LIBRARY",
                 doc["cuda_driver"],
                 "CUDA::cuda_driver for mscclpp (only link steps read it)",
             )
+        if numa_planned:
+            return doc  # keeps the step's "would install ..." message
         found = [str(doc.get("numa_header")), str(doc.get("cuda_driver") or "toolkit not yet")]
-        step.message = "libnuma: {}; libcuda: {}".format(*found)
+        message = "libnuma: {}; libcuda: {}".format(*found)
+        step.message = ("installed libnuma; " + message) if step.status == "changed" else message
         return doc
+
+
+def cccl_cxx_flags(cuda_home: str) -> str:
+    """``-isystem`` for the toolkit's CCCL headers, for plain C++ units (both layouts: a runfile
+    toolkit keeps headers under targets/<arch>/include, the PyPI one under include/; a
+    directory that does not exist costs nothing)."""
+    return " ".join(
+        f"-isystem {inc}/cccl"
+        for inc in (f"{cuda_home}/targets/x86_64-linux/include", f"{cuda_home}/include")
+    )
 
 
 def wanted_codes(arch_list: list[str]) -> list[list[str]]:

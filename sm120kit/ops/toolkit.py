@@ -45,10 +45,11 @@ import posixpath
 import secrets
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from .. import cuda_libraries as cudalibs
 from .. import drivers as drv
 from ..errors import HostFailed
 from ..state import ProvisionState, Toolkit
@@ -156,6 +157,10 @@ class ToolkitSpec:
     apt_packages: tuple[str, ...]
     mirror: str
     work_root: str
+    #: Toolkit libraries the packages of this run need (sm120kit/cuda_libraries.py), and those
+    #: packages: a toolkit without them does not serve, and the pip/apt routes add them.
+    components: tuple[str, ...] = ()
+    components_for: tuple[str, ...] = ()
 
     @classmethod
     def from_state(cls, state: ProvisionState) -> ToolkitSpec:
@@ -164,6 +169,11 @@ class ToolkitSpec:
         release = drv.cuda_major_minor(version)
         method = str(v["cuda.method"])
         prefix = f"/usr/local/cuda-{release}" if method == "apt" else state.paths.toolkit(version)
+        users = component_users(state)
+        apt = tuple(v.get("cuda.apt_packages") or ())
+        components = cudalibs.needed(users)
+        if method == "apt" and components:
+            apt += tuple(drv.apt_library_packages(release, components))
         return cls(
             version=version,
             release=release,
@@ -178,14 +188,31 @@ class ToolkitSpec:
             sha256=str(v.get("cuda.sha256") or ""),
             sha256_source=src.get("cuda.sha256", "?"),
             runfile=str(v.get("cuda.runfile") or ""),
-            apt_packages=tuple(v.get("cuda.apt_packages") or ()),
+            apt_packages=apt,
             mirror=str(v.get("cuda.mirror") or drv.DEFAULT_MIRROR),
             work_root=state.paths.work_root,
+            components=components,
+            components_for=tuple(p for p in users if cudalibs.PACKAGE_NEEDS.get(p)),
         )
 
     @property
     def major(self) -> int:
         return drv.cuda_major(self.version)
+
+
+def component_users(state: ProvisionState) -> list[str]:
+    """The packages of this run that build against a CUDA torch (the only builds that read
+    ATen's CUDA headers or link the toolkit's libraries): ``--package``, else the host's
+    ``provision_packages``, else the recipe's; none when the recipe's torch is a CPU build."""
+    if str(state.resolved.values.get("torch.cuda") or "cpu") == "cpu":
+        return []
+    known = state.resolved.package_names()
+    wanted = state.options.get("packages") or state.host.vars.get("provision_packages") or known
+    return [
+        p
+        for p in wanted
+        if p in known and state.resolved.values.get(f"packages.{p}.needs_cuda_torch", True)
+    ]
 
 
 def _exact_releases(entry: Mapping[str, Any]) -> list[str]:
@@ -219,7 +246,19 @@ def toolkit_mismatch(entry: Mapping[str, Any], spec: ToolkitSpec, driver: str | 
             oldest = ga if ga in drv.TOOLKIT_MIN_DRIVER else None
         if oldest is not None and not drv.toolkit_can_run(oldest, driver):
             return f"CUDA {oldest} needs driver >= {drv.min_driver(oldest)}, the target is {driver}"
-    return None
+    return missing_components(entry, spec)
+
+
+def missing_components(entry: Mapping[str, Any], spec: ToolkitSpec) -> str | None:
+    """Which of the libraries `spec` needs a facts["cuda"] entry lacks, for people."""
+    have = set(entry.get("components") or ())
+    missing = [c for c in spec.components if c not in have]
+    if not missing:
+        return None
+    return (
+        f"lacks {cudalibs.describe(missing)} (headers/libraries the "
+        f"{', '.join(spec.components_for)} build needs)"
+    )
 
 
 def find_toolkit(
@@ -513,10 +552,13 @@ def _pip_steps(
     site = posixpath.join(tmp, "site-packages")
     tree = f"site-packages/nvidia/cu{spec.major}"
     constraints = posixpath.join(tmp, "pip-constraints.txt")
+    packages = list(spec.pip_packages)
+    if spec.components:
+        packages.append(cudalibs.meta_requirement(spec.components, spec.version))
     argv = [
         python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
         "--no-warn-script-location", "--target", site, "-c", constraints,
-        *pip_args(host_vars), *spec.pip_packages,
+        *pip_args(host_vars), *packages,
     ]  # fmt: skip
     steps: list[dict[str, Any]] = [
         {"op": "write", "path": constraints, "text": "\n".join(pip_constraints(spec)) + "\n"},
@@ -524,19 +566,32 @@ def _pip_steps(
     ]
     for name in ("bin", "include", "lib", "nvvm"):
         steps.append({"op": "link", "target": f"{tree}/{name}", "path": posixpath.join(tmp, name)})
+    # lib64 in the wheel tree too: nvcc finds its libraries at `<realpath of bin>/../lib64`,
+    # which is inside the tree (CMake's CUDA compiler check links with -L that directory).
     steps += [
         {"op": "link", "target": "lib", "path": posixpath.join(tmp, "lib64")},
-        {
-            "op": "link",
-            "target": f"libcudart.so.{spec.major}",
-            "path": posixpath.join(tmp, tree, "lib", "libcudart.so"),
-        },
+        {"op": "link", "target": "lib", "path": posixpath.join(tmp, tree, "lib64")},
+    ]
+    # The wheels ship only versioned sonames; `-lcudart`, `-lcublas` and FindCUDAToolkit want
+    # the plain name. The sonames follow the CUDA major (libcublas.so.13 in CUDA 13).
+    sonames = ["libcudart.so"] + [
+        lib for name in spec.components for lib in cudalibs.COMPONENTS[name].libs
+    ]
+    for lib in sonames:
+        steps.append(
+            {
+                "op": "link",
+                "target": f"{lib}.{spec.major}",
+                "path": posixpath.join(tmp, tree, "lib", lib),
+            }
+        )
+    steps.append(
         {
             "op": "write",
             "path": posixpath.join(tmp, "version.json"),
-            "text": version_json(spec, pip_packages=list(spec.pip_packages)),
-        },
-    ]
+            "text": version_json(spec, pip_packages=packages),
+        }
+    )
     return steps
 
 
@@ -686,6 +741,12 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             sudo=sudo,
         )
         what = f"install CUDA {spec.version} ({spec.method}) into {spec.prefix}"
+        # A toolkit of the right release that only lacks libraries: say why it is not used.
+        bare = replace(spec, components=())
+        for entry in state.facts.get("cuda") or []:
+            lacks = missing_components(entry, spec)
+            if lacks and toolkit_mismatch(entry, bare, driver) is None:
+                what += f"; {entry.get('path')} {lacks}"
         if not ctx.changed(step, what, plan.commands):
             state.toolkit = planned_toolkit(spec)
             return state.toolkit
@@ -695,7 +756,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
 
             check_space(
                 state.facts,
-                INSTALL_SPACE[spec.method],
+                INSTALL_SPACE[spec.method] + (COMPONENT_SPACE if spec.components else 0),
                 what.replace("install ", "", 1),
                 state.host.name,
             )
@@ -736,6 +797,8 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
 #: wheels unpack to a few hundred MB; a runfile (about 4 GB) is downloaded, then extracted.
 #: apt installs outside work_root and is not checked.
 INSTALL_SPACE = {"pip": 1 << 30, "runfile": 10 << 30}
+#: What the pip route's library wheels add (cuBLAS/cuBLASLt alone unpack to about 600 MB).
+COMPONENT_SPACE = 2 << 30
 
 
 def _install(ctx: HostContext, spec: ToolkitSpec, plan: InstallPlan, sudo: str) -> dict[str, Any]:

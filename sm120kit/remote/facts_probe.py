@@ -325,6 +325,35 @@ def nvcc_version(nvcc):
     return (m.group(1), m.group(2)) if m else (None, None)
 
 
+#: The toolkit libraries some builds need, by the files that show them (the controller's
+#: sm120kit/cuda_libraries.py has the same table and says which build needs which).
+CUDA_COMPONENTS = {
+    "cublas": (("cublas_v2.h", "cublasLt.h"), ("libcublas.so", "libcublasLt.so")),
+    "cusparse": (("cusparse.h",), ()),
+    "cusolver": (("cusolverDn.h",), ()),
+    "curand": (("curand_kernel.h",), ()),
+    "nvrtc": (("nvrtc.h",), ("libnvrtc.so",)),
+}
+
+
+def toolkit_components(root):
+    """The CUDA_COMPONENTS whose headers and unversioned libraries are all in `root`."""
+    incs = [os.path.join(root, "include")] + glob.glob(
+        os.path.join(root, "targets", "*", "include")
+    )
+    libs = [os.path.join(root, d) for d in ("lib64", "lib")]
+    libs += glob.glob(os.path.join(root, "targets", "*", "lib"))
+
+    def has(name, dirs):
+        return any(os.path.exists(os.path.join(d, name)) for d in dirs)
+
+    return sorted(
+        comp
+        for comp, (headers, sos) in CUDA_COMPONENTS.items()
+        if all(has(h, incs) for h in headers) and all(has(s, libs) for s in sos)
+    )
+
+
 def toolkit(root, source):
     root = os.path.realpath(root)
     nvcc = os.path.join(root, "bin", "nvcc")
@@ -354,6 +383,7 @@ def toolkit(root, source):
             entry["nvcc_release"], entry["nvcc_version"] = nvcc_version(nvcc)
         if not entry["version"]:
             entry["version"] = entry["nvcc_version"]
+    entry["components"] = toolkit_components(root)
     return entry
 
 

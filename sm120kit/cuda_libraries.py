@@ -1,0 +1,77 @@
+"""The CUDA math and runtime-compilation libraries a package's build needs from the toolkit.
+
+A full CUDA toolkit (runfile, or NVIDIA's apt meta packages) carries them all. The pip route's
+three wheels (nvidia-cuda-nvcc, -runtime, -cccl) do not: they are enough for the sample kernel
+and for nvcc itself, not for a build that includes ATen's CUDA headers or links cuBLAS. What
+needs what (checked against the real files):
+
+- torch 2.13.0's ``ATen/cuda/CUDAContextLight.h`` (reached from ``ATen/cuda/CUDAContext.h``)
+  includes ``cusparse.h``, ``cublas_v2.h``, ``cublasLt.h`` and ``cusolverDn.h``;
+- sgl-kernel 0.3.21 (sglang c86ca128) links ``cublas cublasLt`` into common_ops
+  (``CMakeLists.txt`` lines 421-422) and ``nvrtc`` into deep_gemm_cpp (line 555, which CMake's
+  FindCUDAToolkit resolves through ``CUDA_nvrtc_LIBRARY``: without libnvrtc the configure
+  stops with "CUDA_nvrtc_LIBRARY ... set to NOTFOUND"), and flashinfer's ``sampling.cuh``,
+  compiled into common_ops, includes ``curand_kernel.h``.
+
+Headers are looked for in ``<cuda_home>/include`` (and ``targets/*/include``), libraries as the
+unversioned ``.so`` a ``-l`` link needs in ``lib64``/``lib`` (and ``targets/*/lib``): the facts
+probe reports which components a toolkit has (``remote/facts_probe.py`` keeps the same table).
+On the pip route the tool adds the missing ones with NVIDIA's ``cuda-toolkit`` meta package at
+the toolkit's exact release (``cuda-toolkit[cublas,nvrtc,...]==13.0.2`` pins each component
+to the version that release ships).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["COMPONENTS", "PACKAGE_NEEDS", "Component", "describe", "meta_requirement", "needed"]
+
+
+@dataclass(frozen=True)
+class Component:
+    """One library of the toolkit: its files, and its extra of NVIDIA's cuda-toolkit package."""
+
+    name: str  # the cuda-toolkit extra, e.g. "cublas"
+    title: str  # for people, e.g. "cuBLAS/cuBLASLt"
+    headers: tuple[str, ...]
+    libs: tuple[str, ...]  # unversioned names, as `-lcublas` and FindCUDAToolkit look them up
+
+
+COMPONENTS: dict[str, Component] = {
+    c.name: c
+    for c in (
+        Component("cublas", "cuBLAS/cuBLASLt", ("cublas_v2.h", "cublasLt.h"), ("libcublas.so", "libcublasLt.so")),
+        Component("cusparse", "cuSPARSE", ("cusparse.h",), ()),
+        Component("cusolver", "cuSOLVER", ("cusolverDn.h",), ()),
+        Component("curand", "cuRAND", ("curand_kernel.h",), ()),
+        Component("nvrtc", "NVRTC", ("nvrtc.h",), ("libnvrtc.so",)),
+    )
+}  # fmt: skip
+
+#: ATen's CUDA headers, which any torch CUDA extension including ATen/cuda/CUDAContext.h reads.
+ATEN_CUDA = ("cublas", "cusparse", "cusolver")
+
+#: Per recipe package: the components its build needs with a CUDA torch (see the module doc).
+#: flash-attn is not listed: what its 2.8.3 sources reach was not checked here.
+PACKAGE_NEEDS: dict[str, tuple[str, ...]] = {
+    "sgl-kernel": (*ATEN_CUDA, "curand", "nvrtc"),
+}
+
+
+def needed(packages: Iterable[str]) -> tuple[str, ...]:
+    """The components the builds of `packages` need, in table order."""
+    want = {c for p in packages for c in PACKAGE_NEEDS.get(p, ())}
+    return tuple(name for name in COMPONENTS if name in want)
+
+
+def describe(names: Iterable[str]) -> str:
+    """``cuBLAS/cuBLASLt, NVRTC`` for people."""
+    return ", ".join(COMPONENTS[n].title for n in names)
+
+
+def meta_requirement(names: Iterable[str], version: str) -> str:
+    """NVIDIA's meta package pinning each component to release `version`, e.g.
+    ``cuda-toolkit[cublas,nvrtc]==13.0.2``."""
+    return f"cuda-toolkit[{','.join(names)}]=={version}"
