@@ -106,7 +106,7 @@ def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> D
         names = [e.dir for e, _, _ in todo] + missing
         commands = [f"upload {r['tarball']} -> {dest}" for _, r, dest in todo]
         commands += [f"invoke sources.fetch --package {name}  # {d}" for d in missing]
-        if not ctx.changed(
+        if not ctx.may_act(
             step, f"upload {len(names)} dependency trees: {', '.join(names)}", commands
         ):
             return deps
