@@ -50,9 +50,9 @@ from ..errors import HostFailed, RecipeError
 from ..knobs import Knobs, resolve_knobs
 from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
 from ..plan import PlanOptions, package_names, prepare
-from ..remote import fetch_source as fs
-from ..remote import parse_last_json, script_command, script_source
-from ..remote.build_wheel import build_command
+from ..remote import parse_last_json, script_bundle, script_command
+from ..remote.lib import sourcetree as fs
+from ..remote.lib.frontend import build_command
 from ..results import RunResult, StepResult
 from ..runner import HostContext, Runner
 from ..state import ProvisionState
@@ -365,7 +365,7 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
         if plan.local_tarball:
             args["tarball"] = remote_tar
         marker = _read_json(ctx, posixpath.join(dest, fs.MARKER))
-        if fs._matches(marker, fs.identity(args)):
+        if fs.matches(marker, fs.identity(args)):
             step.message = f"{plan.what}: {dest}"
             return Source(dest, plan.digest or _git_digest(marker), True)
         commands = [script_command(ctx.host.python, args)]
@@ -869,7 +869,7 @@ def make_builder(
         command = f'PATH={_q(cuda_bin)}:"$PATH" ' + script_command(ctx.host.python, args)
         ctx.log.info("build %s: %s", name, " ".join(build_command(args, out)))
         with _poll_progress(ctx, f"wheel:{name}", progress):
-            res = ctx.conn.run(command, stdin=script_source("build_wheel"), timeout=timeout + 300)
+            res = ctx.conn.run(command, stdin=script_bundle("build_wheel"), timeout=timeout + 300)
         doc = parse_last_json(res.stdout)
         if doc is None:
             tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]

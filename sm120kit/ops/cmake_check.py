@@ -19,7 +19,7 @@ from typing import Any
 from .. import sglkernel
 from ..errors import HostFailed
 from ..knobs import Knobs, parse_arch_list
-from ..remote import parse_last_json, script_command, script_source
+from ..remote import parse_last_json, script_bundle, script_command
 from ..runner import HostContext
 from ..state import ProvisionState
 
@@ -130,7 +130,7 @@ def configure_targets(
     )
     command = f'PATH={shlex.quote(path)}:"$PATH" ' + script_command(ctx.host.python, args)
     try:
-        out = ctx.conn.run(command, stdin=script_source("cmake_probe"), timeout=1200)
+        out = ctx.conn.run(command, stdin=script_bundle("cmake_probe"), timeout=1200)
     finally:
         ctx.conn.run(f"rm -rf {shlex.quote(scratch)}")
     doc = parse_last_json(out.stdout) or {}
