@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,8 @@ import time
 from collections import deque
 
 from sm120kit.remote.lib.buildlog import classify
+from sm120kit.remote.lib.elf import Elf, ElfError
+from sm120kit.remote.lib.fatbin import elf_targets
 from sm120kit.remote.lib.files import sha256_file
 from sm120kit.remote.lib.frontend import build_command
 
@@ -144,57 +147,15 @@ def _nvcc_version(env):
     return (m.group(1) if m else None), nvcc
 
 
-_FATBIN_MAGIC = b"\x50\xed\x55\xba"  # u32 0xBA55ED50, little-endian
-
-
-def device_code(data):
-    """(SASS targets, PTX targets) in one ELF file's .nv_fatbin sections (headers only).
-
-    The same reading as the smoke probe's: a container is a 16-byte header (magic, version,
-    header size, payload size); each entry header has kind (1 PTX, 2 SASS), the SM number at
-    byte 28 and flags at byte 40 (0x100000: an `a` target, 0x200000: an `f` target).
-    """
-    import struct
-
-    sass, ptx = set(), set()
-    if data[:4] != b"\x7fELF" or data[4] != 2:
+def device_code(data, name="<wheel member>"):
+    """(SASS targets, PTX targets) in one ELF file's .nv_fatbin sections (headers only), read
+    the way the extension probe reads them (`sm120kit.remote.lib.fatbin`)."""
+    try:
+        elf = Elf(name, data)
+    except (ElfError, struct.error, ValueError):
         return [], []
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names = headers[shstrndx] if shstrndx < len(headers) else None
-    for sh in headers:
-        if names is None:
-            break
-        start = names[4] + sh[0]
-        name = data[start : data.find(b"\0", start)]
-        if name not in (b".nv_fatbin", b"__nv_relfatbin") or sh[1] == 8:
-            continue
-        pos, limit = sh[4], sh[4] + sh[5]
-        while True:
-            pos = data.find(_FATBIN_MAGIC, pos, limit)
-            if pos < 0 or pos + 16 > limit:
-                break
-            _m, _v, hsize, psize = struct.unpack_from("<IHHQ", data, pos)
-            if hsize < 16:
-                pos += 4
-                continue
-            entry, end = pos + hsize, min(pos + hsize + psize, limit)
-            while entry + 48 <= end:
-                kind, _ev, ehsize, epsize = struct.unpack_from("<HHIQ", data, entry)
-                if kind not in (1, 2) or ehsize < 48:
-                    break
-                (sm,) = struct.unpack_from("<I", data, entry + 28)
-                (flags,) = struct.unpack_from("<Q", data, entry + 40)
-                variant = "a" if flags & 0x100000 else ("f" if flags & 0x200000 else "")
-                if kind == 2:
-                    sass.add("sm_%d%s" % (sm, variant))
-                else:
-                    ptx.add("compute_%d%s" % (sm, variant))
-                entry += ehsize + epsize
-            pos = max(end, pos + 4)
-    key = lambda t: (int(re.sub(r"\D", "", t) or 0), t)  # noqa: E731
-    return sorted(sass, key=key), sorted(ptx, key=key)
+    sass, ptx, _found = elf_targets(elf)
+    return sass, ptx
 
 
 def _record_hash(data):
@@ -225,7 +186,7 @@ def write_provenance(wheel, record):
         code = {}
         for info in infos:
             if re.search(r"\.so(\.\d+)*$", info.filename):
-                sass, ptx = device_code(zin.read(info))
+                sass, ptx = device_code(zin.read(info), info.filename)
                 if sass or ptx:
                     code[info.filename] = {"sass": sass, "ptx": ptx}
         record = dict(record)

@@ -67,7 +67,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sm120kit.remote.lib.cudaarch import arch_verdict, cc_text, parse_cc
+from sm120kit.remote.lib.cudaarch import arch_verdict, cc_text, parse_cc, target_key
 from sm120kit.remote.lib.demangle import Demangler
 from sm120kit.remote.lib.diagnosis import (
     close_variant,
@@ -79,7 +79,7 @@ from sm120kit.remote.lib.diagnosis import (
     torch_text,
 )
 from sm120kit.remote.lib.elf import open_elf
-from sm120kit.remote.lib.fatbin import device_targets, target_key
+from sm120kit.remote.lib.fatbin import device_targets
 from sm120kit.remote.lib.loader import Resolver, system_lib_dirs
 from sm120kit.remote.lib.targets import (
     DEFAULT_GPU_OPS,

@@ -9,7 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sm120kit.remote.lib.fatbin import target_key
+
+def target_key(target: str) -> tuple[int, str]:
+    """Sort key of a device-code target: ``sm_120a`` -> (120, "a")."""
+    m = re.match(r"^(?:sm|compute)_(\d+)([af]?)$", target)
+    return (int(m.group(1)), m.group(2)) if m else (0, target)
 
 
 def parse_cc(value: Any) -> tuple[int, int] | None:

@@ -115,14 +115,8 @@ CUDA_MAJOR_LIBS = (
 
 
 DRIVER_LIBS = ("libcuda.so", "libnvidia-ml.so")
-
-
 TORCH_CUDA_LIBS = ("libc10_cuda", "libtorch_cuda")
-
-
 MAX_CITED = 3
-
-
 #: How causes are listed: the ones that explain the most first.
 CAUSE_ORDER = (
     "glibc_too_old",

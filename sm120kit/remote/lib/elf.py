@@ -13,41 +13,17 @@ import struct
 from typing import Any
 
 SHT_DYNAMIC = 6
-
-
 SHT_DYNSYM = 11
-
-
 SHT_GNU_VERDEF = 0x6FFFFFFD
-
-
 SHT_GNU_VERNEED = 0x6FFFFFFE
-
-
 SHT_GNU_VERSYM = 0x6FFFFFFF
-
-
 DT_NEEDED = 1
-
-
 DT_SONAME = 14
-
-
 DT_RPATH = 15
-
-
 DT_RUNPATH = 29
-
-
 STB_GLOBAL = 1
-
-
 STB_WEAK = 2
-
-
 STB_GNU_UNIQUE = 10
-
-
 VER_FLG_BASE = 1
 
 
@@ -58,13 +34,19 @@ class ElfError(Exception):
 class Elf:
     """Just enough of an ELF file: sections, dynamic entries, dynamic symbols with versions."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, data: bytes | None = None) -> None:
+        """Read the ELF file at `path` (memory-mapped), or the bytes `data` (`path` names them)."""
         self.path = path
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size < 64:
+        if data is not None:
+            if len(data) < 64:
                 raise ElfError("too small for ELF")
-            self._data: Any = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            self._data: Any = data
+        else:
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size < 64:
+                    raise ElfError("too small for ELF")
+                self._data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         d = self._data
         if d[:4] != b"\x7fELF":
             raise ElfError("not an ELF file")

@@ -6,42 +6,22 @@ Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 
 from __future__ import annotations
 
-import re
 import struct
 from typing import Any
 
-from sm120kit.remote.lib.elf import open_elf
+from sm120kit.remote.lib.cudaarch import target_key
+from sm120kit.remote.lib.elf import Elf, open_elf
 
 FATBIN_MAGIC = 0xBA55ED50
-
-
 FATBIN_CONTAINER_HEADER = 16  # u32 magic, u16 version, u16 header size, u64 payload size
-
-
 ENTRY_KIND_PTX = 1
-
-
 ENTRY_KIND_ELF = 2
-
-
 ENTRY_SM_OFFSET = 28  # u32 SM number (e.g. 120)
-
-
 ENTRY_FLAGS_OFFSET = 40  # u64 flags
-
-
 FLAG_COMPRESSED_LZ4 = 0x2000  # nvcc --compress-mode=speed
-
-
 FLAG_COMPRESSED_ZSTD = 0x8000  # nvcc 13 default / size / balance
-
-
 FLAG_ARCH_SPECIFIC = 0x100000  # `a` targets: sm_120a / compute_120a
-
-
 FLAG_FAMILY = 0x200000  # `f` targets: sm_120f / compute_120f
-
-
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 
 
@@ -86,16 +66,16 @@ def fatbin_entries(raw: Any, start: int = 0, stop: int | None = None) -> list[di
         pos = max(end, pos + 4)
 
 
-def target_key(target: str) -> tuple[int, str]:
-    m = re.match(r"^(?:sm|compute)_(\d+)([af]?)$", target)
-    return (int(m.group(1)), m.group(2)) if m else (0, target)
-
-
 def device_targets(path: str) -> tuple[list[str], list[str], bool]:
     """(SASS targets, PTX targets, has a fatbin section) of one ELF file."""
     elf = open_elf(path)
     if elf is None:
         return [], [], False
+    return elf_targets(elf)
+
+
+def elf_targets(elf: Elf) -> tuple[list[str], list[str], bool]:
+    """(SASS targets, PTX targets, has a fatbin section) of a read ELF file."""
     sass: set[str] = set()
     ptx: set[str] = set()
     found = False
