@@ -51,6 +51,9 @@ def _sm120kit_install(blob, packages):
         def create_module(self, spec):
             return None
 
+        def get_source(self, name):
+            return sources[name]
+
         def exec_module(self, module):
             code = compile(sources[module.__name__], module.__spec__.origin, "exec")
             exec(code, module.__dict__)
@@ -81,6 +84,15 @@ def lib_imports(source: str) -> list[str]:
             names = [node.module] if node.module != LIB else []
             if node.module == LIB:
                 names = [f"{LIB}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__bundle__" for t in node.targets
+        ):
+            # Modules whose text the module reads (never imports): listed, not imported.
+            names = [
+                e.value
+                for e in ast.walk(node.value)
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            ]
         else:
             continue
         found += [n for n in names if n.startswith(LIB + ".") and n not in found]
@@ -113,7 +125,8 @@ def script_bundle(name: str) -> str:
     modules = lib_closure(source)
     if not modules:
         return source
-    packages = ["sm120kit", __package__, LIB]
+    # Every parent of a bundled module is a package (an empty one unless bundled itself).
+    packages = sorted({m.rsplit(".", i)[0] for m in modules for i in range(1, m.count(".") + 1)})
     sources = {p: "" for p in packages}
     sources.update({m: script_source(_lib_path(m)) for m in modules})
     sources["__main__"] = source
