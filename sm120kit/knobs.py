@@ -24,8 +24,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from .errors import RecipeError
-from .remote.build_wheel import PARALLEL_KNOBS
-from .remote.build_wheel import classify as _classify
+from .remote.lib.buildlog import PARALLEL_KNOBS
+from .remote.lib.buildlog import classify as _classify
 
 KINDS = ("torch-ext", "flash-attn", "sgl-kernel")
 
@@ -559,7 +559,7 @@ def classify_build_failure(
     """(kind, advice) for a failed build's log; kinds: oom, nvcc_too_old_for_arch,
     cuda_home_missing, cxx_std, torch_cuda_mismatch, other.
 
-    The patterns live in `sm120kit.remote.build_wheel` (which runs on hosts and must stand
+    The patterns live in `sm120kit.remote.lib.buildlog` (which runs on hosts and must stand
     alone); this is the controller's entry point to the same code.
     """
     kind, advice = _classify(log_text, exit_code, env)

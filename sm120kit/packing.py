@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .remote import fetch_source as fs
+from .remote.lib import sourcetree as fs
 
 #: Top-level directories of a local tree that are build outputs, not sources.
 _TOP_SKIP = frozenset({"build", "dist"})

@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from .connection import Connection
 from .errors import PatchError, RecipeError
 from .remote import run_script
+from .steps import Step
 
 APPLIES = "applies"
 ALREADY_APPLIED = "already applied"
@@ -175,6 +176,30 @@ def patch_args(tree: str, patches: list[Patch], apply: bool) -> dict[str, Any]:
         "apply": apply,
         "patches": [{"name": p.name, "text": p.text, "strip": p.strip} for p in patches],
     }
+
+
+def patch_step(tree: str, patches: list[Patch]) -> Step:
+    """The step that applies `patches` to the host's `tree` (all of them, or none)."""
+    return Step("patch", tree=tree, patches=patch_args(tree, patches, True)["patches"])
+
+
+def run_patch_steps(
+    conn: Connection, steps: list[Step], cleanup: list[str], *, python: str | None = None
+) -> PatchReport:
+    """Run steps holding a ``patch`` step on the host (remote/patch_tree.py's interpreter).
+
+    Raises PatchError naming the rejected hunk when a patch does not apply; the `cleanup`
+    paths are removed then, and the tree the patches were for is unchanged.
+    """
+    [patch] = [s for s in steps if s["op"] == "patch"]
+    result = run_script(conn, "patch_tree", {"steps": steps, "cleanup": cleanup}, python=python)
+    states = list(result.get("patches") or [])
+    for entry in states:
+        if entry["state"] == DOES_NOT_APPLY:
+            raise PatchError(rejection_message(conn.host.name, patch["tree"], entry))
+    if not result.get("ok"):
+        raise PatchError(f"{conn.host.name}: patching {patch['tree']} failed: {result['error']}")
+    return PatchReport(tree=str(patch["tree"]), applied=bool(result.get("applied")), states=states)
 
 
 def check_and_apply(

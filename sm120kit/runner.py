@@ -175,11 +175,12 @@ class HostContext:
         self.log.info("-> %s", json.dumps(doc, sort_keys=True)[:20000])
         return doc
 
-    def changed(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
-        """Mark `step` changed; in check mode record what would run and return False.
+    def may_act(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
+        """May the operation act now? Marks `step` changed; in check mode records what would run
+        (`commands`, the rendered steps) and answers False.
 
-        Operations call this once they know a change is needed:
-        `if ctx.changed(step, "install CUDA 13.0.2", cmds): <do it>`.
+        Operations ask once they know a change is needed, before touching the host:
+        `if ctx.may_act(step, "install CUDA 13.0.2", cmds): <do it>`.
         """
         step.status = "changed"
         if self.check_mode:

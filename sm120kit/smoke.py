@@ -1,6 +1,6 @@
 """Controller side of the smoke probe: arguments, result model, verdicts and table rows.
 
-The probe itself (``sm120kit/remote/smoke_probe.py``) runs on the host under ``python -`` and
+The probe itself (``sm120kit/remote/extension_probe.py``) runs on the host under ``python -`` and
 prints one JSON document; this module builds its arguments, parses that document into
 :class:`SmokeReport` and turns it into rich-free rows ``(package, check, status, reason)``.
 """
@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.errors import HostFailed, Sm120Error
-from sm120kit.remote import parse_last_json, script_source
-from sm120kit.remote import smoke_probe as _probe
+from sm120kit.remote import parse_last_json, script_bundle
+from sm120kit.remote.lib import cudaarch as _arch
+from sm120kit.remote.lib import fatbin as _fatbin
 
 #: Name for ``sm120kit.remote.run_script(conn, SCRIPT, probe_args(...))``.
-SCRIPT = "smoke_probe"
+SCRIPT = "extension_probe"
 
 STATUSES = ("pass", "warn", "fail", "skip")
 #: Per-file status inside a check's details: not for this arch by design, so not judged.
@@ -25,13 +26,13 @@ CHECKS = ("import_order", "undefined_symbols", "arch_coverage", "loader", "gpu_o
 # Worst first wins; a skip never hides a pass.
 _SEVERITY = {"skip": 0, "pass": 1, "warn": 2, "fail": 3}
 
-# The arch rules live in the probe (it must stay one self-contained file); re-exported here.
-parse_cc = _probe.parse_cc
-sass_runs_on = _probe.sass_runs_on
-ptx_jits_on = _probe.ptx_jits_on
-arch_verdict = _probe.arch_verdict
-fatbin_entries = _probe.fatbin_entries
-device_targets = _probe.device_targets
+# The arch rules live in the hosts' library (the probe runs them there); re-exported here.
+parse_cc = _arch.parse_cc
+sass_runs_on = _arch.sass_runs_on
+ptx_jits_on = _arch.ptx_jits_on
+arch_verdict = _arch.arch_verdict
+fatbin_entries = _fatbin.fatbin_entries
+device_targets = _fatbin.device_targets
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def _package(name: str, raw: Mapping[str, Any]) -> PackageResult:
 
 def probe_source() -> str:
     """The probe script's text, to send to a host on stdin (``python - '<args>'``)."""
-    return script_source(SCRIPT)
+    return script_bundle(SCRIPT)
 
 
 def probe_args(

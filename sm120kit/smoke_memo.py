@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .remote import script_source
+from .remote import script_bundle
 from .runner import HostContext
 from .state import ProvisionState
 
@@ -35,7 +35,7 @@ _VERDICT_CODE = ("smoke.py", "ops/smoke.py")
 
 def code_digest() -> str:
     """sha256 over the smoke probe and the modules that judge its output."""
-    h = hashlib.sha256(script_source("smoke_probe").encode())
+    h = hashlib.sha256(script_bundle("extension_probe").encode())
     root = Path(__file__).resolve().parent
     for rel in _VERDICT_CODE:
         h.update((root / rel).read_bytes())

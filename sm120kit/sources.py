@@ -12,7 +12,7 @@ A recipe package with ``dependencies`` (sgl-kernel: its CMake FetchContent trees
   ``upstream_repo``, ``commit``, ...) is read when present: a listed commit that differs from
   the recipe's ref is recorded as the entry's ``note`` and shown by both tasks (the mirror
   is the operator's word; the digest, which the wheel-cache key includes, tells trees apart);
-- else git over the network (`sm120kit.remote.fetch_source.git_export`: a bare repository per
+- else git over the network (`sm120kit.remote.lib.sourcetree.git_export`: a bare repository per
   origin under the store, fetch by commit), submodules listed in the recipe included.
 
 Each stored entry is ``<store>/<package>/<dir>@<ref>/`` with ``tree.tar`` (a deterministic tar:
@@ -37,7 +37,8 @@ from typing import Any
 
 from .errors import HostFailed, RecipeError
 from .packing import pack_tree  # the same deterministic tar the path sources use
-from .remote import fetch_source as fs
+from .remote.lib import sourcetree as fs
+from .remote.lib.files import sha256_file
 
 RECORD = "source.json"
 TARBALL = "tree.tar"
@@ -188,7 +189,7 @@ def fetch_entry(
             "digest": digest,
             "files": len(files),
             "size": sum(p.lstat().st_size for p in files),
-            "tar_sha256": fs.sha256_file(str(tar)),
+            "tar_sha256": sha256_file(str(tar)),
             "origin": origin,
             "note": note,
             "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

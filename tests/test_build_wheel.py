@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.knobs import resolve_knobs
-from sm120kit.remote import build_wheel, fetch_source, run_script
+from sm120kit.remote import build_wheel, fetch_source, run_script, script_bundle
 from tests.support.sample_wheel import (
     SampleWheel,
     build_sample_wheel,
@@ -430,7 +430,7 @@ def test_git_source_needs_the_commit(tmp_path: Path):
 def test_scripts_are_stdlib_only():
     """Remote scripts run on hosts without sm120kit or third-party packages."""
     for name in ("build_wheel", "fetch_source", "patch_tree"):
-        source = (REPO / "sm120kit" / "remote" / f"{name}.py").read_text()
+        source = script_bundle(name)  # the script with the library modules it imports
         proc = subprocess.run(
             [sys.executable, "-I", "-S", "-", "{}"],
             input=source,

@@ -28,7 +28,7 @@ from sm120kit.patching import (
     parse_header,
     select,
 )
-from sm120kit.remote import patch_tree, run_script
+from sm120kit.remote import patch_tree, run_script, script_bundle
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "sglkernel_tree"
@@ -360,7 +360,7 @@ def test_matches_gnu_patch_on_the_fixture(tree: Path, tmp_path: Path):
 
 def test_script_runs_standalone_on_stdin(tree: Path):
     """The applier as hosts run it: `python3 - ARGS` with the script on stdin, no sm120kit."""
-    source = (REPO / "sm120kit" / "remote" / "patch_tree.py").read_text()
+    source = script_bundle("patch_tree")  # the script and the library modules it imports
     args = {
         "tree": str(tree),
         "apply": False,

@@ -23,6 +23,7 @@ from sm120kit.plan import PlanOptions
 from sm120kit.remote import make_env
 from sm120kit.results import RunResult
 from sm120kit.runner import Runner, RunOptions
+from sm120kit.steps import commands, render
 from tests.support.fleet import Fleet
 from tests.support.sample_wheel import cache_root
 from tests.test_toolkit import cli, step_of, tree_hash, write_inventory
@@ -109,7 +110,7 @@ def _lines(spec: Any, host_vars: dict[str, Any]) -> list[str]:
     steps = pyenv.env_steps(
         spec, "/usr/bin/python3.11", host_vars, rebuild=True, exists=False, tools=["ninja"]
     )
-    return [pyenv.render_step(s) for s in steps]
+    return commands(steps)
 
 
 def test_pip_lines_of_the_cpu_flavour() -> None:
@@ -161,7 +162,7 @@ def test_pip_lines_of_cuda_flavours_and_custom_indexes() -> None:
     add = pyenv.env_steps(_spec(), "python3", {}, rebuild=False, exists=True, tools=["cmake"])
     assert [s["op"] for s in add] == ["run", "inspect", "marker"]
     rebuild = pyenv.env_steps(_spec(), "python3", {}, rebuild=True, exists=True, tools=[])
-    assert pyenv.render_step(rebuild[0]) == "rm -rf /w/envs/x"
+    assert render(rebuild[0]) == ["rm -rf /w/envs/x"]
 
 
 def test_the_dry_run_judges_the_build() -> None:

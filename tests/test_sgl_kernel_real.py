@@ -33,7 +33,7 @@ import pytest
 from sm120kit import sglkernel
 from sm120kit.knobs import resolve_knobs
 from sm120kit.recipes import load_recipes
-from sm120kit.remote import cmake_probe
+from sm120kit.remote import cmake_probe, script_bundle
 from sm120kit.remote import fetch_source as fs
 from tests.conftest import invoke_env, run_invoke
 from tests.support.sample_wheel import cuobjdump
@@ -118,9 +118,11 @@ def patch_tree(tree: Path, patch: Path, apply: bool) -> str:
         "apply": apply,
         "patches": [{"name": patch.name, "text": patch.read_text(), "strip": 1}],
     }
-    script = REPO / "sm120kit" / "remote" / "patch_tree.py"
     proc = subprocess.run(
-        [sys.executable, str(script), json.dumps(args)], capture_output=True, text=True
+        [sys.executable, "-", json.dumps(args)],
+        input=script_bundle("patch_tree"),
+        capture_output=True,
+        text=True,
     )
     doc = json.loads(proc.stdout)
     assert doc["ok"], doc

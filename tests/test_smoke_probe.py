@@ -23,7 +23,10 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import HostFailed, Sm120Error
-from sm120kit.remote import smoke_probe as probe
+from sm120kit.remote import extension_probe as probe
+from sm120kit.remote.lib import cudaarch, diagnosis, fatbin
+from sm120kit.remote.lib import demangle as demangle_lib
+from sm120kit.remote.lib import elf as elf_lib
 from sm120kit.smoke import (
     SmokeReport,
     parse_probe_output,
@@ -80,14 +83,14 @@ FIXTURE_PACKAGES = [
 
 
 def test_fatbin_facts_are_pinned() -> None:
-    assert probe.FATBIN_MAGIC == 0xBA55ED50
-    assert probe.FATBIN_CONTAINER_HEADER == 16
-    assert (probe.ENTRY_KIND_PTX, probe.ENTRY_KIND_ELF) == (1, 2)
-    assert probe.ENTRY_SM_OFFSET == 28
+    assert fatbin.FATBIN_MAGIC == 0xBA55ED50
+    assert fatbin.FATBIN_CONTAINER_HEADER == 16
+    assert (fatbin.ENTRY_KIND_PTX, fatbin.ENTRY_KIND_ELF) == (1, 2)
+    assert fatbin.ENTRY_SM_OFFSET == 28
     # Measured on nvcc 13.0 output (the builds below check them against cuobjdump).
-    assert probe.FLAG_ARCH_SPECIFIC == 0x100000
-    assert probe.FLAG_FAMILY == 0x200000
-    assert probe.FLAG_COMPRESSED_ZSTD == 0x8000 and probe.FLAG_COMPRESSED_LZ4 == 0x2000
+    assert fatbin.FLAG_ARCH_SPECIFIC == 0x100000
+    assert fatbin.FLAG_FAMILY == 0x200000
+    assert fatbin.FLAG_COMPRESSED_ZSTD == 0x8000 and fatbin.FLAG_COMPRESSED_LZ4 == 0x2000
 
 
 def _container(entries: list[tuple[int, int, int, bytes]]) -> bytes:
@@ -108,7 +111,7 @@ def test_fatbin_headers_from_documented_layout() -> None:
     data = b"\0" * 8 + _container(
         [(2, 120, 0x100011, fake_payload), (1, 120, 0x8011, b"x" * 8)]
     ) + _container([(2, 86, 0x11, b"")])  # fmt: skip
-    got = [(e["target"], e["compressed"]) for e in probe.fatbin_entries(data)]
+    got = [(e["target"], e["compressed"]) for e in fatbin.fatbin_entries(data)]
     assert got == [("sm_120a", False), ("compute_120", True), ("sm_86", False)]
 
 
@@ -130,7 +133,7 @@ def test_fatbin_headers_from_documented_layout() -> None:
     ],
 )
 def test_sass_runs_on(target: str, cc: tuple[int, int], runs: bool) -> None:
-    assert probe.sass_runs_on(target, cc) is runs
+    assert cudaarch.sass_runs_on(target, cc) is runs
 
 
 @pytest.mark.parametrize(
@@ -145,26 +148,26 @@ def test_sass_runs_on(target: str, cc: tuple[int, int], runs: bool) -> None:
     ],
 )
 def test_ptx_jits_on(target: str, cc: tuple[int, int], jits: bool) -> None:
-    assert probe.ptx_jits_on(target, cc) is jits
+    assert cudaarch.ptx_jits_on(target, cc) is jits
 
 
 def test_arch_verdicts() -> None:
-    assert probe.arch_verdict(["sm_120"], [], (12, 0))[0] == "pass"
-    status, reason = probe.arch_verdict(["sm_90"], ["compute_120"], (12, 0))
+    assert cudaarch.arch_verdict(["sm_120"], [], (12, 0))[0] == "pass"
+    status, reason = cudaarch.arch_verdict(["sm_90"], ["compute_120"], (12, 0))
     assert status == "warn" and "JIT" in reason and "driver" in reason
-    status, reason = probe.arch_verdict(["sm_80", "sm_90"], [], (12, 0))
+    status, reason = cudaarch.arch_verdict(["sm_80", "sm_90"], [], (12, 0))
     assert status == "fail"
     assert "no kernel image is available for execution on the device" in reason
-    assert probe.arch_verdict([], [], (12, 0)) == ("skip", "no device code")
+    assert cudaarch.arch_verdict([], [], (12, 0)) == ("skip", "no device code")
 
 
 def test_parse_cc_and_args() -> None:
-    assert probe.parse_cc("12.0") == (12, 0)
-    assert probe.parse_cc("120") == (12, 0)
-    assert probe.parse_cc("sm_86") == (8, 6)
-    assert probe.parse_cc(None) is None
+    assert cudaarch.parse_cc("12.0") == (12, 0)
+    assert cudaarch.parse_cc("120") == (12, 0)
+    assert cudaarch.parse_cc("sm_86") == (8, 6)
+    assert cudaarch.parse_cc(None) is None
     with pytest.raises(ValueError):
-        probe.parse_cc("twelve")
+        cudaarch.parse_cc("twelve")
     with pytest.raises(Sm120Error, match="--arch 'twelve'"):
         probe_args(["minikernel"], arch="twelve")
     args = probe_args(["minikernel"], arch="12.0", gpu=True)
@@ -192,26 +195,30 @@ def test_diagnosis_rules() -> None:
         "missing_symbols": [],
     }  # fmt: skip
     built_for = {"torch": "==2.7.0", "source": "wheel metadata: Requires-Dist torch==2.7.0"}
-    diag = probe.diagnose(ext, torch_info, built_for)
+    diag = diagnosis.diagnose(ext, torch_info, built_for)
     assert diag[0].startswith(
         "built for torch 2.7.0 (wheel metadata: Requires-Dist torch==2.7.0), "
         "this env has torch 2.9.1: 1 torch symbol(s) missing: _ZN3c104cuda9SetDeviceEa"
     )
     # Nothing says which torch: the line says so instead of inventing one.
-    assert "no build record, wheel pin or recipe pin" in probe.diagnose(ext, torch_info)[0]
+    assert "no build record, wheel pin or recipe pin" in diagnosis.diagnose(ext, torch_info)[0]
     ext = {"needed": [], "dlopen_error": "/x.so: undefined symbol: "
            "_ZN5torch3jit11parseSchemaERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb"}  # fmt: skip
-    assert "C++11 ABI mismatch" in probe.diagnose(ext, torch_info, None)[0]
+    assert "C++11 ABI mismatch" in diagnosis.diagnose(ext, torch_info, None)[0]
     ext = {
         "needed": [],
         "dlopen_error": "/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found "
         "(required by /x/_C.so)",
     }
-    assert probe.diagnose(ext, torch_info, None)[0].startswith("glibc too old")
+    assert diagnosis.diagnose(ext, torch_info, None)[0].startswith("glibc too old")
 
 
 def _sym(name: str, expected_from: str | None) -> dict[str, Any]:
-    return {"name": name, "demangled": probe.Demangler()(name), "expected_from": expected_from}
+    return {
+        "name": name,
+        "demangled": demangle_lib.Demangler()(name),
+        "expected_from": expected_from,
+    }
 
 
 def test_causes_are_sorted_before_a_diagnosis() -> None:
@@ -229,7 +236,7 @@ def test_causes_are_sorted_before_a_diagnosis() -> None:
     }
     cpu_torch = {"version": "2.13.0+cpu", "cuda": None, "cxx11_abi": True}
     built_for = {"torch": "==2.9.1", "source": "recipe pin for sgl-kernel 0.3.21"}
-    causes = probe.sort_causes(ext, cpu_torch, built_for, provided=lambda base: [])
+    causes = diagnosis.sort_causes(ext, cpu_torch, built_for, provided=lambda base: [])
     assert [c["cause"] for c in causes] == [
         "torch_abi",
         "torch_cpu_build",
@@ -257,18 +264,18 @@ def test_causes_are_sorted_before_a_diagnosis() -> None:
         "no_driver",
     ]
     # Another CUDA major present: named with the library that provides it.
-    causes = probe.sort_causes(ext, cpu_torch, built_for, provided=lambda b: [f"{b}.so.13"])
+    causes = diagnosis.sort_causes(ext, cpu_torch, built_for, provided=lambda b: [f"{b}.so.13"])
     assert "this env provides CUDA 13 (libcudart.so.13)" in causes[2]["reason"]
     # A CUDA torch: the same c10::cuda symbol is drift, not a missing CUDA half.
     cuda_torch = {"version": "2.13.0+cu130", "cuda": "13.0", "cxx11_abi": True}
     ext["missing_libs"] = ["libcudart.so.12"]
-    causes = probe.sort_causes(ext, cuda_torch, built_for)
+    causes = diagnosis.sort_causes(ext, cuda_torch, built_for)
     assert [c["cause"] for c in causes] == ["torch_abi", "cuda_major"]
     assert "2 torch symbol(s) missing" in causes[0]["reason"]
 
 
 def test_mangled_scope() -> None:
-    scope = probe.mangled_scope
+    scope = diagnosis.mangled_scope
     assert scope("_ZNK2at10TensorBase14const_data_ptrIiLi0EEEPKT_v") == (
         "2at10TensorBase14const_data_ptr"
     )
@@ -286,12 +293,12 @@ def test_close_variant_in_the_installed_torch() -> None:
     lib = Path(torch.__file__).parent / "lib"
     tables = []
     for name in ("libtorch_cpu.so", "libc10.so"):
-        elf = probe.open_elf(str(lib / name))
+        elf = elf_lib.open_elf(str(lib / name))
         assert elf is not None
         tables.append(elf.symbols()[1])
-    demangle = probe.Demangler()
+    demangle = demangle_lib.Demangler()
     old = _sym("_ZNK2at10TensorBase14const_data_ptrIiLi0EEEPKT_v", None)
-    variant = probe.close_variant(old, tables, demangle)
+    variant = diagnosis.close_variant(old, tables, demangle)
     assert variant is not None and "at::TensorBase::const_data_ptr<int" in variant
     assert variant != old["demangled"]
     if torch.__version__.startswith("2.13."):
@@ -301,11 +308,11 @@ def test_close_variant_in_the_installed_torch() -> None:
             "TagESaIS8_EENS_17_RegisterOrVerifyE",
             None,
         )
-        assert "torch::headeronly::Tag" in (probe.close_variant(tag, tables, demangle) or "")
+        assert "torch::headeronly::Tag" in (diagnosis.close_variant(tag, tables, demangle) or "")
 
 
 def test_demangler() -> None:
-    demangle = probe.Demangler()
+    demangle = demangle_lib.Demangler()
     assert (
         demangle("_ZNK3c106SymInt6sym_neERKS0_") == "c10::SymInt::sym_ne(c10::SymInt const&) const"
     )
@@ -571,15 +578,15 @@ def _cuobjdump_targets(path: Path) -> tuple[list[str], list[str], bool]:
 @needs_cuobjdump
 def test_targets_agree_with_cuobjdump(smoke_fixtures: Any) -> None:
     for name, path in smoke_fixtures.libs.items():
-        sass, ptx, _found = probe.device_targets(str(path))
+        sass, ptx, _found = fatbin.device_targets(str(path))
         ref_sass, ref_ptx, ref_compressed = _cuobjdump_targets(path)
         assert (sorted(sass), sorted(ptx)) == (ref_sass, ref_ptx), name
-        elf = probe.open_elf(str(path))
+        elf = elf_lib.open_elf(str(path))
         assert elf is not None
         entries = [
             e
             for a, b in elf.section_ranges(".nv_fatbin")
-            for e in probe.fatbin_entries(elf.data, a, b)
+            for e in fatbin.fatbin_entries(elf.data, a, b)
         ]
         assert any(e["compressed"] for e in entries) == ref_compressed, name
         # --list-elf names family SASS by its plain arch (sm_120f -> .sm_120.cubin).
@@ -594,7 +601,7 @@ def test_targets_agree_with_cuobjdump(smoke_fixtures: Any) -> None:
 @needs_build
 def test_entry_header_bytes(smoke_fixtures: Any) -> None:
     """Byte 28 of the entry header is the SM number; kind 2 is SASS."""
-    elf = probe.open_elf(str(smoke_fixtures.libs["sm90"]))
+    elf = elf_lib.open_elf(str(smoke_fixtures.libs["sm90"]))
     assert elf is not None
     ((start, _stop),) = elf.section_ranges(".nv_fatbin")
     magic, _ver, hsize, _size = struct.unpack_from("<IHHQ", elf.data, start)
@@ -609,7 +616,7 @@ def test_entry_header_bytes(smoke_fixtures: Any) -> None:
 @pytest.mark.skipif(shutil.which("nm") is None, reason="no binutils nm")
 def test_elf_reader_agrees_with_nm(smoke_fixtures: Any) -> None:
     path = smoke_fixtures.libs["nocudart"]
-    elf = probe.open_elf(str(path))
+    elf = elf_lib.open_elf(str(path))
     assert elf is not None
     ours = {name for name, _v, _w in elf.symbols()[0]}
     out = subprocess.run(

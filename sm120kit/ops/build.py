@@ -47,17 +47,19 @@ from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
-from ..errors import HostFailed, PatchError, RecipeError
+from ..errors import HostFailed, RecipeError
 from ..knobs import Knobs, resolve_knobs
 from ..packing import pack_tree
-from ..patching import Patch, check_and_apply, load_patch, select
+from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
 from ..plan import PlanOptions, package_names, prepare
-from ..remote import fetch_source as fs
-from ..remote import parse_last_json, script_command, script_source
-from ..remote.build_wheel import build_command
+from ..remote import parse_last_json, script_bundle, script_command
+from ..remote.lib import sourcetree as fs
+from ..remote.lib.frontend import build_command
 from ..results import RunResult, StepResult
 from ..runner import HostContext, Runner
 from ..state import ProvisionState
+from ..steps import Step
+from ..steps import commands as render_commands
 from .deps import ensure_dependencies, store_record
 
 #: Build kind (knobs.KINDS) of the packages whose build front end is not a plain extension.
@@ -258,7 +260,7 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
         args = {**plan.args, "dest": dest, "cache_dir": state.paths.downloads}
         if plan.kind == "path" and not plan.local_tarball:
             # Check mode, and the source store lacks it: nothing to compare yet.
-            ctx.changed(
+            ctx.may_act(
                 step,
                 f"fetch {plan.what} into the source store and upload it",
                 [f"invoke sources.fetch --package {name}"],
@@ -267,13 +269,13 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
         if plan.local_tarball:
             args["tarball"] = remote_tar
         marker = _read_json(ctx, posixpath.join(dest, fs.MARKER))
-        if fs._matches(marker, fs.identity(args)):
+        if fs.matches(marker, fs.identity(args)):
             step.message = f"{plan.what}: {dest}"
             return Source(dest, plan.digest or _git_digest(marker), True)
         commands = [script_command(ctx.host.python, args)]
         if plan.local_tarball:
             commands.insert(0, f"upload {plan.local_tarball} -> {remote_tar}")
-        if not ctx.changed(step, f"fetch {plan.what} into {dest}", commands):
+        if not ctx.may_act(step, f"fetch {plan.what} into {dest}", commands):
             return Source(dest, plan.digest, False)
         if plan.local_tarball:
             ctx.run(f"mkdir -p {_q(state.paths.downloads)}")
@@ -332,23 +334,23 @@ def ensure_patched(ctx: HostContext, state: ProvisionState, name: str, source: S
     with ctx.step(f"patch:{name}") as step:
         marker = _read_json(ctx, posixpath.join(tree, PATCHED_MARKER)) if source.present else None
         if marker == want:
-            report = check_and_apply(
-                ctx.conn, tree, chosen, apply=not ctx.check_mode, python=ctx.host.python
-            )
+            # The patched copy exists: classify there first, act only where a patch is new.
+            report = check_and_apply(ctx.conn, tree, chosen, apply=False, python=ctx.host.python)
             states = _states(report.states, digests)
             fresh = [s["name"] for s in states if s["state"] != "already applied"]
-            if fresh:
-                ctx.changed(step, f"apply {', '.join(fresh)} in {tree}", [f"patch_tree {tree}"])
-            else:
+            if not fresh:
                 step.message = f"already applied: {names}"
+                return Patched(tree, states)
+            steps = patch_steps(source.path, tree, chosen, want, in_place=True)
+            what = f"apply {', '.join(fresh)} in {tree}"
+            if ctx.may_act(step, what, render_commands(steps)):
+                step.commands = render_commands(steps)
+                report = run_patch_steps(ctx.conn, steps, [], python=ctx.host.python)
+                states = _states(report.states, digests)
             return Patched(tree, states)
-        new = tree + ".new"
-        commands = [
-            f"rm -rf {_q(new)} && cp -a {_q(source.path)} {_q(new)}",
-            f"patch_tree {new}: {names}",
-            f"rm -rf {_q(tree)} && mv {_q(new)} {_q(tree)}",
-        ]
-        if not ctx.changed(step, f"apply {names} to a copy of {source.path}", commands):
+        steps = patch_steps(source.path, tree, chosen, want, in_place=False)
+        commands = render_commands(steps)
+        if not ctx.may_act(step, f"apply {names} to a copy of {source.path}", commands):
             states = [{"name": n, "sha256": d, "state": "unknown"} for n, d in digests]
             if source.present:  # classify now, so a plan already shows a patch that fails
                 report = check_and_apply(
@@ -356,24 +358,32 @@ def ensure_patched(ctx: HostContext, state: ProvisionState, name: str, source: S
                 )
                 states = _states(report.states, digests)
             return Patched(tree, states)
-        ctx.run(
-            f"rm -rf {_q(new)} && mkdir -p {_q(state.paths.build(name))} && "
-            f"cp -a {_q(source.path)} {_q(new)}",
-            what=f"copy the {name} source",
-        )
-        try:
-            report = check_and_apply(ctx.conn, new, chosen, apply=True, python=ctx.host.python)
-        except PatchError:
-            ctx.conn.run(f"rm -rf {_q(new)}")
-            raise
-        ctx.run(
-            f"printf '%s' {_q(json.dumps(want))} > {_q(posixpath.join(new, PATCHED_MARKER))} && "
-            f"rm -rf {_q(tree)} && mv {_q(new)} {_q(tree)}",
-            what=f"record the patched {name} tree",
-        )
+        step.commands = commands
+        report = run_patch_steps(ctx.conn, steps, [tree + ".new"], python=ctx.host.python)
         states = _states(report.states, digests)
         step.message = "; ".join(f"{s['name']}: {s['state']}" for s in states)
         return Patched(tree, states)
+
+
+def patch_steps(
+    source: str, tree: str, patches: list[Patch], want: dict[str, Any], *, in_place: bool
+) -> list[Step]:
+    """The patch operation as a pure function: the steps that make `tree` the patched `source`.
+
+    In place (the tree's marker already says `want`), only the new patches go in. Otherwise a
+    copy of the pristine source is patched beside the tree, its marker (`want`: the source's
+    digest and the patches') written, and only then renamed over the tree, so an interrupted
+    run never leaves a tree that looks patched.
+    """
+    if in_place:
+        return [patch_step(tree, patches)]
+    new = tree + ".new"
+    return [
+        Step("copy", src=source, dest=new),
+        patch_step(new, patches),
+        Step("write", path=posixpath.join(new, PATCHED_MARKER), text=json.dumps(want) + "\n"),
+        Step("rename", src=new, dest=tree),
+    ]
 
 
 def _states(
@@ -761,7 +771,7 @@ def make_builder(
         command = f'PATH={_q(cuda_bin)}:"$PATH" ' + script_command(ctx.host.python, args)
         ctx.log.info("build %s: %s", name, " ".join(build_command(args, out)))
         with _poll_progress(ctx, f"wheel:{name}", progress):
-            res = ctx.conn.run(command, stdin=script_source("build_wheel"), timeout=timeout + 300)
+            res = ctx.conn.run(command, stdin=script_bundle("build_wheel"), timeout=timeout + 300)
         doc = parse_last_json(res.stdout)
         if doc is None:
             tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
@@ -931,9 +941,9 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     if not source.digest or state.toolkit is None or state.env is None:
         # Check mode before the toolkit/env/source exist: the key is not known yet.
         with ctx.step(f"wheel:{name}") as step:
-            ctx.changed(step, f"build or fetch {name} {version} (key known once it exists)")
+            ctx.may_act(step, f"build or fetch {name} {version} (key known once it exists)")
         with ctx.step(f"install:{name}") as step:
-            ctx.changed(step, f"install {name} {version}")
+            ctx.may_act(step, f"install {name} {version}")
         return record
     digests = tuple((p["name"], p["sha256"]) for p in patched.patches) or patch_key(
         package_patches(state, name)[0]
@@ -998,19 +1008,19 @@ def _obtain(
     )
     if ctx.check_mode:
         if obtained.wheel_from.startswith("cache:"):
-            ctx.changed(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
+            ctx.may_act(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
         else:
             args = {"src": tree, "python": state.env.python if state.env else "python"}
             cmd = build_command({**args, "pip_args": knobs.pip_args}, dest)
             env = " ".join(f"{k}={_q(v)}" for k, v in sorted(build_env(state, knobs).items()))
-            ctx.changed(step, f"build {name} ({key[:12]})", [f"{env} {shlex.join(cmd)}"])
+            ctx.may_act(step, f"build {name} ({key[:12]})", [f"{env} {shlex.join(cmd)}"])
         return
     what = (
         f"built in {record['seconds']:.0f}s"
         if obtained.wheel_from == "build"
         else f"from {obtained.wheel_from}"
     )
-    ctx.changed(step, f"{os.path.basename(obtained.path)} {what} (key {key[:12]})")
+    ctx.may_act(step, f"{os.path.basename(obtained.path)} {what} (key {key[:12]})")
 
 
 def _install(
@@ -1026,7 +1036,7 @@ def _install(
     pip = (
         f"{_q(state.env.python)} -m pip install --no-deps --force-reinstall --no-index {_q(wheel)}"
     )
-    if not ctx.changed(step, f"install {os.path.basename(wheel)} into {state.env.path}", [pip]):
+    if not ctx.may_act(step, f"install {os.path.basename(wheel)} into {state.env.path}", [pip]):
         return
     doc = {
         "package": name,
@@ -1081,7 +1091,7 @@ class _Probe:
     def check_mode(self) -> bool:
         return True
 
-    def changed(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
+    def may_act(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
         step.message, step.commands = f"would {message}", list(commands or [])
         return False
 

@@ -19,7 +19,7 @@ from typing import Any
 from .. import sglkernel
 from ..errors import HostFailed
 from ..knobs import Knobs, parse_arch_list
-from ..remote import parse_last_json, script_command, script_source
+from ..remote import parse_last_json, script_bundle, script_command
 from ..runner import HostContext
 from ..state import ProvisionState
 
@@ -75,7 +75,7 @@ def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
     if planned is None:
         return False
     package, commands = planned
-    if not ctx.changed(step, f"install {package} (mscclpp needs libnuma)", commands):
+    if not ctx.may_act(step, f"install {package} (mscclpp needs libnuma)", commands):
         return False
     step.commands = list(commands)
     stdin = password + "\n" if password and sudo.startswith("sudo -S") else None
@@ -209,7 +209,7 @@ def configure_targets(
     )
     command = f'PATH={shlex.quote(path)}:"$PATH" ' + script_command(ctx.host.python, args)
     try:
-        out = ctx.conn.run(command, stdin=script_source("cmake_probe"), timeout=1200)
+        out = ctx.conn.run(command, stdin=script_bundle("cmake_probe"), timeout=1200)
     finally:
         ctx.conn.run(f"rm -rf {shlex.quote(scratch)}")
     doc = parse_last_json(out.stdout) or {}

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import sources as srcstore
 from ..errors import HostFailed
-from ..remote import fetch_source as fs
+from ..remote.lib import sourcetree as fs
 from ..runner import HostContext
 from ..state import ProvisionState
 
@@ -112,7 +112,7 @@ def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> D
         todo = [
             (entry, record, dest)
             for (entry, record, dest), marker in zip(placed, markers, strict=True)
-            if not fs._matches(
+            if not fs.matches(
                 marker, {"kind": "path", "tree_sha256": record["digest"], "subdir": ""}
             )
         ]
@@ -122,7 +122,7 @@ def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> D
         names = [e.dir for e, _, _ in todo] + missing
         commands = [f"upload {r['tarball']} -> {dest}" for _, r, dest in todo]
         commands += [f"invoke sources.fetch --package {name}  # {d}" for d in missing]
-        if not ctx.changed(
+        if not ctx.may_act(
             step, f"upload {len(names)} dependency trees: {', '.join(names)}", commands
         ):
             return deps

@@ -28,7 +28,6 @@ and the step says which. Host vars ``pip_cache_dir`` and ``pip_args`` go to ever
 from __future__ import annotations
 
 import posixpath
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 from .. import drivers as drv
 from ..errors import HostFailed
 from ..state import ProvisionState, PyEnv
+from ..steps import Step
+from ..steps import commands as render_commands
 from .toolkit import pip_args, sm_code
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ def torch_sources(spec: EnvSpec, extra_pip_args: list[str]) -> list[list[str]]:
     return [[]] if spec.torch_index == "pypi" else [["--index-url", spec.torch_index]]
 
 
-def torch_steps(spec: EnvSpec, host_vars: Mapping[str, Any]) -> list[dict[str, Any]]:
+def torch_steps(spec: EnvSpec, host_vars: Mapping[str, Any]) -> list[Step]:
     """The dry run that picks (or refuses) torch's file, and the install from that source."""
     py, extra = spec.env_python, pip_args(host_vars)
     req = torch_requirement(spec)
@@ -258,13 +259,13 @@ def torch_steps(spec: EnvSpec, host_vars: Mapping[str, Any]) -> list[dict[str, A
         for index in torch_sources(spec, extra)
     ]
     return [
-        {"op": "select", "attempts": attempts, "want": want},
-        {
-            "op": "install_torch",
-            "argv": [py, *PIP, *extra],
-            "requirement": req,
-            "sources": [a["index"] for a in attempts],
-        },
+        Step("select", attempts=attempts, want=want),
+        Step(
+            "install_torch",
+            argv=[py, *PIP, *extra],
+            requirement=req,
+            sources=[a["index"] for a in attempts],
+        ),
     ]
 
 
@@ -276,50 +277,69 @@ def env_steps(
     rebuild: bool,
     exists: bool,
     tools: list[str],
-) -> list[dict[str, Any]]:
+) -> list[Step]:
     """Steps for remote/make_env.py: a fresh env (`rebuild`) or only the missing `tools`."""
     py, cache = spec.env_python, pip_args(host_vars)
-    steps: list[dict[str, Any]] = []
+    steps: list[Step] = []
     if rebuild:
         if exists:
-            steps.append({"op": "remove", "path": spec.path})
-        steps.append({"op": "run", "argv": [python, "-m", "venv", spec.path]})
-    select, install = torch_steps(spec, host_vars) if rebuild else ({}, {})
-    if select:
-        steps.append(select)  # a wrong build is refused before the tools are installed
+            steps.append(Step("remove", path=spec.path))
+        steps.append(Step("run", argv=[python, "-m", "venv", spec.path]))
+    torch = torch_steps(spec, host_vars) if rebuild else []
+    if torch:
+        steps.append(torch[0])  # select: a wrong build is refused before the tools go in
     if tools:
-        steps.append({"op": "run", "argv": [py, *PIP, *cache, *tools]})
-    if install:
-        steps.append(install)
+        steps.append(Step("run", argv=[py, *PIP, *cache, *tools]))
+    if torch:
+        steps.append(torch[1])
     steps += [
-        {"op": "inspect", "argv": [py, "-c", INSPECT]},
-        {"op": "marker", "path": spec.marker, "spec": spec.identity(), "tools": list(spec.tools)},
+        Step("inspect", argv=[py, "-c", INSPECT]),
+        Step("marker", path=spec.marker, spec=spec.identity(), tools=list(spec.tools)),
     ]
     return steps
 
 
-def render_step(step: Mapping[str, Any]) -> str:
-    """The shell equivalent of one env step, as `plan` shows it."""
-    op = step["op"]
-    if op == "remove":
-        return f"rm -rf {shlex.quote(step['path'])}"
-    if op == "run":
-        return shlex.join(step["argv"])
-    if op == "select":
-        tries = [shlex.join(a["argv"]) for a in step["attempts"]]
-        return (
-            " || ".join(tries)
-            + f"  # dry run: which file; refuse a build other than {step['want']['flavour']}"
-        )
-    if op == "install_torch":
-        sources = step.get("sources") or [[]]
-        index = shlex.join(sources[0]) if len(sources) == 1 else "<index options that offered it>"
-        return " ".join(x for x in (shlex.join(step["argv"]), index, step["requirement"]) if x)
-    if op == "inspect":
-        return f"{shlex.quote(step['argv'][0])} -c '<print interpreter and torch facts as JSON>'"
-    if op == "marker":
-        return f"write {step['path']} (spec {step['spec']}, tools {step['tools']})"
-    raise ValueError(f"unknown step op {op!r}")
+@dataclass(frozen=True)
+class EnvPlan:
+    """What `ensure_env` would do: one line for the user, the steps, what a failure removes."""
+
+    what: str
+    steps: list[Step]
+    cleanup: list[str]
+
+
+def plan_env(
+    spec: EnvSpec,
+    probe: Mapping[str, Any],
+    python: Mapping[str, Any],
+    host_vars: Mapping[str, Any],
+) -> EnvPlan | None:
+    """The env operation as a pure function: None when the probed env serves `spec` as is.
+
+    `probe` is make_env.py's probe result (exists, marker, python_ok); `python` the facts
+    entry of the interpreter a new venv is made with.
+    """
+    marker = probe.get("marker") or {}
+    complete = bool(marker) and probe.get("python_ok") and marker.get("spec") == spec.identity()
+    missing = [t for t in spec.tools if t not in (marker.get("tools") or [])]
+    if complete and not missing:
+        return None
+    if complete:
+        what = f"add {' '.join(missing)} to env {spec.path}"
+    elif probe.get("exists"):
+        why = "different spec" if marker else "incomplete: no marker"
+        what = f"rebuild env {spec.path} ({why}) with torch {spec.torch_version}"
+    else:
+        what = f"create env {spec.path} (Python {python['version']}, torch {spec.torch_version})"
+    steps = env_steps(
+        spec,
+        str(python["path"]),
+        host_vars,
+        rebuild=not complete,
+        exists=bool(probe.get("exists")),
+        tools=missing if complete else list(spec.tools),
+    )
+    return EnvPlan(what, steps, [] if complete else [spec.path])
 
 
 def _pyenv(info: Mapping[str, Any], spec: EnvSpec) -> PyEnv:
@@ -379,34 +399,15 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
             )
         python = choose_python(state.facts, spec.python, name)
         probe = ctx.script("make_env", {"action": "probe", "env": spec.path, "marker": MARKER})
-        marker = probe.get("marker") or {}
-        complete = bool(marker) and probe.get("python_ok") and marker.get("spec") == spec.identity()
-        missing = [t for t in spec.tools if t not in (marker.get("tools") or [])]
-        if complete and not missing:
-            info = marker.get("info") or {}
-            env = _check(info, spec, state, cpu_reason)
+        plan = plan_env(spec, probe, python, state.host.vars)
+        if plan is None:
+            env = _check(probe["marker"].get("info") or {}, spec, state, cpu_reason)
             step.message = _describe(env, cpu_reason)
             state.env = env
             return env
-        if complete:
-            what = f"add {' '.join(missing)} to env {spec.path}"
-        elif probe.get("exists"):
-            why = "different spec" if marker else "incomplete: no marker"
-            what = f"rebuild env {spec.path} ({why}) with torch {spec.torch_version}"
-        else:
-            what = (
-                f"create env {spec.path} (Python {python['version']}, torch {spec.torch_version})"
-            )
-        steps = env_steps(
-            spec,
-            str(python["path"]),
-            state.host.vars,
-            rebuild=not complete,
-            exists=bool(probe.get("exists")),
-            tools=missing if complete else list(spec.tools),
-        )
-        commands = [render_step(s) for s in steps]
-        if not ctx.changed(step, what, commands):
+        what = plan.what
+        commands = render_commands(plan.steps)
+        if not ctx.may_act(step, what, commands):
             state.env = planned_env(spec, python, state.facts)
             return state.env
         step.commands = commands
@@ -416,8 +417,8 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
                 "action": "apply",
                 "env": spec.path,
                 "marker": MARKER,
-                "steps": steps,
-                "cleanup": [] if complete else [spec.path],
+                "steps": plan.steps,
+                "cleanup": plan.cleanup,
             },
             timeout=ENV_TIMEOUT,
         )

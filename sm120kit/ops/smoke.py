@@ -1,6 +1,6 @@
 """The `smoke` and `serve-check` tasks, and the smoke step of `provision`.
 
-Smoke runs the stdlib-only probe (sm120kit/remote/smoke_probe.py) on each host against one
+Smoke runs the stdlib-only probe (sm120kit/remote/extension_probe.py) on each host against one
 Python env: the recipe's managed env (never created here: a missing one fails the host and
 names --python), or any interpreter or venv given with --python. The probe's JSON is kept
 whole (`"smoke"`); per package the checks are judged into pass / warn / fail / skip

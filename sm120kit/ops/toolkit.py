@@ -53,6 +53,8 @@ from .. import cuda_libraries as cudalibs
 from .. import drivers as drv
 from ..errors import HostFailed
 from ..state import ProvisionState, Toolkit
+from ..steps import Step
+from ..steps import commands as render_commands
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
@@ -390,7 +392,7 @@ def host_compiler_problem(
 class InstallPlan:
     """Steps for remote/install_cuda.py (or apt commands), and the same as shell lines."""
 
-    steps: list[dict[str, Any]]
+    steps: list[Step]
     cleanup: list[str]
     apt_commands: list[str]
     commands: list[str]
@@ -398,39 +400,6 @@ class InstallPlan:
 
 def _q(path: str) -> str:
     return shlex.quote(path)
-
-
-def _qglob(pattern: str) -> str:
-    """Quote a glob's directory but keep its wildcard visible to the shell."""
-    head, tail = posixpath.split(pattern)
-    return f"{_q(head)}/{tail}"
-
-
-def render_step(step: Mapping[str, Any]) -> list[str]:
-    """The shell equivalent of one install step, as `plan` shows it."""
-    op = step["op"]
-    if op == "clean":
-        return [f"rm -rf {' '.join(_qglob(g) for g in step['globs'])}"]
-    if op == "mkdir":
-        return [f"mkdir -p {_q(step['path'])}"]
-    if op == "download":
-        check = step["sha256"] or "not verified: cuda.sha256 is unknown"
-        return [f"download {step['url']} -> {step['dest']} (sha256 {check})"]
-    if op == "run":
-        return [shlex.join(step["argv"])]
-    if op == "link":
-        return [f"ln -sfn {_q(step['target'])} {_q(step['path'])}"]
-    if op == "write":
-        lines = " ".join(_q(line) for line in step["text"].splitlines())
-        cmd = f"printf '%s\\n' {lines} > {_q(step['path'])}"
-        return [f"[ -e {_q(step['path'])} ] || {cmd}" if step.get("if_missing") else cmd]
-    if op == "verify":
-        return [f"{_q(step['nvcc'])} --version", shlex.join(step["compile"])]
-    if op == "rename":
-        return [f"rm -rf {_q(step['dest'])} && mv -T {_q(step['src'])} {_q(step['dest'])}"]
-    if op == "remove":
-        return [f"rm -rf {_q(step['path'])}"]
-    raise ValueError(f"unknown step op {op!r}")
 
 
 def version_json(spec: ToolkitSpec, **extra: Any) -> str:
@@ -442,9 +411,7 @@ def version_json(spec: ToolkitSpec, **extra: Any) -> str:
     return json.dumps(doc, sort_keys=True) + "\n"
 
 
-def verify_steps(
-    spec: ToolkitSpec, cuda_home: str, scratch: str, ccbin: str | None
-) -> list[dict[str, Any]]:
+def verify_steps(spec: ToolkitSpec, cuda_home: str, scratch: str, ccbin: str | None) -> list[Step]:
     """nvcc --version must match; then nvcc compiles a trivial kernel for every target arch."""
     nvcc = posixpath.join(cuda_home, "bin", "nvcc")
     src, obj = posixpath.join(scratch, "check.cu"), posixpath.join(scratch, "check.o")
@@ -453,18 +420,18 @@ def verify_steps(
         code = sm_code(arch)
         compile_argv.append(f"--generate-code=arch={code.replace('sm_', 'compute_')},code={code}")
     return [
-        {"op": "mkdir", "path": scratch},
-        {"op": "write", "path": src, "text": CHECK_KERNEL},
-        {
-            "op": "verify",
-            "nvcc": nvcc,
-            "release": spec.release,
-            "nvcc_version": spec.nvcc_version,
-            "toolkit": spec.version,
-            "compile": compile_argv,
-            "output": obj,
-        },
-        {"op": "remove", "path": scratch},
+        Step("mkdir", path=scratch),
+        Step("write", path=src, text=CHECK_KERNEL),
+        Step(
+            "verify",
+            nvcc=nvcc,
+            release=spec.release,
+            nvcc_version=spec.nvcc_version,
+            toolkit=spec.version,
+            compile=compile_argv,
+            output=obj,
+        ),
+        Step("remove", path=scratch),
     ]
 
 
@@ -506,9 +473,9 @@ def install_plan(
     if spec.method == "apt":
         return _apt_plan(spec, python, scratch, ccbin, distro, arch_dir, sudo)
     tmp = posixpath.join(_toolkits_dir(spec), f".cuda-{spec.version}.tmp-{token}")
-    steps: list[dict[str, Any]] = [
-        {"op": "clean", "globs": stale_globs(spec.work_root)},
-        {"op": "mkdir", "path": tmp},
+    steps: list[Step] = [
+        Step("clean", globs=stale_globs(spec.work_root)),
+        Step("mkdir", path=tmp),
     ]
     cleanup = [tmp, scratch]
     if spec.method == "pip":
@@ -523,27 +490,27 @@ def install_plan(
         )
         cleanup.append(dest)
         steps += [
-            {"op": "download", "url": spec.url, "dest": dest, "sha256": spec.sha256},
-            {"op": "run", "argv": ["sh", dest, "--silent", "--toolkit", f"--toolkitpath={tmp}"]},
-            {"op": "remove", "path": dest},
-            {
-                "op": "write",
-                "path": posixpath.join(tmp, "version.json"),
-                "text": version_json(spec, url=spec.url),
-                "if_missing": True,
-            },
+            Step("download", url=spec.url, dest=dest, sha256=spec.sha256),
+            Step("run", argv=["sh", dest, "--silent", "--toolkit", f"--toolkitpath={tmp}"]),
+            Step("remove", path=dest),
+            Step(
+                "write",
+                path=posixpath.join(tmp, "version.json"),
+                text=version_json(spec, url=spec.url),
+                if_missing=True,
+            ),
         ]
     else:
         raise HostFailed(f"unknown cuda.method {spec.method!r} (runfile, pip or apt)")
     steps += verify_steps(spec, tmp, scratch, ccbin)
-    steps.append({"op": "rename", "src": tmp, "dest": spec.prefix})
-    commands = [line for step in steps for line in render_step(step)]
+    steps.append(Step("rename", src=tmp, dest=spec.prefix))
+    commands = render_commands(steps)
     return InstallPlan(steps, cleanup, [], commands)
 
 
 def _pip_steps(
     spec: ToolkitSpec, tmp: str, python: str, host_vars: Mapping[str, Any]
-) -> list[dict[str, Any]]:
+) -> list[Step]:
     if not spec.pip_packages:
         raise HostFailed(
             f"CUDA {spec.version} has no pip packages (recipe.cuda.pip_packages); the pip route "
@@ -560,17 +527,17 @@ def _pip_steps(
         "--no-warn-script-location", "--target", site, "-c", constraints,
         *pip_args(host_vars), *packages,
     ]  # fmt: skip
-    steps: list[dict[str, Any]] = [
-        {"op": "write", "path": constraints, "text": "\n".join(pip_constraints(spec)) + "\n"},
-        {"op": "run", "argv": argv},
+    steps: list[Step] = [
+        Step("write", path=constraints, text="\n".join(pip_constraints(spec)) + "\n"),
+        Step("run", argv=argv),
     ]
     for name in ("bin", "include", "lib", "nvvm"):
-        steps.append({"op": "link", "target": f"{tree}/{name}", "path": posixpath.join(tmp, name)})
+        steps.append(Step("link", target=f"{tree}/{name}", path=posixpath.join(tmp, name)))
     # lib64 in the wheel tree too: nvcc finds its libraries at `<realpath of bin>/../lib64`,
     # which is inside the tree (CMake's CUDA compiler check links with -L that directory).
     steps += [
-        {"op": "link", "target": "lib", "path": posixpath.join(tmp, "lib64")},
-        {"op": "link", "target": "lib", "path": posixpath.join(tmp, tree, "lib64")},
+        Step("link", target="lib", path=posixpath.join(tmp, "lib64")),
+        Step("link", target="lib", path=posixpath.join(tmp, tree, "lib64")),
     ]
     # The wheels ship only versioned sonames; `-lcudart`, `-lcublas` and FindCUDAToolkit want
     # the plain name. The sonames follow the CUDA major (libcublas.so.13 in CUDA 13).
@@ -579,18 +546,14 @@ def _pip_steps(
     ]
     for lib in sonames:
         steps.append(
-            {
-                "op": "link",
-                "target": f"{lib}.{spec.major}",
-                "path": posixpath.join(tmp, tree, "lib", lib),
-            }
+            Step("link", target=f"{lib}.{spec.major}", path=posixpath.join(tmp, tree, "lib", lib))
         )
     steps.append(
-        {
-            "op": "write",
-            "path": posixpath.join(tmp, "version.json"),
-            "text": version_json(spec, pip_packages=packages),
-        }
+        Step(
+            "write",
+            path=posixpath.join(tmp, "version.json"),
+            text=version_json(spec, pip_packages=packages),
+        )
     )
     return steps
 
@@ -643,11 +606,52 @@ def _apt_plan(
         + " ".join(_q(p) for p in spec.apt_packages),
     ]
     steps = verify_steps(spec, spec.prefix, scratch, ccbin)
-    commands = apt + [line for step in steps for line in render_step(step)]
+    commands = apt + render_commands(steps)
     return InstallPlan(steps, [scratch], apt, commands)
 
 
 # --------------------------------------------------------------------------- the operation
+
+
+@dataclass(frozen=True)
+class ToolkitPlan:
+    """The toolkit operation's decision: a toolkit found on the host, or an install."""
+
+    found: Toolkit | None
+    rejected: list[str]
+    install: InstallPlan | None
+    sudo: str = ""
+
+
+def plan_toolkit(
+    spec: ToolkitSpec,
+    facts: Mapping[str, Any],
+    *,
+    driver: str | None,
+    python: str,
+    host_vars: Mapping[str, Any],
+    token: str,
+    has_password: bool = False,
+) -> ToolkitPlan:
+    """The toolkit operation as a pure function: facts in, a found toolkit or the install's steps
+    out (`token` names the install's temp paths)."""
+    found, rejected = find_toolkit(facts, spec, driver)
+    if found is not None:
+        return ToolkitPlan(found, rejected, None)
+    distro, arch_dir, sudo = None, "x86_64", ""
+    if spec.method == "apt":
+        distro, arch_dir = apt_distro(facts)
+        sudo = sudo_prefix(facts, has_password)
+    plan = install_plan(
+        spec,
+        python=python,
+        token=token,
+        host_vars=host_vars,
+        distro=distro,
+        arch_dir=arch_dir,
+        sudo=sudo,
+    )
+    return ToolkitPlan(None, rejected, plan, sudo)
 
 
 def planned_toolkit(spec: ToolkitSpec) -> Toolkit:
@@ -714,8 +718,17 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
     check_host_compiler(ctx, state, spec)
     driver = state.resolved.values.get("target.driver")
     with ctx.step("toolkit") as step:
-        found, rejected = find_toolkit(state.facts, spec, driver)
-        for line in rejected:
+        op = plan_toolkit(
+            spec,
+            state.facts,
+            driver=driver,
+            python=ctx.host.python,
+            host_vars=state.host.vars,
+            token=secrets.token_hex(4),
+            has_password=bool(ctx.runner.options.connect.sudo_password),
+        )
+        found, plan, sudo = op.found, op.install, op.sudo
+        for line in op.rejected:
             ctx.log.info("toolkit passed over: %s", line)
         if found is not None:
             exact = found.version in drv.TOOLKIT_MIN_DRIVER  # else version.json was missing
@@ -726,20 +739,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             )
             state.toolkit = found
             return found
-        distro, arch_dir, sudo = None, "x86_64", ""
-        if spec.method == "apt":
-            distro, arch_dir = apt_distro(state.facts)
-            has_password = bool(ctx.runner.options.connect.sudo_password)
-            sudo = sudo_prefix(state.facts, has_password)
-        plan = install_plan(
-            spec,
-            python=ctx.host.python,
-            token=secrets.token_hex(4),
-            host_vars=state.host.vars,
-            distro=distro,
-            arch_dir=arch_dir,
-            sudo=sudo,
-        )
+        assert plan is not None  # plan_toolkit plans an install when nothing was found
         what = f"install CUDA {spec.version} ({spec.method}) into {spec.prefix}"
         # A toolkit of the right release that only lacks libraries: say why it is not used.
         bare = replace(spec, components=())
@@ -747,7 +747,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             lacks = missing_components(entry, spec)
             if lacks and toolkit_mismatch(entry, bare, driver) is None:
                 what += f"; {entry.get('path')} {lacks}"
-        if not ctx.changed(step, what, plan.commands):
+        if not ctx.may_act(step, what, plan.commands):
             state.toolkit = planned_toolkit(spec)
             return state.toolkit
         step.commands = list(plan.commands)

@@ -14,8 +14,9 @@ With `progress` set, the script keeps a small JSON file there up to date
 (``{"done": n, "total": N or null, "units": compile commands seen, "line": last progress
 line}``) that the controller can poll while the build runs.
 
-The failure classifier (`classify`) lives here because this file must stand alone on the host;
-the controller imports it from here (``sm120kit.knobs.classify_build_failure``).
+The failure classifier (`sm120kit.remote.lib.buildlog`) and the front end's command line
+(`sm120kit.remote.lib.frontend`) are library modules bundled with this script; the controller
+imports them from there too.
 """
 
 from __future__ import annotations
@@ -26,140 +27,18 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from collections import deque
 
-# -- failure classification ---------------------------------------------------------------
-
-#: Settings that bound a build's memory, in the order advice should name them.
-PARALLEL_KNOBS = (
-    "MAX_JOBS",
-    "NVCC_THREADS",
-    "SGL_KERNEL_COMPILE_THREADS",
-    "CMAKE_BUILD_PARALLEL_LEVEL",
-)
-
-# (kind, compiled pattern). Order matters: the environmental causes come first because a
-# missing toolkit or a version clash explains every later error in the log.
-FAILURE_PATTERNS = [
-    (
-        "cuda_home_missing",
-        re.compile(
-            r"CUDA_HOME environment variable is not set"
-            r"|nvcc: (?:command )?not found"
-            r"|No such file or directory: '[^']*/bin/nvcc'"
-            r"|Failed to find nvcc"
-            r"|No CMAKE_CUDA_COMPILER could be found"
-            r"|Could NOT find CUDAToolkit"
-        ),
-    ),
-    (
-        "torch_cuda_mismatch",
-        re.compile(
-            r"The detected CUDA version \([^)]*\) mismatches the version that was used to "
-            r"compile\s+PyTorch"
-        ),
-    ),
-    (
-        "nvcc_too_old_for_arch",
-        re.compile(
-            r"Unsupported gpu architecture '(?:compute|sm)_1[2-9]\d[af]?'"
-            r"|Value '(?:sm|compute)_1[2-9]\d[af]?' is not defined for option 'gpu-name'"
-        ),
-    ),
-    (
-        "oom",
-        re.compile(
-            r"Killed signal terminated program"
-            r"|died due to signal 9"
-            r"|^\s*Killed\s*$"
-            r"|fatal error: Killed"
-            r"|virtual memory exhausted"
-            r"|std::bad_alloc",
-            re.MULTILINE,
-        ),
-    ),
-    (
-        "cxx_std",
-        re.compile(
-            r"namespace \"std\" has no member \"strong_ordering\""
-            r"|'strong_ordering' in namespace 'std' does not name a type"
-            r"|requires (?:at least )?C\+\+20"
-            r"|#error C\+\+20 or later compatible compiler is required"
-        ),
-    ),
-]
-
-
-def _knob_values(env):
-    """The parallelism settings present in `env`, rendered 'NAME=value'."""
-    found = []
-    for name in PARALLEL_KNOBS:
-        if env and name in env:
-            found.append(f"{name}={env[name]}")
-    return found
-
-
-def _advice(kind, env, evidence):
-    if kind == "oom":
-        now = _knob_values(env)
-        named = ", ".join(now) if now else "MAX_JOBS / NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS"
-        return (
-            f"the build was killed by the OOM killer ({evidence}): each nvcc thread needs about 3-5 GB; "
-            f"lower {named} (inventory var or --set) and rebuild"
-        )
-    if kind == "nvcc_too_old_for_arch":
-        return (
-            f"nvcc does not know this GPU architecture ({evidence}): sm_120 needs CUDA toolkit >= 12.8 "
-            "(sm_120f >= 12.9); point CUDA_HOME at a newer toolkit"
-        )
-    if kind == "cuda_home_missing":
-        return (
-            f"no usable CUDA toolkit for the build ({evidence}): set CUDA_HOME to a toolkit with nvcc; "
-            "with a CPU-only torch, cpp_extension ignores CUDA_HOME, so install a CUDA (cu128+) "
-            "torch in the build env"
-        )
-    if kind == "cxx_std":
-        return (
-            f"the package compiles with -std=c++17 but the torch headers need C++20 ({evidence}): pin a "
-            "torch whose headers accept C++17 for this version, or patch the -std flag"
-        )
-    if kind == "torch_cuda_mismatch":
-        return (
-            f"nvcc's major CUDA version differs from the one torch was built with ({evidence}): use a "
-            "toolkit of torch's CUDA major, or a torch from the matching index"
-        )
-    return "the build failed; see the log for the first error"
-
-
-def classify(log_text, exit_code=None, env=None):
-    """Classify a failed build from its log: returns (kind, advice).
-
-    kind is one of oom, nvcc_too_old_for_arch, cuda_home_missing, cxx_std,
-    torch_cuda_mismatch, other. `env` (the build's knob env) lets the OOM advice name the
-    current values of the settings to lower. Exit status 137 / -9 (SIGKILL) counts as OOM
-    when nothing more specific is in the log.
-    """
-    kind, evidence = classify_evidence(log_text, exit_code)
-    return kind, _advice(kind, env, evidence)
-
-
-def classify_evidence(log_text, exit_code=None):
-    """(kind, the log line or exit status that decided it)."""
-    for kind, pattern in FAILURE_PATTERNS:
-        match = pattern.search(log_text)
-        if match:
-            start = log_text.rfind("\n", 0, match.start()) + 1
-            end = log_text.find("\n", match.end())
-            line = log_text[start : end if end != -1 else len(log_text)].strip()
-            return kind, line[:200]
-    if exit_code in (137, -9):
-        return "oom", f"exit status {exit_code} (SIGKILL)"
-    return "other", f"exit status {exit_code}"
-
+from sm120kit.remote.lib.buildlog import classify
+from sm120kit.remote.lib.elf import Elf, ElfError
+from sm120kit.remote.lib.fatbin import elf_targets
+from sm120kit.remote.lib.files import sha256_file
+from sm120kit.remote.lib.frontend import build_command
 
 # -- progress -----------------------------------------------------------------------------
 
@@ -268,57 +147,15 @@ def _nvcc_version(env):
     return (m.group(1) if m else None), nvcc
 
 
-_FATBIN_MAGIC = b"\x50\xed\x55\xba"  # u32 0xBA55ED50, little-endian
-
-
-def device_code(data):
-    """(SASS targets, PTX targets) in one ELF file's .nv_fatbin sections (headers only).
-
-    The same reading as the smoke probe's: a container is a 16-byte header (magic, version,
-    header size, payload size); each entry header has kind (1 PTX, 2 SASS), the SM number at
-    byte 28 and flags at byte 40 (0x100000: an `a` target, 0x200000: an `f` target).
-    """
-    import struct
-
-    sass, ptx = set(), set()
-    if data[:4] != b"\x7fELF" or data[4] != 2:
+def device_code(data, name="<wheel member>"):
+    """(SASS targets, PTX targets) in one ELF file's .nv_fatbin sections (headers only), read
+    the way the extension probe reads them (`sm120kit.remote.lib.fatbin`)."""
+    try:
+        elf = Elf(name, data)
+    except (ElfError, struct.error, ValueError):
         return [], []
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    names = headers[shstrndx] if shstrndx < len(headers) else None
-    for sh in headers:
-        if names is None:
-            break
-        start = names[4] + sh[0]
-        name = data[start : data.find(b"\0", start)]
-        if name not in (b".nv_fatbin", b"__nv_relfatbin") or sh[1] == 8:
-            continue
-        pos, limit = sh[4], sh[4] + sh[5]
-        while True:
-            pos = data.find(_FATBIN_MAGIC, pos, limit)
-            if pos < 0 or pos + 16 > limit:
-                break
-            _m, _v, hsize, psize = struct.unpack_from("<IHHQ", data, pos)
-            if hsize < 16:
-                pos += 4
-                continue
-            entry, end = pos + hsize, min(pos + hsize + psize, limit)
-            while entry + 48 <= end:
-                kind, _ev, ehsize, epsize = struct.unpack_from("<HHIQ", data, entry)
-                if kind not in (1, 2) or ehsize < 48:
-                    break
-                (sm,) = struct.unpack_from("<I", data, entry + 28)
-                (flags,) = struct.unpack_from("<Q", data, entry + 40)
-                variant = "a" if flags & 0x100000 else ("f" if flags & 0x200000 else "")
-                if kind == 2:
-                    sass.add("sm_%d%s" % (sm, variant))
-                else:
-                    ptx.add("compute_%d%s" % (sm, variant))
-                entry += ehsize + epsize
-            pos = max(end, pos + 4)
-    key = lambda t: (int(re.sub(r"\D", "", t) or 0), t)  # noqa: E731
-    return sorted(sass, key=key), sorted(ptx, key=key)
+    sass, ptx, _found = elf_targets(elf)
+    return sass, ptx
 
 
 def _record_hash(data):
@@ -349,7 +186,7 @@ def write_provenance(wheel, record):
         code = {}
         for info in infos:
             if re.search(r"\.so(\.\d+)*$", info.filename):
-                sass, ptx = device_code(zin.read(info))
+                sass, ptx = device_code(zin.read(info), info.filename)
                 if sass or ptx:
                     code[info.filename] = {"sass": sass, "ptx": ptx}
         record = dict(record)
@@ -426,46 +263,6 @@ def build_provenance(args, env):
 
 
 # -- the build ----------------------------------------------------------------------------
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def build_command(args, tmp_out):
-    """The build front end's command line."""
-    python = args["python"]
-    pip_args = list(args.get("pip_args") or [])
-    front_end = args.get("front_end") or "pip"
-    if front_end == "uv":
-        uv = args.get("uv") or "uv"
-        return (
-            [
-                uv,
-                "build",
-                "--wheel",
-                "--no-build-isolation",
-                "--python",
-                python,
-                "--out-dir",
-                tmp_out,
-            ]
-            + pip_args
-            + [args["src"]]
-        )
-    if front_end != "pip":
-        raise ValueError(f"front_end must be 'pip' or 'uv', not {front_end!r}")
-    # -v: without it pip swallows the backend's output, and the log (and the OOM
-    # diagnosis) would hold nothing of the compiler's.
-    return (
-        [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", tmp_out]
-        + pip_args
-        + [args["src"]]
-    )
 
 
 def build_env(args):

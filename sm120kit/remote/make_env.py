@@ -8,7 +8,8 @@ JSON), one of::
 
 ``probe`` changes nothing: it reports whether the env exists, its marker file (JSON, written
 last by ``apply``: an env without one is incomplete and never used), and whether its python
-runs. ``apply`` runs the controller's steps in order: ``remove`` (path), ``run`` (argv),
+runs. ``apply`` runs the controller's steps in order through the hosts' step interpreter
+(`sm120kit.remote.lib.steps`: ``remove``, ``run``, ...), with the env's own ops:
 ``select`` (attempts: pip dry runs, tried in order, each printing pip's installation report;
 want: the torch build asked for; the first source that offers torch wins, and a build other
 than the one wanted is refused, naming the file, before anything is installed),
@@ -25,53 +26,13 @@ import json
 import os
 import posixpath
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import time
 from urllib.parse import unquote, urlparse
 
-
-class StepFailed(Exception):
-    def __init__(self, message, tail=""):
-        Exception.__init__(self, message)
-        self.tail = tail
-
-
-class Interrupted(BaseException):
-    pass
-
-
-def _on_signal(signum, frame):
-    raise Interrupted("interrupted by signal %d" % signum)
-
-
-def remove(path):
-    if os.path.islink(path) or os.path.isfile(path):
-        os.unlink(path)
-    elif os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def tail_of(text, lines=15):
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def run(argv, merge=True, timeout=None):
-    try:
-        p = subprocess.run(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-            universal_newlines=True,
-            timeout=timeout,
-        )
-    except FileNotFoundError:
-        raise StepFailed("%s: not found" % argv[0]) from None
-    except subprocess.TimeoutExpired:
-        raise StepFailed("%s timed out after %ss" % (" ".join(argv[:4]), timeout)) from None
-    return p.returncode, p.stdout, p.stderr or ""
+from sm120kit.remote.lib.files import write_atomic
+from sm120kit.remote.lib.proc import StepFailed, run, tail_of
+from sm120kit.remote.lib.steps import apply as apply_steps
+from sm120kit.remote.lib.steps import trap_signals
 
 
 def read_marker(path):
@@ -192,73 +153,52 @@ def select_torch(step, result):
     )
 
 
-def do_step(step, result):
-    op = step["op"]
-    if op == "remove":
-        remove(step["path"])
-    elif op == "run":
-        code, out, _ = run(step["argv"], timeout=step.get("timeout"))
-        if code != 0:
-            name = " ".join(os.path.basename(a) for a in step["argv"][:5])
-            raise StepFailed(
-                "%s failed (exit %d): %s" % (name, code, tail_of(out, 1)), tail_of(out)
-            )
-    elif op == "select":
-        select_torch(step, result)
-    elif op == "install_torch":
-        argv = step["argv"] + result.get("torch_index_args", []) + [step["requirement"]]
-        code, out, _ = run(argv, timeout=step.get("timeout"))
-        if code != 0:
-            raise StepFailed(
-                "installing %s failed (exit %d): %s" % (step["requirement"], code, tail_of(out, 1)),
-                tail_of(out),
-            )
-    elif op == "inspect":
-        code, out, err = run(step["argv"], merge=False, timeout=600)
-        lines = [line for line in out.strip().splitlines() if line.startswith("{")]
-        if code != 0 or not lines:
-            raise StepFailed(
-                "inspecting the env failed (exit %d): %s" % (code, tail_of(err or out, 1)),
-                tail_of(err or out),
-            )
-        result["info"] = json.loads(lines[-1])
-    elif op == "marker":
-        doc = {"spec": step["spec"], "tools": step["tools"], "info": result.get("info")}
-        tmp = step["path"] + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, sort_keys=True, indent=1)
-        os.rename(tmp, step["path"])
-    else:
-        raise StepFailed("unknown step op %r" % op)
+def _select(step, result):
+    select_torch(step, result)
+
+
+def _install_torch(step, result):
+    argv = step["argv"] + result.get("torch_index_args", []) + [step["requirement"]]
+    code, out, _ = run(argv, timeout=step.get("timeout"))
+    if code != 0:
+        raise StepFailed(
+            "installing %s failed (exit %d): %s" % (step["requirement"], code, tail_of(out, 1)),
+            tail_of(out),
+        )
+
+
+def _inspect(step, result):
+    code, out, err = run(step["argv"], merge=False, timeout=600)
+    lines = [line for line in out.strip().splitlines() if line.startswith("{")]
+    if code != 0 or not lines:
+        raise StepFailed(
+            "inspecting the env failed (exit %d): %s" % (code, tail_of(err or out, 1)),
+            tail_of(err or out),
+        )
+    result["info"] = json.loads(lines[-1])
+
+
+def _marker(step, result):
+    doc = {"spec": step["spec"], "tools": step["tools"], "info": result.get("info")}
+    write_atomic(step["path"], json.dumps(doc, sort_keys=True, indent=1))
+
+
+ENV_OPS = {
+    "select": _select,
+    "install_torch": _install_torch,
+    "inspect": _inspect,
+    "marker": _marker,
+}
 
 
 def apply(args):
-    start = time.time()
-    result = {"ok": False, "error": None, "done": 0, "info": None}
-    try:
-        for step in args.get("steps", []):
-            do_step(step, result)
-            result["done"] += 1
-        result["ok"] = True
-    except StepFailed as exc:
-        result["error"] = str(exc)
-        result["log_tail"] = exc.tail
-    except Interrupted as exc:
-        result["error"] = str(exc)
-    except OSError as exc:
-        result["error"] = "%s: %s" % (type(exc).__name__, exc)
-    finally:
-        if not result["ok"]:
-            for path in args.get("cleanup", []):
-                remove(path)
-    result["seconds"] = round(time.time() - start, 3)
-    return result
+    """Run the controller's steps with the env's own ops (see the module docstring)."""
+    return apply_steps(args, ENV_OPS, {"info": None})
 
 
 def main():
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, _on_signal)
+    trap_signals()
     if args.get("action") == "probe":
         doc = probe(args)
     elif args.get("action") == "apply":

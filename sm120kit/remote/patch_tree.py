@@ -15,6 +15,10 @@ written beside its target first and then renamed over it, so a failure leaves th
 was. Nothing here uses ``patch`` or ``git``: hosts need not have them.
 
 Prints ``{"ok": bool, "applied": bool, "patches": [{"name", "state", "files", "rejected"}]}``.
+
+Given ``{"steps": [...], "cleanup": [...]}`` instead, it runs the controller's steps through the
+hosts' step interpreter (`sm120kit.remote.lib.steps`) with one more op, ``patch`` (tree,
+patches: the above with ``apply``, failing when any patch does not apply).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import os
 import re
 import sys
 import tempfile
+
+from sm120kit.remote.lib.proc import StepFailed
+from sm120kit.remote.lib.steps import apply
 
 APPLIES = "applies"
 ALREADY = "already applied"
@@ -401,8 +408,22 @@ def run(args):
     return {"ok": not failed, "applied": applied, "tree": root, "patches": results}
 
 
+def _patch_step(step, result):
+    """Step op ``patch`` (tree, patches): apply them all, or change nothing and fail."""
+    doc = run({"tree": step["tree"], "apply": True, "patches": step["patches"]})
+    result["patches"] = doc["patches"]
+    result["applied"] = doc["applied"]
+    if not doc["ok"]:
+        raise StepFailed(doc.get("error") or "a patch does not apply")
+
+
 def main(argv):
     args = json.loads(argv[1]) if len(argv) > 1 else {}
+    if "steps" in args:
+        # The controller's steps (copy, patch, marker, rename) through the step interpreter.
+        result = apply(args, {"patch": _patch_step}, {"patches": [], "applied": False})
+        sys.stdout.write(json.dumps(result) + "\n")
+        return 0 if result["ok"] else 1
     try:
         result = run(args)
     except (KeyError, ValueError, OSError) as exc:

@@ -24,6 +24,8 @@ import re
 import sys
 import tempfile
 
+from sm120kit.remote.lib.files import sha256_file
+
 
 def normalize(name):
     """A distribution name as its .dist-info directory spells it (PEP 503, with _)."""
@@ -32,8 +34,7 @@ def normalize(name):
 
 def file_sha256(path):
     try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 

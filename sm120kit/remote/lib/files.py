@@ -1,0 +1,43 @@
+"""Files on the host: remove anything, hash a file, write one atomically."""
+
+import hashlib
+import os
+import shutil
+
+CHUNK = 1 << 20
+
+
+def remove(path):
+    """Remove a file, link or directory tree; nothing when absent."""
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sha256_file(path, chunk=CHUNK):
+    """The sha256 hex digest of the file at `path`, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_atomic(path, text):
+    """Write `text` beside `path`, then rename it over `path`: readers see all or nothing."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.rename(tmp, path)
+
+
+def size_of(root):
+    """Bytes of the regular files under `root` (links not followed)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                total += os.path.getsize(path)
+    return total

@@ -1,0 +1,95 @@
+# Runs inside the target interpreter (python -c), after prelude.py: ARGS, _err, _emit, MARK
+# and PROVENANCE_FILE come from there (sm120kit.remote.lib.targets.target_source).
+import re, site, importlib.machinery, importlib.util
+import importlib.metadata as md
+
+
+def norm(n):
+    return re.sub(r"[-_.]+", "-", n).lower()
+
+
+dists = {}
+for d in md.distributions():
+    try:
+        name = d.metadata["Name"]
+    except Exception:
+        name = None
+    if name and norm(name) not in dists:
+        dists[norm(name)] = d
+out = {
+    "executable": os.path.realpath(sys.executable),
+    "version": sys.version.split()[0],
+    "ext_suffixes": list(importlib.machinery.EXTENSION_SUFFIXES),
+    "packages": {},
+    "site_packages": [],
+    "torch_dir": None,
+    "torch_dist_version": None,
+}
+try:
+    out["site_packages"] = list(site.getsitepackages())
+except Exception:
+    pass
+try:
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:
+        out["torch_dir"] = os.path.dirname(os.path.realpath(spec.origin))
+    out["torch_dist_version"] = md.version("torch")
+except Exception:
+    pass
+shlib = re.compile(r"\.so(\.\d+)*$")
+for name in ARGS["packages"]:
+    d = dists.get(norm(name))
+    if d is None:
+        out["packages"][name] = {"installed": False}
+        continue
+    files = list(d.files or [])
+    libs, tops = [], set()
+    for f in files:
+        rel = f.as_posix()
+        if rel.startswith("..") or ".dist-info/" in rel or "__pycache__" in rel:
+            continue
+        first = rel.split("/")[0]
+        if rel.endswith(".py") or shlib.search(rel):
+            tops.add(first[:-3] if first.endswith(".py") else first)
+        if not shlib.search(rel):
+            continue
+        mod = None
+        for suf in sorted(out["ext_suffixes"], key=len, reverse=True):
+            if rel.endswith(suf):
+                mod = rel[: -len(suf)].replace("/", ".")
+                break
+        libs.append({"path": os.path.realpath(str(f.locate())), "rel": rel, "module": mod})
+    top_txt = d.read_text("top_level.txt")
+    if top_txt:
+        tops = (
+            set(t.strip() for t in top_txt.splitlines() if t.strip() and not t.startswith("_"))
+            or tops
+        )
+    base = os.path.realpath(str(d.locate_file("")))
+    top_list = []
+    for t in sorted(tops):
+        if "." in t or t.endswith(".so") or shlib.search(t):
+            continue
+        if os.path.isdir(os.path.join(base, t)) or os.path.isfile(os.path.join(base, t + ".py")):
+            top_list.append(t)
+        elif any(l["module"] == t for l in libs):
+            top_list.append(t)
+    provenance = None
+    try:
+        text = d.read_text(PROVENANCE_FILE)
+        if text is not None:
+            provenance = json.loads(text)
+            if not isinstance(provenance, dict):
+                provenance = {"error": "%s is not a JSON object" % PROVENANCE_FILE}
+    except Exception as e:
+        provenance = {"error": "%s unreadable: %s" % (PROVENANCE_FILE, _err(e))}
+    out["packages"][name] = {
+        "installed": True,
+        "version": d.version,
+        "requires": list(d.requires or []),
+        "location": base,
+        "top_level": top_list,
+        "libraries": libs,
+        "provenance": provenance,
+    }
+_emit(out)

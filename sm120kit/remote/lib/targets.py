@@ -1,0 +1,93 @@
+"""Scripts the extension probe runs inside the target interpreter (the env's python, which may
+not be the one running the probe), and how it runs them: each prints one marked JSON line.
+
+Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from typing import Any
+
+from sm120kit.remote.lib.diagnosis import short_error
+
+MARK = "@@SM120KIT-SMOKE@@"
+#: The build record sm120kit writes into the dist-info of every wheel it builds.
+PROVENANCE_FILE = "sm120kit-build.json"
+
+#: The scripts in ``in_target/`` (listed so the hosts' bundle carries their text).
+__bundle__ = (
+    "sm120kit.remote.lib.in_target.prelude",
+    "sm120kit.remote.lib.in_target.inspect_env",
+    "sm120kit.remote.lib.in_target.torch_info",
+    "sm120kit.remote.lib.in_target.load",
+    "sm120kit.remote.lib.in_target.loader_eval",
+    "sm120kit.remote.lib.in_target.gpu_op",
+)
+
+
+def _text(name: str) -> str:
+    # Through the import system: from the package's files on the controller, from the bundle
+    # on a host. The module is found, never executed.
+    module = "sm120kit.remote.lib.in_target." + name
+    spec = importlib.util.find_spec(module)
+    source = spec.loader.get_source(module) if spec and spec.loader else None  # type: ignore[attr-defined]
+    if source is None:
+        raise ImportError("no source for %s" % module)
+    return str(source)
+
+
+def target_source(name: str) -> str:
+    """The program ``python -c`` runs for ``in_target/<name>.py``: constants, prelude, script."""
+    head = "MARK = %r\nPROVENANCE_FILE = %r\n" % (MARK, PROVENANCE_FILE)
+    return head + _text("prelude") + _text(name)
+
+
+INSPECT_SRC = target_source("inspect_env")
+TORCH_SRC = target_source("torch_info")
+LOAD_SRC = target_source("load")
+LOADER_SRC = target_source("loader_eval")
+GPU_SRC = target_source("gpu_op")
+
+DEFAULT_GPU_OPS = {
+    # The bundled sample kernel: add one to a CUDA tensor through its torch op.
+    "minikernel": r"""
+import torch, minikernel
+x = torch.arange(1024, device="cuda", dtype=torch.float32)
+fn = getattr(minikernel, "add_one", None)
+if fn is None:
+    fn = torch.ops.minikernel.add_one
+y = fn(x)
+torch.cuda.synchronize()
+assert torch.equal(y.cpu(), x.cpu() + 1), "wrong result"
+""",
+}
+
+
+def run_target(
+    python: str, src: str, args: dict[str, Any], timeout: float, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Run ``src`` under ``python``; (its JSON result, None) or (None, one-line failure)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", src, json.dumps(args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f}s"
+    except OSError as e:
+        return None, f"cannot run {python}: {e}"
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(MARK):
+            try:
+                return json.loads(line[len(MARK) :]), None
+            except ValueError:
+                break
+    if proc.returncode < 0:
+        return None, f"killed by signal {-proc.returncode}"
+    return None, short_error(proc.stderr or proc.stdout or f"exit {proc.returncode}")

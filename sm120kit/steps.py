@@ -1,0 +1,124 @@
+"""Steps: what an operation does to a host, as data that is both shown and run.
+
+Like pyinfra's operations, an operation computes its steps from the recipe and the host's facts
+(a pure function: facts in, steps out) and then either shows them (check mode: `render` gives
+the shell lines `plan` prints) or sends the very same list to the hosts' step interpreter
+(`sm120kit.remote.lib.steps`, which runs them and cleans up after a failure). What a plan shows
+for a step is therefore what provision runs for it.
+
+A `Step` is a JSON object ``{"op": ..., ...}`` (a dict, so it travels to the host as is).
+Ops and their fields (the interpreter's docstring says what each does):
+
+=============== ============================================================================
+op              fields
+=============== ============================================================================
+clean           globs
+mkdir           path
+download        url, dest, sha256 ("" = not verified)
+run             argv, cwd?, timeout?
+link            target, path
+write           path, text, if_missing?
+copy            src, dest
+rename          src, dest
+remove          path
+verify          nvcc, release, nvcc_version, toolkit, compile, output (install_cuda)
+select          attempts, want (make_env: pip's dry run picks torch's file)
+install_torch   argv, requirement, sources (make_env)
+inspect         argv (make_env: the env's facts as JSON)
+marker          path, spec, tools (make_env: the env's completeness marker)
+patch           tree, patches (patch_tree: apply the patches, all or none)
+=============== ============================================================================
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+
+class Step(dict[str, Any]):
+    """One step: ``Step("mkdir", path="/w/x")`` is ``{"op": "mkdir", "path": "/w/x"}``."""
+
+    def __init__(self, op: str, **fields: Any) -> None:
+        if op not in RENDERERS:
+            raise ValueError(f"unknown step op {op!r}")
+        super().__init__(op=op, **fields)
+
+    @property
+    def op(self) -> str:
+        return str(self["op"])
+
+
+def _q(path: str) -> str:
+    return shlex.quote(path)
+
+
+def _qglob(pattern: str) -> str:
+    """Quote a glob's directory but keep its wildcard visible to the shell."""
+    head, tail = posixpath.split(pattern)
+    return f"{_q(head)}/{tail}"
+
+
+def _write(step: Mapping[str, Any]) -> list[str]:
+    lines = " ".join(_q(line) for line in step["text"].splitlines())
+    cmd = f"printf '%s\\n' {lines} > {_q(step['path'])}"
+    return [f"[ -e {_q(step['path'])} ] || {cmd}" if step.get("if_missing") else cmd]
+
+
+def _download(step: Mapping[str, Any]) -> list[str]:
+    check = step["sha256"] or "not verified: cuda.sha256 is unknown"
+    return [f"download {step['url']} -> {step['dest']} (sha256 {check})"]
+
+
+def _select(step: Mapping[str, Any]) -> list[str]:
+    tries = [shlex.join(a["argv"]) for a in step["attempts"]]
+    flavour = step["want"]["flavour"]
+    return [" || ".join(tries) + f"  # dry run: which file; refuse a build other than {flavour}"]
+
+
+def _install_torch(step: Mapping[str, Any]) -> list[str]:
+    sources = step.get("sources") or [[]]
+    index = shlex.join(sources[0]) if len(sources) == 1 else "<index options that offered it>"
+    return [" ".join(x for x in (shlex.join(step["argv"]), index, step["requirement"]) if x)]
+
+
+def _copy(step: Mapping[str, Any]) -> list[str]:
+    parent = posixpath.dirname(step["dest"])
+    return [
+        f"rm -rf {_q(step['dest'])} && mkdir -p {_q(parent)} && "
+        f"cp -a {_q(step['src'])} {_q(step['dest'])}"
+    ]
+
+
+RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
+    "clean": lambda s: [f"rm -rf {' '.join(_qglob(g) for g in s['globs'])}"],
+    "mkdir": lambda s: [f"mkdir -p {_q(s['path'])}"],
+    "download": _download,
+    "run": lambda s: [shlex.join(s["argv"])],
+    "link": lambda s: [f"ln -sfn {_q(s['target'])} {_q(s['path'])}"],
+    "write": _write,
+    "copy": _copy,
+    "rename": lambda s: [f"rm -rf {_q(s['dest'])} && mv -T {_q(s['src'])} {_q(s['dest'])}"],
+    "remove": lambda s: [f"rm -rf {_q(s['path'])}"],
+    "verify": lambda s: [f"{_q(s['nvcc'])} --version", shlex.join(s["compile"])],
+    "select": _select,
+    "install_torch": _install_torch,
+    "inspect": lambda s: [f"{_q(s['argv'][0])} -c '<print interpreter and torch facts as JSON>'"],
+    "marker": lambda s: [f"write {s['path']} (spec {s['spec']}, tools {s['tools']})"],
+    "patch": lambda s: [f"patch_tree {s['tree']}: {', '.join(p['name'] for p in s['patches'])}"],
+}
+
+
+def render(step: Mapping[str, Any]) -> list[str]:
+    """The shell lines of one step, as `plan` shows them."""
+    renderer = RENDERERS.get(step["op"])
+    if renderer is None:
+        raise ValueError(f"unknown step op {step['op']!r}")
+    return renderer(step)
+
+
+def commands(steps: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The shell lines of every step, in order."""
+    return [line for step in steps for line in render(step)]
