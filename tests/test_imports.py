@@ -22,7 +22,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+#: Scripts the extension probe runs inside the target interpreter (with its ARGS and helpers
+#: in scope), carried as data by the hosts' bundle: files, not importable modules.
+SCRIPTS = PACKAGE / "remote" / "lib" / "in_target"
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if SCRIPTS not in p.parents}
 
 
 def _imported(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
