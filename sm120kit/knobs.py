@@ -41,6 +41,12 @@ FLASH_ATTN_NVCC_THREADS = 4
 #: int(available_GiB / 9))), "each JOB peak memory cost is ~8-9GB when threads = 4"; so
 #: 9 / 4 GB per nvcc thread, and at 4 threads plan_parallelism gives exactly that formula.
 FLASH_ATTN_GB_PER_JOB = 9.0
+#: sgl-kernel 0.3.21's CUTLASS GEMM units: in the by-hand SM-only build (docs/sgl-kernel.md)
+#: one cicc of csrc/gemm/fp8_blockwise_gemm_kernel.cu for sm_120a alone, nvcc --threads=1,
+#: reached 15.8 GB peak RSS and was killed by the OOM killer at 12.6 GB anonymous RSS beside a
+#: second job on a 24 GB host; nvfp4_scaled_mm_kernels.cu's cicc took 7.5-8.1 GB. At 4 GB per
+#: thread a 24 GB host ran two such jobs and lost the build after 74 minutes.
+SGL_KERNEL_GB_PER_NVCC_THREAD = 16.0
 
 #: What FLASH_ATTN_CUDA_ARCHS may hold, per flash-attn release. flash-attention v2.8.3 setup.py
 #: (tag v2.8.3 = commit 060c9188beec3a8b62b33a3bfa6d5d2d44975fab, the same file as in the PyPI
@@ -253,6 +259,8 @@ def resolve_knobs(
     gb_default = (
         FLASH_ATTN_GB_PER_JOB / FLASH_ATTN_NVCC_THREADS
         if kind == "flash-attn"
+        else SGL_KERNEL_GB_PER_NVCC_THREAD
+        if kind == "sgl-kernel"
         else DEFAULT_GB_PER_NVCC_THREAD
     )
     gb = _positive_number(
@@ -569,6 +577,7 @@ def classify_build_failure(
 __all__ = [
     "FLASH_ATTN_ARCHS",
     "FLASH_ATTN_GB_PER_JOB",
+    "SGL_KERNEL_GB_PER_NVCC_THREAD",
     "Arch",
     "Knobs",
     "PARALLEL_KNOBS",

@@ -188,7 +188,8 @@ def test_sgl_kernel_cmake_defines_for_sm120():
         "-Ccmake.define.CMAKE_POLICY_VERSION_MINIMUM=3.5",
         "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1",
     ]
-    assert knobs.env == {"CMAKE_BUILD_PARALLEL_LEVEL": "16"}
+    # 64 GiB / 16 GB per thread (its CUTLASS GEMM units, knobs.SGL_KERNEL_GB_PER_NVCC_THREAD)
+    assert knobs.env == {"CMAKE_BUILD_PARALLEL_LEVEL": "4"}
     # sgl-kernel's CMake clears it: setting it would only mislead.
     assert "TORCH_CUDA_ARCH_LIST" not in knobs.env
     notes = {name: value for name, value, _ in knobs.explain}
@@ -204,7 +205,7 @@ def test_sgl_kernel_full_build_when_the_knob_is_off():
     )
     assert not any("SGL_KERNEL_ONLY_ARCHS" in a for a in knobs.pip_args)
     assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=5" in knobs.pip_args
-    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "12"  # 64 threads in flight / 5
+    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "3"  # 16 threads in flight / 5
     with pytest.raises(RecipeError, match="sm120_only='maybe' is not true or false"):
         resolve_knobs("sgl-kernel", "sgl-kernel", ["12.0"], facts(2, 8), {"sm120_only": "maybe"})
     with pytest.raises(RecipeError, match="sm120_only is for sgl-kernel only"):
@@ -213,10 +214,11 @@ def test_sgl_kernel_full_build_when_the_knob_is_off():
 
 def test_sgl_kernel_compile_threads_small_host():
     """Upstream's default of 32 nvcc threads OOMs small hosts: 2 CPUs / 24 GiB gets one thread
-    per job (one gencode) and two jobs (6 threads fit in 24 GiB; 2 CPUs)."""
+    per job (one gencode) and one job (a CUTLASS GEMM unit's cicc took over 15 GB: two of them
+    were OOM-killed on such a host)."""
     knobs = resolve_knobs("sgl-kernel", "sgl-kernel", ["12.0"], facts(2, 24), {})
     assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1" in knobs.pip_args
-    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "2"
+    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "1"
 
 
 def test_sgl_kernel_keeps_what_the_arch_list_needs():
@@ -242,7 +244,7 @@ def test_sgl_kernel_define_overrides():
     assert "-Ccmake.define.ENABLE_BELOW_SM90=ON" in knobs.pip_args
     assert "-Ccmake.define.ENABLE_BELOW_SM90=OFF" not in knobs.pip_args
     assert "-Ccmake.define.SGL_KERNEL_ENABLE_FP4=ON" in knobs.pip_args
-    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "16"  # 16 threads in flight / 1 per job
+    assert knobs.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "4"  # 4 threads in flight / 1 per job
 
 
 def test_explain_names_every_setting_with_a_reason():

@@ -82,8 +82,10 @@ def _advice(kind, env, evidence):
         now = _knob_values(env)
         named = ", ".join(now) if now else "MAX_JOBS / NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS"
         return (
-            f"the build was killed by the OOM killer ({evidence}): each nvcc thread needs about 3-5 GB; "
-            f"lower {named} (inventory var or --set) and rebuild"
+            f"the build was killed by the OOM killer ({evidence}): each nvcc thread needs about 3-5 GB "
+            "(sgl-kernel's CUTLASS GEMM units over 15 GB); "
+            f"lower {named} (host vars max_jobs / nvcc_threads, or --max-jobs / --nvcc-threads) "
+            "and rebuild"
         )
     if kind == "nvcc_too_old_for_arch":
         return (
