@@ -79,7 +79,7 @@ _STR_REQUIRED = VarType(_is_str, "a string", nullable=False)
 
 #: Every inventory variable the tool reads, and its type. Where each is used:
 #: connection (host.py, connection.py), toolkit and env (ops/toolkit.py, ops/pyenv.py),
-#: builds (ops/build.py), recipes (recipes.py), smoke (ops/smoke.py), wheel cache (wheelcache.py).
+#: builds (ops/build.py), compile cache (compile_cache.py), recipes (recipes.py), smoke (ops/smoke.py), wheel cache (wheelcache.py).
 HOST_VARS: dict[str, VarType] = {
     "ansible_host": _STR_REQUIRED,
     "ansible_port": VarType(_is_port, "a port number 1-65535"),
@@ -100,6 +100,9 @@ HOST_VARS: dict[str, VarType] = {
     "build_host": _STR,
     "wheel_cache_stores": VarType(_is_mapping_list, "a list of store mappings"),
     "wheel_cache_host_store": VarType(_is_bool, "true or false"),
+    "compile_cache": VarType(_is_bool, "true or false"),
+    "compile_cache_size": VarType(_is_str_or_int, 'a size such as "10G" (sccache\'s spelling)'),
+    "compile_cache_build_dir": _STR,
 }
 
 
