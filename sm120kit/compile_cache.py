@@ -128,14 +128,19 @@ def host_spec(
     env_path: str,
     package: str,
     stores: Sequence[Mapping[str, Any]],
+    *,
+    cmake: bool = False,
 ) -> dict[str, Any]:
-    """What build_wheel.py needs to run the build through sccache (no credentials)."""
+    """What build_wheel.py needs to run the build through sccache (no credentials).
+    `cmake`: the package builds with CMake, whose compiler launchers cover the host compiler
+    (no CXX wrapper then)."""
     size = host_vars.get("compile_cache_size") or DEFAULT_SIZE
     spec: dict[str, Any] = {
         "sccache": posixpath.join(env_path, "bin", "sccache"),
         "dir": posixpath.join(work_root, "compile-cache"),
         "size": str(size),
         "package": package,
+        "cmake": cmake,
     }
     build_dir = host_vars.get("compile_cache_build_dir")
     if build_dir:

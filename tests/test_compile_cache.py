@@ -27,11 +27,14 @@ from sm120kit.ops.build import key_task
 from sm120kit.plan import PlanOptions
 from sm120kit.remote import build_wheel
 from sm120kit.state import PyEnv, Toolkit
+from tests import test_sgl_kernel_real as sgl_real
 from tests.conftest import S3_BUCKET
 from tests.support.fleet import Fleet
 from tests.test_build_op import host, make_env, package_task, run_op, toolkit
+from tests.test_sgl_kernel_real import fetched, patched, trees
 
-__all__ = ["toolkit"]  # the session fixture, shared with test_build_op
+# Fixtures shared with test_build_op (session) and test_sgl_kernel_real (module).
+__all__ = ["fetched", "patched", "toolkit", "trees"]
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "examples" / "multikernel"
@@ -281,3 +284,67 @@ def test_launchers_in_the_build_env(sccache_bin: str, tmp_path: Path) -> None:
     assert "CCACHE_DIR" not in env and "AWS_SECRET_ACCESS_KEY" not in env
     assert Path(env["CXX"]).read_text().startswith(f'#!/bin/sh\nexec "{sccache_bin}" ')
     assert "CC" not in env  # torch passes CC to nvcc as -ccbin
+
+
+@pytest.mark.realsrc
+@pytest.mark.skipif(
+    not sgl_real.REAL, reason="SM120KIT_REAL_SOURCES is unset (see test_sgl_kernel_real)"
+)
+def test_sgl_kernel_configure_puts_sccache_in_front_of_every_compile(
+    trees: Path, patched: Path, sccache_bin: str, tmp_path: Path
+) -> None:
+    """The real sgl-kernel 0.3.21 CMake build, configured with the env build_wheel.py gives it:
+    every CUDA and C++ object is compiled through sccache. CMake 3.31 leaves launchers out of
+    compile_commands.json, so the generated build.ninja (per object: ``LAUNCHER = ...``) is
+    where the compile commands show it."""
+    from sm120kit.remote import cmake_probe
+
+    cmake = sgl_real._cmake()
+    cuda_home = sgl_real.CUDA_HOME
+    defines = sgl_real.tool_defines(trees, {}, tmp_path)
+    base = {"PATH": f"{cuda_home / 'bin'}:{os.environ['PATH']}", "CUDA_HOME": str(cuda_home)}
+    cache = build_wheel.CompileCache(
+        {"sccache": sccache_bin, "dir": str(tmp_path / "store"), "cmake": True},
+        {**os.environ, **base},
+        str(tmp_path / "log"),
+        {},
+    )
+    assert cache.start(), cache.result
+    env = cache.build_env(base, str(tmp_path))
+    assert "CXX" not in env  # CMake's launchers cover the host compiler
+    build = tmp_path / "build"
+    try:
+        doc = cmake_probe.configure(
+            {
+                "src": str(patched),
+                "build_dir": str(build),
+                "cmake": cmake,
+                "defines": defines,
+                "env": env,
+            }
+        )
+    finally:
+        cache.finish()
+    assert doc["ok"], doc.get("log_tail")
+    ninja = (build / "build.ninja").read_text()
+    objects: dict[str, str] = {}
+    current = ""
+    for line in ninja.splitlines():
+        if line.startswith("build ") and (
+            ".cu.o:" in line or ".cc.o:" in line or ".cpp.o:" in line
+        ):
+            current = line.split(":", 1)[0][len("build ") :]
+            objects[current] = ""
+        elif current and line.startswith("  LAUNCHER = "):
+            objects[current] = line.split("=", 1)[1].strip()
+        elif not line.startswith("  "):
+            current = ""
+    cu = [o for o in objects if o.endswith(".cu.o")]
+    assert len(cu) > 20, f"only {len(cu)} CUDA objects in build.ninja"
+    assert {objects[o] for o in objects} == {sccache_bin}, {
+        o: v for o, v in objects.items() if v != sccache_bin
+    }
+    cache_vars = (build / "CMakeCache.txt").read_text()
+    assert f"CMAKE_CUDA_COMPILER_LAUNCHER:STRING={sccache_bin}" in cache_vars
+    # sgl-kernel's own ccache hook (RULE_LAUNCH_COMPILE) needs CCACHE_DIR: it stays off.
+    assert "Building with CCACHE enabled" not in (build / "configure.log").read_text()

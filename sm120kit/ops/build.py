@@ -910,7 +910,12 @@ def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> di
 
     stores = host_store_specs(cache_for(ctx.runner).config, ctx.host)
     spec = compile_cache.host_spec(
-        state.host.vars, state.paths.work_root, state.env.path, name, stores
+        state.host.vars,
+        state.paths.work_root,
+        state.env.path,
+        name,
+        stores,
+        cmake=build_kind(name) == "sgl-kernel",
     )
     if "s3" in spec:
         profile = next((s.get("profile") for s in stores if s.get("type") == "s3"), None)

@@ -609,11 +609,12 @@ class CompileCache:
         # sgl-kernel's CMakeLists adds ccache as RULE_LAUNCH_COMPILE when ccache is on PATH
         # and CCACHE_DIR is set: one compiler cache is enough.
         env.pop("CCACHE_DIR", None)
-        # The host C++ compiler (torch's ninja `cxx`, setuptools' C++ link): a one-line
-        # wrapper, because CXX must stay one word. CC is left alone: torch hands it to nvcc
-        # as -ccbin, where a wrapper would be cached twice.
+        # The host C++ compiler of torch extensions (torch's ninja `cxx`, setuptools' C++
+        # link): a one-line wrapper, because CXX must stay one word. CC is left alone: torch
+        # hands it to nvcc as -ccbin, where a wrapper would be cached twice. CMake builds
+        # have the launchers above; a wrapper there would put sccache in front of itself.
         real = shutil.which(env.get("CXX") or "c++", path=env["PATH"])
-        if real:
+        if real and not self.spec.get("cmake"):
             self.wrappers = os.path.join(scratch, "compile-cache-bin")
             os.makedirs(self.wrappers, exist_ok=True)
             wrapper = os.path.join(self.wrappers, "c++")
