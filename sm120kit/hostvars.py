@@ -101,7 +101,7 @@ HOST_VARS: dict[str, VarType] = {
     "wheel_cache_stores": VarType(_is_mapping_list, "a list of store mappings"),
     "wheel_cache_host_store": VarType(_is_bool, "true or false"),
     "compile_cache": VarType(_is_bool, "true or false"),
-    "compile_cache_size": VarType(_is_str_or_int, 'a size such as "10G" (sccache\'s spelling)'),
+    "compile_cache_size": VarType(_is_str, 'a size such as "10G" (sccache\'s spelling)'),
     "compile_cache_build_dir": _STR,
 }
 

@@ -752,6 +752,7 @@ def explain(
     rows += [
         {"package": name, "name": n, "value": v, "reason": r} for n, v, r in toolchain_env(state)
     ]
+    rows.append({"package": name, **compile_cache_row(ctx, state, name)})
     if state.toolkit is not None:
         rows.append(
             {
@@ -928,6 +929,31 @@ def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> di
             )
             spec["secrets"] = path
     return spec
+
+
+def compile_cache_row(ctx: HostContext, state: ProvisionState, name: str) -> dict[str, str]:
+    """The ``--explain`` row of the compile cache: on (where it stores) or off (why)."""
+    row = {"name": "compile cache"}
+    if not compile_cache.enabled_on_host(state.host.vars):
+        where = state.host.var_sources.get("compile_cache", "inventory")
+        return {**row, "value": "off", "reason": f"host var compile_cache ({where})"}
+    if not compile_cache.knob_enabled(name, state.resolved.package(name).get("knobs") or {}):
+        return {**row, "value": "off", "reason": f"knob compile_cache of {name}"}
+    from ..wheelcache import cache_for, host_store_specs
+
+    s3 = compile_cache.s3_settings(host_store_specs(cache_for(ctx.runner).config, ctx.host))
+    store = posixpath.join(state.paths.work_root, "compile-cache")
+    size = state.host.vars.get("compile_cache_size") or compile_cache.DEFAULT_SIZE
+    value = f"{compile_cache.SCCACHE_REQUIREMENT}: {store} ({size})"
+    if s3 is not None:
+        value += f" + {s3[1]} ({s3[0]['SCCACHE_S3_KEY_PREFIX']})"
+    return {
+        **row,
+        "value": value,
+        "reason": "sccache in front of every compile: PYTORCH_NVCC and a CXX wrapper (torch "
+        "extensions), CMAKE_<LANG>_COMPILER_LAUNCHER (CMake); docs/compile-cache.md; not a "
+        "wheel-cache key input",
+    }
 
 
 def _cache_counts(doc: dict[str, Any]) -> dict[str, Any]:
