@@ -481,9 +481,10 @@ def build_env(args):
 
 # -- compile cache (sccache) ---------------------------------------------------------------
 
-#: sccache's statistics name every nvcc sub-step (cudafe++, cicc, ptxas) and every host
-#: compile as one cached step; these are the language names it reports them under.
-SCCACHE_STEP_KINDS = ("CUDA (Device code)", "PTX", "CUBIN", "CUDA", "C++", "C")
+#: Seconds without a compile after which the build's sccache server stops by itself: longer
+#: than any configure or link step, short enough that a killed build leaves no server behind
+#: for long.
+SCCACHE_IDLE_SECONDS = 7200
 
 
 def _free_port():
@@ -545,7 +546,7 @@ class CompileCache:
             SCCACHE_DIR=spec["dir"],
             SCCACHE_CACHE_SIZE=str(spec.get("size") or "10G"),
             SCCACHE_SERVER_PORT=port,
-            SCCACHE_IDLE_TIMEOUT="0",
+            SCCACHE_IDLE_TIMEOUT=str(SCCACHE_IDLE_SECONDS),
             SCCACHE_ERROR_LOG=log_path + ".sccache",
             SCCACHE_LOG="warn",
         )
@@ -570,7 +571,6 @@ class CompileCache:
         attempts.append(("disk", self.server_base))
         error = ""
         for levels, env in attempts:
-            _sccache(self.binary, "--stop-server", env, timeout=30)
             proc = _sccache(self.binary, "--start-server", env)
             if proc.returncode == 0:
                 self.server_env = env
@@ -594,6 +594,9 @@ class CompileCache:
             if name.startswith("SCCACHE_") or name.startswith("AWS_"):
                 del env[name]
         env["SCCACHE_SERVER_PORT"] = self.port
+        # Should the server ever be gone, a client starts one from its own env: the same store.
+        env["SCCACHE_DIR"] = self.spec["dir"]
+        env["SCCACHE_CACHE_SIZE"] = str(self.spec.get("size") or "10G")
         # torch's cpp_extension: "user can set nvcc compiler with ccache using the environment
         # variable here" (PYTORCH_NVCC, written verbatim into the ninja file).
         nvcc = os.path.join(env["CUDA_HOME"], "bin", "nvcc") if env.get("CUDA_HOME") else None
