@@ -16,17 +16,18 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import invoke
+import invoke.parser
 from invoke.exceptions import Exit
 from rich.console import Console
 from rich.markup import escape
 
-from . import validate
+from . import flags, validate
 from .connection import ConnectOptions
 from .errors import Interrupted, Sm120Error, one_line
 from .host import Host
@@ -93,6 +94,13 @@ _BAD_ENV = _take_bad_env()
 SHORT_FLAGS = {"host": "H", "inventory": "i"}
 
 
+class _RawValue(invoke.parser.Argument):  # type: ignore[misc]
+    """A numeric flag's value kept as typed: Sm120Task checks it (one line, not a traceback)."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        super().set_value(value, cast=False)
+
+
 class Sm120Task(invoke.Task):  # type: ignore[misc]
     """An invoke task whose short flags are fixed (-H, -i) instead of guessed from letters."""
 
@@ -106,10 +114,20 @@ class Sm120Task(invoke.Task):  # type: ignore[misc]
             opts["names"] = [*opts["names"], SHORT_FLAGS[name]]
         if type(default) in (int, float):
             # invoke would cast `--forks abc` itself and die with a traceback; the value comes
-            # in as text and __call__ checks it (one line, exit 1, JSON under --json).
+            # in as text (`_RawValue`) and __call__ checks it (one line, exit 1, JSON under
+            # --json). An int flag keeps kind int so that --help says INT; invoke's help names
+            # no other number kind, so a float flag is shown as STRING.
             self._numeric = {**getattr(self, "_numeric", {}), name: type(default)}
-            opts["kind"] = str
+            if type(default) is float:
+                opts["kind"] = str
         return opts
+
+    def get_arguments(self, *args: Any, **kwargs: Any) -> list[Any]:
+        arguments: list[Any] = super().get_arguments(*args, **kwargs)
+        for argument in arguments:
+            if argument.name in getattr(self, "_numeric", {}):
+                argument.__class__ = _RawValue
+        return arguments
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         for name, kind in getattr(self, "_numeric", {}).items():
@@ -126,10 +144,28 @@ class Sm120Task(invoke.Task):  # type: ignore[misc]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def task(*args: Any, **kwargs: Any) -> Any:
-    """`@task` for sm120kit tasks: fixed short flags and one-line errors."""
-    kwargs.setdefault("klass", Sm120Task)
-    return invoke.task(*args, **kwargs)
+def task(
+    *flag_names: str,
+    name: str | None = None,
+    help: Mapping[str, str] | None = None,
+    positional: list[str] | None = None,
+) -> Callable[[Callable[..., None]], Sm120Task]:
+    """`@task` for a body ``fn(c, **flags)``: its flags are `flag_names` (declared once in
+    `sm120kit.flags`, in this order; `help` overrides a text), fixed short flags, one-line
+    errors (`guarded`)."""
+
+    def wrap(body: Callable[..., None]) -> Sm120Task:
+        inner = guarded()(body)
+        cast(Any, inner).__signature__ = flags.signature(body, flag_names)
+        options: dict[str, Any] = {"klass": Sm120Task, "help": flags.helps(flag_names, help)}
+        if name is not None:
+            options["name"] = name
+        if positional is not None:
+            options["positional"] = positional
+        made: Sm120Task = invoke.task(**options)(inner)
+        return made
+
+    return wrap
 
 
 def make_console(stderr: bool = False) -> Console:
