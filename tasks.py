@@ -50,11 +50,11 @@ def _plan_options(c, f, packages=None, **extra):
 @task(*COMMON)
 def facts(c, **f):
     """Gather host facts (OS, CPU, RAM, disk, compilers, Pythons, driver, GPUs, CUDA), one command per host."""
-    from sm120kit.facts import facts_task
+    from sm120kit.facts import facts_op
     from sm120kit.report import facts_table
 
     s = _session(c, f)
-    cli.finish(s, s.run("facts", facts_task), lambda out, r: out.print(facts_table(r)))
+    cli.finish(s, s.run("facts", facts_op), lambda out, r: out.print(facts_table(r)))
 
 
 @task("host", "inventory", "json")
@@ -75,7 +75,7 @@ def recipes(c, **f):
         return
     s = _session(c, f)
     opts.recipes()  # a broken recipe is one error before any host is touched
-    cli.finish(s, s.run("recipes", plan.recipes_task(opts)), report.render_recipes)
+    cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
 @task(*COMMON, *RECIPE, "explain")
@@ -87,7 +87,7 @@ def plan(c, **f):
     opts = _plan_options(c, f, explain=f["explain"])
     s = _session(c, f, check_mode=True)
     opts.recipes()
-    cli.finish(s, s.run("plan", planner.plan_or_provision_task(opts)), report.render_plan)
+    cli.finish(s, s.run("plan", planner.plan_or_provision_op(opts)), report.render_plan)
 
 
 @task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "recheck")
@@ -102,7 +102,7 @@ def provision(c, **f):
     s = _session(c, f, break_lock=f["break_lock"])
     opts.recipes()
     cli.finish(
-        s, s.run("provision", planner.plan_or_provision_task(opts), lock=True), report.render_plan
+        s, s.run("provision", planner.plan_or_provision_op(opts), lock=True), report.render_plan
     )
 
 
@@ -116,7 +116,7 @@ def install_cuda(c, **f):
     s = _session(c, f, break_lock=f["break_lock"])
     opts.recipes()
     cli.finish(
-        s, s.run("install-cuda", toolkit.install_cuda_task(opts), lock=True), report.render_plan
+        s, s.run("install-cuda", toolkit.install_cuda_op(opts), lock=True), report.render_plan
     )
 
 
@@ -135,7 +135,7 @@ def _build(c, package, f):
     )
     s = _session(c, f, break_lock=f["break_lock"])
     opts.recipes()
-    result = s.run(f"build:{package}", build_ops.build_task(opts, package, s.runner), lock=True)
+    result = s.run(f"build:{package}", build_ops.build_op(opts, package, s.runner), lock=True)
     cli.finish(s, result, build_ops.render_build)
 
 
@@ -167,34 +167,25 @@ build_flash_attn = _package_task(
 @task(*COMMON, "package", "python", "arch", "driver", "recipe")
 def smoke(c, **f):
     """Check installed kernel packages: import order, undefined symbols, arch coverage, loader."""
-    from sm120kit.ops import smoke as smoke_ops
+    from sm120kit.ops import smoke_check
 
     package = f["package"]
     opts = _plan_options(c, f, packages=[package] if package else None)
     s = _session(c, f)
-    task_fn = smoke_ops.smoke_task(opts, package=package, python=f["python"], arch=f["arch"])
-    cli.finish(s, s.run("smoke", task_fn), smoke_ops.render)
+    op = smoke_check.smoke_op(opts, package=package, python=f["python"], arch=f["arch"])
+    cli.finish(s, s.run("smoke", op), smoke_check.render)
 
 
 @task(*COMMON, "url", "timeout", "pid", "process_match", name="serve-check")
 def serve_check(c, **f):
     """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks)."""
-    from sm120kit.ops import smoke as smoke_ops
+    from sm120kit.ops import serve_check as serve_ops
 
     s = _session(c, f)
-    cli.finish(
-        s,
-        s.run(
-            "serve-check",
-            smoke_ops.serve_check_task(
-                f["url"],
-                float(f["timeout"]),
-                pid=f["pid"] or None,
-                process_match=f["process_match"],
-            ),
-        ),
-        smoke_ops.render_serve,
+    op = serve_ops.serve_check_op(
+        f["url"], float(f["timeout"]), pid=f["pid"] or None, process_match=f["process_match"]
     )
+    cli.finish(s, s.run("serve-check", op), serve_ops.render_serve)
 
 
 # -- cache.* -----------------------------------------------------------------------------------
@@ -211,7 +202,7 @@ def cache_key(c, **f):
     opts = _plan_options(c, f, packages=[package])
     s = _session(c, f)
     opts.recipes()
-    cli.finish(s, s.run("cache.key", build_ops.key_task(opts, package)), build_ops.render_key)
+    cli.finish(s, s.run("cache.key", build_ops.key_op(opts, package)), build_ops.render_key)
 
 
 @task("json", "store", name="list")

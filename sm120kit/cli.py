@@ -1,7 +1,7 @@
 """The task layer's plumbing: settings, common flags, sessions, output and exit codes.
 
 tasks.py stays thin: each task parses its flags, opens a `Session` here, hands the library a
-task function, and calls `finish`. Exit codes: 0 all hosts ok/changed/skipped, 1 bad input
+host op (`runner.HostOp`, run once per host), and calls `finish`. Exit codes: 0 all hosts ok/changed/skipped, 1 bad input
 (inventory, recipe, flags, settings), 2 a host failed or was unreachable, 3 interrupted
 (SIGINT, SIGTERM or SIGHUP; the JSON document is still printed, with hosts `interrupted`).
 Every flag, setting and path-naming host var is checked before any host is touched.
@@ -35,7 +35,7 @@ from .inventory import Inventory, load_inventory
 from .progress import progress_for
 from .report import recap
 from .results import RunResult
-from .runner import HostContext, Runner, RunOptions
+from .runner import HostOp, Runner, RunOptions
 
 #: Documented defaults; invoke.yaml's `sm120kit:` section overrides them.
 DEFAULTS: dict[str, Any] = {
@@ -238,10 +238,9 @@ class Session:
     out: Console  # human output (stderr when --json, so stdout holds only the JSON)
     err: Console
 
-    def run(
-        self, task_name: str, fn: Callable[[HostContext], None], *, lock: bool = False
-    ) -> RunResult:
-        return self.runner.run(task_name, self.hosts, fn, lock=lock)
+    def run(self, task_name: str, op: HostOp, *, lock: bool = False) -> RunResult:
+        """Run the host op `op` on the selected hosts under the invoke task's name."""
+        return self.runner.run(task_name, self.hosts, op, lock=lock)
 
 
 def open_session(

@@ -1,4 +1,4 @@
-"""From facts to a per-host plan, and the task functions that apply it in order.
+"""From facts to a per-host plan, and the host ops that apply it in order.
 
 `prepare` turns a host's facts and the recipes into a ProvisionState (which recipe, which
 toolkit, which values from where). The operations (sm120kit/ops/*) then each ensure one
@@ -9,7 +9,6 @@ reuses a remembered verdict when nothing it depends on changed (sm120kit/smoke_m
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from .errors import RecipeError
 from .facts import gather
 from .recipes import Recipe, load_recipes, resolve_for_host, select_recipe
-from .runner import HostContext
+from .runner import HostContext, HostOp
 from .state import ProvisionState
 
 
@@ -84,7 +83,7 @@ def package_names(state: ProvisionState, opts: PlanOptions) -> list[str]:
     return wanted
 
 
-def recipes_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+def recipes_op(opts: PlanOptions) -> HostOp:
     """`invoke recipes --host H`: which recipe each host gets, and why."""
 
     def run(ctx: HostContext) -> None:
@@ -147,7 +146,7 @@ def _ops() -> Any:
     return ops
 
 
-def plan_or_provision_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+def plan_or_provision_op(opts: PlanOptions) -> HostOp:
     """`invoke plan` (check mode) and `invoke provision`: the same steps, in order."""
 
     def run(ctx: HostContext) -> None:

@@ -24,7 +24,7 @@ import pytest
 
 from sm120kit.errors import HostFailed, Sm120Error
 from sm120kit.remote import smoke_probe as probe
-from sm120kit.smoke import (
+from sm120kit.smoke_report import (
     SmokeReport,
     parse_probe_output,
     probe_args,

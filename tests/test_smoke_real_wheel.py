@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from sm120kit.ops import smoke as smoke_ops
+from sm120kit.ops import smoke_check as smoke_ops
 from sm120kit.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.sample_wheel import cache_root

@@ -54,7 +54,7 @@ from ..remote import fetch_source as fs
 from ..remote import parse_last_json, script_command, script_source
 from ..remote.build_wheel import build_command
 from ..results import RunResult, StepResult
-from ..runner import HostContext, Runner
+from ..runner import HostContext, HostOp, Runner
 from ..state import ProvisionState
 
 if TYPE_CHECKING:
@@ -1151,9 +1151,7 @@ def _install(
 # --------------------------------------------------------------------------- tasks
 
 
-def build_task(
-    opts: PlanOptions, package: str, runner: Runner | None = None
-) -> Callable[[HostContext], None]:
+def build_op(opts: PlanOptions, package: str, runner: Runner | None = None) -> HostOp:
     """`invoke build --package P` (and build-flash-attn / build-sgl-kernel)."""
 
     def run(ctx: HostContext) -> None:
@@ -1190,7 +1188,7 @@ class _Probe:
         return getattr(self._ctx, name)
 
 
-def key_task(opts: PlanOptions, package: str) -> Callable[[HostContext], None]:
+def key_op(opts: PlanOptions, package: str) -> HostOp:
     """`invoke cache.key --package P`: every key input on each host, and the key; builds nothing.
 
     The toolkit and env are probed in check mode: where they do not exist yet, the key is the
@@ -1294,14 +1292,14 @@ __all__ = [
     "SourcePlan",
     "build_env",
     "build_kind",
-    "build_task",
+    "build_op",
     "ensure_package",
     "ensure_patched",
     "ensure_source",
     "explain",
     "index_sdist",
     "key_inputs",
-    "key_task",
+    "key_op",
     "make_builder",
     "pack_tree",
     "package_knobs",

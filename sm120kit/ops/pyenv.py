@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ from .toolkit import pip_args, sm_code
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
-    from ..runner import HostContext
+    from ..runner import HostContext, HostOp
 
 MARKER = ".sm120kit-env.json"
 BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
@@ -456,7 +456,7 @@ def _describe(env: PyEnv, cpu_reason: str | None) -> str:
     return f"{env.path}: Python {env.python_version}, {torch}"
 
 
-def env_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+def env_op(opts: PlanOptions) -> HostOp:
     """Toolkit then env, as one task (for an `invoke env` task and for tests)."""
     from ..plan import prepare
     from .toolkit import ensure_toolkit
