@@ -51,7 +51,7 @@ def _plan_options(c, f, packages=None, **extra):
 def facts(c, **f):
     """Gather host facts (OS, CPU, RAM, disk, compilers, Pythons, driver, GPUs, CUDA), one command per host."""
     from sm120kit.facts import facts_op
-    from sm120kit.report import facts_table
+    from sm120kit.output.report import facts_table
 
     s = _session(c, f)
     cli.finish(s, s.run("facts", facts_op), lambda out, r: out.print(facts_table(r)))
@@ -66,12 +66,14 @@ def inventory(c, **f):
 @task(*COMMON, *RECIPE)
 def recipes(c, **f):
     """List the recipes, or (with --host / --driver) which recipe each host gets and why."""
-    from sm120kit import plan, report
+    from sm120kit import plan
+    from sm120kit.output import listings, report
+    from sm120kit.output.console import show_document
 
     opts = _plan_options(c, f)
     if not f["host"]:
         catalog = plan.recipes_catalog(opts, f["driver"], f["arch"])
-        cli.show_document(c, catalog, f["json"], report.recipes_table)
+        show_document(catalog, f["json"], listings.recipes_table)
         return
     s = _session(c, f)
     opts.recipes()  # a broken recipe is one error before any host is touched
@@ -82,7 +84,7 @@ def recipes(c, **f):
 def plan(c, **f):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands."""
     from sm120kit import plan as planner
-    from sm120kit import report
+    from sm120kit.output import report
 
     opts = _plan_options(c, f, explain=f["explain"])
     s = _session(c, f, check_mode=True)
@@ -94,7 +96,7 @@ def plan(c, **f):
 def provision(c, **f):
     """Toolkit, env, builds (through the wheel cache), smoke: in order, one run, one recap."""
     from sm120kit import plan as planner
-    from sm120kit import report
+    from sm120kit.output import report
 
     opts = _plan_options(
         c, f, max_jobs=f["max_jobs"], nvcc_threads=f["nvcc_threads"], recheck=f["recheck"]
@@ -109,8 +111,8 @@ def provision(c, **f):
 @task(*COMMON, *RECIPE, "break_lock", name="install-cuda")
 def install_cuda(c, **f):
     """Install the recipe's CUDA toolkit side by side (pip/runfile/apt) and verify nvcc."""
-    from sm120kit import report
     from sm120kit.ops import toolkit
+    from sm120kit.output import report
 
     opts = _plan_options(c, f)
     s = _session(c, f, break_lock=f["break_lock"])
@@ -122,6 +124,7 @@ def install_cuda(c, **f):
 
 def _build(c, package, f):
     from sm120kit.ops import build as build_ops
+    from sm120kit.output import report
 
     if not package:
         raise cli.Sm120Error("--package is required (a package of the host's recipe)")
@@ -136,7 +139,7 @@ def _build(c, package, f):
     s = _session(c, f, break_lock=f["break_lock"])
     opts.recipes()
     result = s.run(f"build:{package}", build_ops.build_op(opts, package, s.runner), lock=True)
-    cli.finish(s, result, build_ops.render_build)
+    cli.finish(s, result, report.render_build)
 
 
 @task("package", *BUILD)
@@ -168,24 +171,26 @@ build_flash_attn = _package_task(
 def smoke(c, **f):
     """Check installed kernel packages: import order, undefined symbols, arch coverage, loader."""
     from sm120kit.ops import smoke_check
+    from sm120kit.output import checks
 
     package = f["package"]
     opts = _plan_options(c, f, packages=[package] if package else None)
     s = _session(c, f)
     op = smoke_check.smoke_op(opts, package=package, python=f["python"], arch=f["arch"])
-    cli.finish(s, s.run("smoke", op), smoke_check.render)
+    cli.finish(s, s.run("smoke", op), checks.render_smoke)
 
 
 @task(*COMMON, "url", "timeout", "pid", "process_match", name="serve-check")
 def serve_check(c, **f):
     """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks)."""
     from sm120kit.ops import serve_check as serve_ops
+    from sm120kit.output import checks
 
     s = _session(c, f)
     op = serve_ops.serve_check_op(
         f["url"], float(f["timeout"]), pid=f["pid"] or None, process_match=f["process_match"]
     )
-    cli.finish(s, s.run("serve-check", op), serve_ops.render_serve)
+    cli.finish(s, s.run("serve-check", op), checks.render_serve)
 
 
 # -- cache.* -----------------------------------------------------------------------------------
@@ -195,6 +200,7 @@ def serve_check(c, **f):
 def cache_key(c, **f):
     """Show every input of a package's wheel-cache key on each host, and the key."""
     from sm120kit.ops import build as build_ops
+    from sm120kit.output import report
 
     package = f["package"]
     if not package:
@@ -202,7 +208,7 @@ def cache_key(c, **f):
     opts = _plan_options(c, f, packages=[package])
     s = _session(c, f)
     opts.recipes()
-    cli.finish(s, s.run("cache.key", build_ops.key_op(opts, package)), build_ops.render_key)
+    cli.finish(s, s.run("cache.key", build_ops.key_op(opts, package)), report.render_key)
 
 
 @task("json", "store", name="list")

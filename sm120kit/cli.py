@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import functools
 import getpass
-import json
 import os
 import signal
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,15 +23,15 @@ import invoke
 import invoke.parser
 from invoke.exceptions import Exit
 from rich.console import Console
-from rich.markup import escape
 
 from . import flags, validate
 from .connection import ConnectOptions
 from .errors import Interrupted, Sm120Error, one_line
 from .host import Host
 from .inventory import Inventory, load_inventory
-from .progress import progress_for
-from .report import recap
+from .output.console import make_console, print_error, print_json
+from .output.progress import progress_for
+from .output.report import inventory_table, recap
 from .results import RunResult
 from .runner import HostOp, Runner, RunOptions
 
@@ -166,14 +164,6 @@ def task(
         return made
 
     return wrap
-
-
-def make_console(stderr: bool = False) -> Console:
-    """A console; wide when not a terminal so CI logs keep table rows on one line."""
-    console = Console(stderr=stderr)
-    if not console.is_terminal:
-        console = Console(stderr=stderr, width=max(console.width, 160))
-    return console
 
 
 def settings(c: invoke.Context) -> dict[str, Any]:
@@ -313,8 +303,7 @@ def finish(
 ) -> None:
     """Print the result (one JSON document, or tables and the recap) and set the exit code."""
     if session.json:
-        sys.stdout.write(json.dumps(result.to_dict(), default=str, sort_keys=False) + "\n")
-        sys.stdout.flush()
+        print_json(result.to_dict())
     else:
         if render is not None:
             render(session.out, result)
@@ -332,9 +321,8 @@ def fail(exc: BaseException, json_output: bool, code: int = EXIT_BAD_INPUT) -> N
         doc: dict[str, Any] = {"error": message, "hosts": {}}
         if code == EXIT_INTERRUPTED:
             doc["interrupted"] = str(exc) or "SIGINT"
-        sys.stdout.write(json.dumps(doc) + "\n")
-        sys.stdout.flush()
-    Console(stderr=True).print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        print_json(doc)
+    print_error(message)
     raise Exit(code=code) from None
 
 
@@ -380,8 +368,6 @@ def show_inventory(
     c: invoke.Context, *, host: str | None, inventory: str | None, json_output: bool
 ) -> None:
     """`invoke inventory`: resolved hosts (all, or those --host selects), groups and vars."""
-    from rich.table import Table
-
     session = open_session(
         c, host=host, inventory=inventory, json_output=json_output, need_hosts=bool(host)
     )
@@ -394,29 +380,6 @@ def show_inventory(
         }
         doc["selected"] = names
     if json_output:
-        sys.stdout.write(json.dumps(doc, default=str) + "\n")
+        print_json(doc)
         return
-    table = Table(title=f"inventory {session.inventory.path or '(none)'}", show_lines=True)
-    for col in ("host", "groups", "vars (source)"):
-        table.add_column(col, overflow="fold")
-    for name, entry in doc["hosts"].items():
-        sources = entry.get("var_sources", {})
-        lines = [
-            f"{k} = {v!r}  [dim]({sources.get(k, '?')})[/]"
-            for k, v in sorted(entry["vars"].items())
-        ]
-        table.add_row(name, ", ".join(entry["groups"]), "\n".join(lines))
-    session.out.print(table)
-
-
-def show_document(
-    c: invoke.Context,
-    doc: dict[str, Any],
-    json_output: bool,
-    render: Callable[[Console, dict[str, Any]], None],
-) -> None:
-    """Print a host-less document (recipes catalog, cache listings): JSON or a table."""
-    if json_output:
-        sys.stdout.write(json.dumps(doc, default=str) + "\n")
-    else:
-        render(make_console(), doc)
+    session.out.print(inventory_table(session.inventory.path, doc))

@@ -45,7 +45,7 @@ from .connection import (
 )
 from .errors import HostFailed, HostUnreachable, Interrupted, LockHeld, Sm120Error, one_line
 from .host import Host
-from .progress import NullProgress, Progress
+from .output.progress import NullProgress, Progress
 from .remote import run_script
 from .results import HostResult, RunResult, StepResult
 

@@ -1159,15 +1159,6 @@ def _close_all(stores: list[Store]) -> None:
             pass
 
 
-def _table(title: str, columns: list[str]) -> Any:
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    return table
-
-
 def _fail_exit(doc: Mapping[str, Any], bad: int) -> None:
     if bad:
         from invoke.exceptions import Exit
@@ -1181,7 +1172,8 @@ def list_command(c: Any, *, json_output: bool, store: str | None) -> None:
     """`invoke cache.list`: one row per entry and store. JSON: {"stores": [...],
     "entries": [{package, version, key, full_key, arch, cuda, torch, size, age, hits, store,
     filename}]}."""
-    from .cli import show_document
+    from .output import listings
+    from .output.console import show_document
 
     stores = command_stores(c, store)
     try:
@@ -1189,27 +1181,7 @@ def list_command(c: Any, *, json_output: bool, store: str | None) -> None:
     finally:
         _close_all(stores)
 
-    def render(console: Any, doc: dict[str, Any]) -> None:
-        cols = ["package", "version", "key", "arch", "CUDA", "torch", "size", "age", "hits"]
-        table = _table(f"wheel cache ({', '.join(doc['stores'])})", [*cols, "store"])
-        for r in doc["entries"]:
-            table.add_row(
-                r["package"],
-                r["version"],
-                r["key"],
-                r["arch"] or "-",
-                r["cuda"] or "-",
-                r["torch"] or "-",
-                manage.human_size(r["size"]),
-                manage.human_age(r["age"]),
-                str(r["hits"]),
-                r["store"],
-            )
-        console.print(table)
-        total = sum(r["size"] for r in doc["entries"])
-        console.print(f"{len(doc['entries'])} entries, {manage.human_size(total)}")
-
-    show_document(c, doc, json_output, render)
+    show_document(doc, json_output, listings.cache_list)
 
 
 def verify_command(c: Any, *, json_output: bool, store: str | None) -> None:
@@ -1218,7 +1190,8 @@ def verify_command(c: Any, *, json_output: bool, store: str | None) -> None:
     JSON: {"stores", "entries": [{store, key, status: ok|corrupt, reason}], "ok": n,
     "corrupt": n}. Exit status 2 when an entry was corrupt.
     """
-    from .cli import show_document
+    from .output import listings
+    from .output.console import show_document
 
     stores = command_stores(c, store)
     try:
@@ -1233,15 +1206,7 @@ def verify_command(c: Any, *, json_output: bool, store: str | None) -> None:
         "corrupt": bad,
     }
 
-    def render(console: Any, doc: dict[str, Any]) -> None:
-        table = _table("wheel cache verify", ["store", "key", "status", "reason"])
-        for r in doc["entries"]:
-            style = "green" if r["status"] == "ok" else "red"
-            table.add_row(r["store"], r["key"][:12], f"[{style}]{r['status']}[/]", r["reason"])
-        console.print(table)
-        console.print(f"{doc['ok']} ok, {doc['corrupt']} corrupt (quarantined)")
-
-    show_document(c, doc, json_output, render)
+    show_document(doc, json_output, listings.cache_verify)
     _fail_exit(doc, bad)
 
 
@@ -1272,7 +1237,9 @@ def prune_command(
     or least recently used ones until the store fits --max-size. Killed puts older than
     stale_lock_after go too. JSON: {"removed": [{store, key, package, version, size,
     incomplete}], "freed_bytes": n}."""
-    from .cli import settings, show_document
+    from .cli import settings
+    from .output import listings
+    from .output.console import show_document
 
     limit = parse_size(max_size)
     if older_than_days is None and keep is None and limit is None:
@@ -1304,26 +1271,15 @@ def prune_command(
         _close_all(stores)
     doc = {"removed": removed, "freed_bytes": sum(r["size"] for r in removed)}
 
-    def render(console: Any, doc: dict[str, Any]) -> None:
-        table = _table("wheel cache prune", ["store", "package", "version", "key", "size"])
-        for r in doc["removed"]:
-            what = "(killed put)" if r["incomplete"] else r["package"]
-            table.add_row(
-                r["store"], what, r["version"], r["key"][:12], manage.human_size(r["size"])
-            )
-        console.print(table)
-        console.print(
-            f"removed {len(doc['removed'])}, freed {manage.human_size(doc['freed_bytes'])}"
-        )
-
-    show_document(c, doc, json_output, render)
+    show_document(doc, json_output, listings.cache_prune)
 
 
 def export_command(c: Any, directory: str | None, *, json_output: bool, store: str | None) -> None:
     """`invoke cache.export DIR`: every wheel, flat, plus index.json; usable offline with
     ``pip install --no-index --find-links DIR``. JSON: {"directory", "exported": [{key,
     filename, store, package, version}], "skipped": [...]}."""
-    from .cli import show_document
+    from .output import listings
+    from .output.console import show_document
 
     if not directory:
         raise CacheError("cache.export: give the directory to write (invoke cache.export DIR)")
@@ -1349,25 +1305,15 @@ def export_command(c: Any, directory: str | None, *, json_output: bool, store: s
         "skipped": [row(r) for r in result["skipped"]],
     }
 
-    def render(console: Any, doc: dict[str, Any]) -> None:
-        table = _table(f"exported to {doc['directory']}", ["package", "version", "file", "key"])
-        for r in doc["exported"]:
-            table.add_row(r["package"], r["version"], r["filename"], r["key"][:12])
-        console.print(table)
-        for r in doc["skipped"]:
-            console.print(f"skipped {r['filename']} ({r['key'][:12]}): a newer one has that name")
-        console.print(
-            f"install offline: pip install --no-index --find-links {doc['directory']} PKG"
-        )
-
-    show_document(c, doc, json_output, render)
+    show_document(doc, json_output, listings.cache_export)
 
 
 def import_command(c: Any, directory: str | None, *, json_output: bool, store: str | None) -> None:
     """`invoke cache.import DIR`: put an exported directory's wheels back under their keys,
     into ``--store`` (default: the controller store). JSON: {"directory", "store",
     "imported": [keys], "present": [keys], "corrupt": [file names]}; exit 2 if any corrupt."""
-    from .cli import show_document
+    from .output import listings
+    from .output.console import show_document
 
     if not directory:
         raise CacheError("cache.import: give the directory to read (invoke cache.import DIR)")
@@ -1378,13 +1324,5 @@ def import_command(c: Any, directory: str | None, *, json_output: bool, store: s
         _close_all([target])
     doc = {"directory": str(Path(directory).resolve()), "store": target.name, **result}
 
-    def render(console: Any, doc: dict[str, Any]) -> None:
-        console.print(
-            f"{doc['store']}: imported {len(doc['imported'])}, already present "
-            f"{len(doc['present'])}, corrupt {len(doc['corrupt'])}"
-        )
-        for name in doc["corrupt"]:
-            console.print(f"[red]corrupt (not imported):[/] {name}")
-
-    show_document(c, doc, json_output, render)
+    show_document(doc, json_output, listings.cache_import)
     _fail_exit(doc, len(result["corrupt"]))

@@ -39,21 +39,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from .. import sglkernel
 from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..errors import HostFailed, PatchError, RecipeError
 from ..knobs import Knobs, resolve_knobs
+from ..output.report import print_explain
 from ..patching import Patch, check_and_apply, load_patch, select
 from ..plan import PlanOptions, package_names, prepare
 from ..remote import fetch_source as fs
 from ..remote import parse_last_json, script_command, script_source
 from ..remote.build_wheel import build_command
-from ..results import RunResult, StepResult
+from ..results import StepResult
 from ..runner import HostContext, HostOp, Runner
 from ..state import ProvisionState
 
@@ -76,7 +73,6 @@ PROGRESS_POLL_SECONDS = 2.0
 _TOP_SKIP = frozenset({"build", "dist"})
 _ANY_SKIP = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
 
-_explain_lock = threading.Lock()
 _cache_lock = threading.Lock()
 
 
@@ -761,13 +757,7 @@ def explain(
         )
     existing = [r for r in ctx.result.data.get("explain") or [] if r.get("package") != name]
     ctx.set(explain=existing + rows)
-    table = Table(title=f"{ctx.host.name}: {name} build settings", show_lines=False)
-    for col in ("setting", "value", "why"):
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(escape(row["name"]), escape(row["value"]), escape(row["reason"]))
-    with _explain_lock:
-        Console(stderr=True, width=160).print(table)
+    print_explain(ctx.host.name, name, rows)
 
 
 # --------------------------------------------------------------------------- build
@@ -1242,49 +1232,6 @@ def key_op(opts: PlanOptions, package: str) -> HostOp:
     return run
 
 
-# --------------------------------------------------------------------------- output
-
-
-def render_build(console: Console, result: RunResult) -> None:
-    """Per host and package: version, where the wheel came from, key, build time, log."""
-    table = Table(title=result.task, show_lines=False)
-    for col in ("host", "package", "version", "wheel from", "key", "seconds", "log"):
-        table.add_column(col, overflow="fold")
-    for host, res in result.hosts.items():
-        packages: dict[str, Any] = res.data.get("packages") or {}
-        if not packages:
-            table.add_row(host, "", "", f"[red]{res.status}[/]", "", "", escape(res.error or ""))
-        for name, rec in packages.items():
-            table.add_row(
-                host,
-                name,
-                str(rec.get("version") or ""),
-                escape(str(rec.get("wheel_from") or res.status)),
-                str(rec.get("key") or "")[:12],
-                f"{rec.get('seconds') or 0:.0f}",
-                escape(str(rec.get("log") or "")),
-            )
-    console.print(table)
-
-
-def render_key(console: Console, result: RunResult) -> None:
-    """`cache.key`: each input and the key, per host."""
-    for host, res in result.hosts.items():
-        if not res.data.get("inputs"):
-            console.print(f"[bold]{host}[/]: [red]{res.status}[/] {escape(res.error or '')}")
-            continue
-        title = f"{host}: {res.data.get('package')}"
-        if res.data.get("predicted"):
-            title += " (predicted: toolkit/env not installed yet)"
-        table = Table(title=title, show_header=False, box=None, padding=(0, 2))
-        table.add_column("input")
-        table.add_column("value", overflow="fold")
-        for label, value in res.data["inputs"]:
-            style = "bold" if label == "key" else ""
-            table.add_row(label, f"[{style}]{escape(value)}[/]" if style else escape(value))
-        console.print(table)
-
-
 __all__ = [
     "KIND_BY_PACKAGE",
     "Patched",
@@ -1305,6 +1252,4 @@ __all__ = [
     "package_knobs",
     "package_patches",
     "plan_source",
-    "render_build",
-    "render_key",
 ]

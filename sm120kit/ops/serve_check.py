@@ -6,12 +6,8 @@ anything but "ready" fails the host with the verdict and reason.
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.text import Text
-
 from .. import serve
 from ..errors import HostFailed
-from ..results import RunResult
 from ..runner import HostContext, HostOp
 
 
@@ -35,14 +31,3 @@ def serve_check_op(
                 raise HostFailed(f"{result['verdict']}: {result['reason']}")
 
     return run
-
-
-def render_serve(console: Console, result: RunResult) -> None:
-    """Per host: the verdict, reason, hint and evidence (processes, ports, GPU, stacks)."""
-    for name, host in result.hosts.items():
-        console.print(Text(name, style="bold"))
-        doc = host.data.get("serve")
-        if isinstance(doc, dict):
-            console.print(serve.render_serve_result(doc))
-        else:
-            console.print(Text(f"  {host.status}: {host.error}", style="red"))

@@ -15,16 +15,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from .. import smoke_report as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..plan import PlanOptions, prepare
 from ..recipes import PackageSpec, Recipe
-from ..results import RunResult
 from ..runner import HostContext, HostOp
 from ..state import ProvisionState
 
@@ -35,8 +30,6 @@ DEFAULT_PACKAGES = ("sgl-kernel", "flash-attn", "minikernel")
 CHECK_TIMEOUT = 300.0
 PROBE_TIMEOUT = 3600.0
 
-_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
-_MAX_PROBLEM_LINES = 12
 # The host's one-line error names the cause: the static checks diagnose (no cudart, another
 # torch, no SASS), the import check only quotes the loader.
 _CAUSE_FIRST = {
@@ -414,52 +407,3 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
             }
         step.message = _summary(run.packages)
         raise_on_failure(ctx, target, run)
-
-
-def render(console: Console, result: RunResult) -> None:
-    """Per host: the env and arch, then one row per check (pass / warn / fail / skip)."""
-    for name, host in result.hosts.items():
-        d = host.data
-        doc = d.get("smoke")
-        if not isinstance(doc, dict):
-            console.print(
-                Text(f"{name}: {host.status}: {host.error or 'no smoke result'}", style="red")
-            )
-            continue
-        torch = (doc.get("torch") or {}).get("version") or "no torch"
-        arch = d.get("arch") or "no arch"
-        title = (
-            f"{name}: {d.get('python')} ({d.get('python_source')}), torch {torch}, "
-            f"arch {arch} from {d.get('arch_source')}"
-        )
-        table = Table(title=title, title_justify="left", show_lines=False)
-        for col in ("package", "check", "status", "reason"):
-            table.add_column(col, overflow="fold")
-        if doc.get("error"):
-            table.add_row("*", "probe", "[red]fail[/]", Text(str(doc["error"])))
-        torch_error = (doc.get("torch") or {}).get("error")
-        if torch_error:
-            table.add_row("torch", "import", "[yellow]warn[/]", Text(str(torch_error)))
-        packages = d.get("packages") or {}
-        for row_pkg, check, status, reason in rows(packages):
-            style = _STYLE.get(status, "red")
-            table.add_row(row_pkg, check, f"[{style}]{status}[/]", Text(reason))
-        console.print(table)
-        report = probe.SmokeReport.from_json(doc)
-        for pkg_name, pkg in report.packages.items():
-            if not pkg.installed:
-                continue
-            line = probe.torch_line(pkg)
-            if line:
-                console.print(Text(f"  {pkg_name} {pkg.version}: {line}"))
-            for line in probe.info_lines(pkg):
-                console.print(Text(f"  {pkg_name}: {line}", style="cyan"))
-            if packages.get(pkg_name, {}).get("status") != "fail":
-                continue
-            lines = probe.problem_lines(pkg)
-            for line in lines[:_MAX_PROBLEM_LINES]:
-                console.print(Text(f"  {pkg_name}: {line}", style="dim"))
-            if len(lines) > _MAX_PROBLEM_LINES:
-                console.print(
-                    Text(f"  {pkg_name}: ... {len(lines) - _MAX_PROBLEM_LINES} more", style="dim")
-                )
