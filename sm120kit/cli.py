@@ -1,9 +1,11 @@
-"""The task layer's plumbing: settings, common flags, sessions, output and exit codes.
+"""The task layer's plumbing: settings, sessions, the task decorator and exit codes.
 
-tasks.py stays thin: each task parses its flags, opens a `Session` here, hands the library a
-host op (`runner.HostOp`, run once per host), and calls `finish`. Exit codes: 0 all hosts ok/changed/skipped, 1 bad input
-(inventory, recipe, flags, settings), 2 a host failed or was unreachable, 3 interrupted
-(SIGINT, SIGTERM or SIGHUP; the JSON document is still printed, with hosts `interrupted`).
+The flags are declared in `flags.py`; everything people see is printed by `output/`.
+tasks.py stays thin: each task names its flags, opens a `Session` here, hands the library a
+host op (`runner.HostOp`, run once per host), and calls `finish`. Exit codes: 0 all hosts
+ok/changed/skipped, 1 bad input (inventory, recipe, flags, settings), 2 a host failed or was
+unreachable, 3 interrupted (SIGINT, SIGTERM or SIGHUP; the JSON document is still printed,
+with hosts `interrupted`).
 Every flag, setting and path-naming host var is checked before any host is touched.
 """
 
