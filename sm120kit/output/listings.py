@@ -40,6 +40,7 @@ def recipes_table(console: Console, doc: dict[str, Any]) -> None:
 
 
 def _table(title: str, columns: list[str]) -> Table:
+    """A table with these folding columns."""
     table = Table(title=title)
     for col in columns:
         table.add_column(col, overflow="fold")
@@ -47,6 +48,7 @@ def _table(title: str, columns: list[str]) -> Table:
 
 
 def cache_list(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke cache.list`: one row per entry and store, then the count and total size."""
     cols = ["package", "version", "key", "arch", "CUDA", "torch", "size", "age", "hits"]
     table = _table(f"wheel cache ({', '.join(doc['stores'])})", [*cols, "store"])
     for r in doc["entries"]:
@@ -68,6 +70,7 @@ def cache_list(console: Console, doc: dict[str, Any]) -> None:
 
 
 def cache_verify(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke cache.verify`: each entry's status, then how many were ok and corrupt."""
     table = _table("wheel cache verify", ["store", "key", "status", "reason"])
     for r in doc["entries"]:
         style = "green" if r["status"] == "ok" else "red"
@@ -77,6 +80,7 @@ def cache_verify(console: Console, doc: dict[str, Any]) -> None:
 
 
 def cache_prune(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke cache.prune`: each removed entry, then how much was freed."""
     table = _table("wheel cache prune", ["store", "package", "version", "key", "size"])
     for r in doc["removed"]:
         what = "(killed put)" if r["incomplete"] else r["package"]
@@ -86,6 +90,7 @@ def cache_prune(console: Console, doc: dict[str, Any]) -> None:
 
 
 def cache_export(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke cache.export`: each exported wheel, the skipped ones, and the pip line to use."""
     table = _table(f"exported to {doc['directory']}", ["package", "version", "file", "key"])
     for r in doc["exported"]:
         table.add_row(r["package"], r["version"], r["filename"], r["key"][:12])
@@ -96,6 +101,7 @@ def cache_export(console: Console, doc: dict[str, Any]) -> None:
 
 
 def cache_import(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke cache.import`: counts per outcome, then each corrupt file."""
     console.print(
         f"{doc['store']}: imported {len(doc['imported'])}, already present "
         f"{len(doc['present'])}, corrupt {len(doc['corrupt'])}"
@@ -105,6 +111,7 @@ def cache_import(console: Console, doc: dict[str, Any]) -> None:
 
 
 def sources_fetch(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke sources.fetch`: one row per source tree, fetched now or already stored."""
     table = Table(title=f"{doc['package']} sources in {doc['store']}")
     for col in ("dir", "FetchContent", "ref", "digest", "size", "files", "from", "now"):
         table.add_column(col, overflow="fold")
@@ -123,6 +130,7 @@ def sources_fetch(console: Console, doc: dict[str, Any]) -> None:
 
 
 def sources_list(console: Console, doc: dict[str, Any]) -> None:
+    """`invoke sources.list`: every stored tree, then the count and total size."""
     table = Table(title=f"source store {doc['store']}")
     for col in ("package", "dir", "ref", "digest", "size", "files", "from"):
         table.add_column(col, overflow="fold")
