@@ -2,6 +2,8 @@
 
 Every task takes -H/--host and -i/--inventory, and --json prints exactly one JSON document on
 stdout. Exit status: 0 ok, 1 bad input, 2 a host failed or was unreachable, 3 interrupted.
+Each task names the flags it takes (declared once, with defaults and help, in
+sm120kit/flags.py); its body gets them as keyword arguments (`**f`).
 """
 
 from __future__ import annotations
