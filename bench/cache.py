@@ -75,7 +75,7 @@ def key_inputs() -> KeyInputs:
     )
 
 
-def provision_task(cache: WheelCache, inputs: KeyInputs, tarball: Path) -> Any:
+def provision_op(cache: WheelCache, inputs: KeyInputs, tarball: Path) -> Any:
     """Upload source, obtain the wheel (cache or build), pip install it: one host's run."""
 
     def run(ctx: HostContext) -> None:
@@ -129,7 +129,7 @@ def one_run(
     )
     cache = WheelCache(CacheConfig(controller=str(store)), connect=runner.options.connect)
     start = time.perf_counter()
-    result = runner.run("bench-cache", [host], provision_task(cache, inputs, tarball))
+    result = runner.run("bench-cache", [host], provision_op(cache, inputs, tarball))
     wall = time.perf_counter() - start
     cache.close()
     res = result.hosts[host_name]

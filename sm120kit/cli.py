@@ -1,9 +1,11 @@
-"""The task layer's plumbing: settings, common flags, sessions, output and exit codes.
+"""The task layer's plumbing: settings, sessions, the task decorator and exit codes.
 
-tasks.py stays thin: each task parses its flags, opens a `Session` here, hands the library a
-task function, and calls `finish`. Exit codes: 0 all hosts ok/changed/skipped, 1 bad input
-(inventory, recipe, flags, settings), 2 a host failed or was unreachable, 3 interrupted
-(SIGINT, SIGTERM or SIGHUP; the JSON document is still printed, with hosts `interrupted`).
+The flags are declared in `flags.py`; everything people see is printed by `output/`.
+tasks.py stays thin: each task names its flags, opens a `Session` here, hands the library a
+host op (`runner.HostOp`, run once per host), and calls `finish`. Exit codes: 0 all hosts
+ok/changed/skipped, 1 bad input (inventory, recipe, flags, settings), 2 a host failed or was
+unreachable, 3 interrupted (SIGINT, SIGTERM or SIGHUP; the JSON document is still printed,
+with hosts `interrupted`).
 Every flag, setting and path-naming host var is checked before any host is touched.
 """
 
@@ -11,30 +13,29 @@ from __future__ import annotations
 
 import functools
 import getpass
-import json
 import os
 import signal
-import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import invoke
+import invoke.parser
 from invoke.exceptions import Exit
 from rich.console import Console
-from rich.markup import escape
 
-from . import validate
+from . import flags, validate
 from .connection import ConnectOptions
 from .errors import Interrupted, Sm120Error, one_line
 from .host import Host
 from .inventory import Inventory, load_inventory
-from .progress import progress_for
-from .report import recap
+from .output.console import make_console, print_error, print_json
+from .output.progress import progress_for
+from .output.report import inventory_table, recap
 from .results import RunResult
-from .runner import HostContext, Runner, RunOptions
+from .runner import HostOp, Runner, RunOptions
 
 #: Documented defaults; invoke.yaml's `sm120kit:` section overrides them.
 DEFAULTS: dict[str, Any] = {
@@ -93,6 +94,13 @@ _BAD_ENV = _take_bad_env()
 SHORT_FLAGS = {"host": "H", "inventory": "i"}
 
 
+class _RawValue(invoke.parser.Argument):  # type: ignore[misc]
+    """A numeric flag's value kept as typed: Sm120Task checks it (one line, not a traceback)."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        super().set_value(value, cast=False)
+
+
 class Sm120Task(invoke.Task):  # type: ignore[misc]
     """An invoke task whose short flags are fixed (-H, -i) instead of guessed from letters."""
 
@@ -106,10 +114,20 @@ class Sm120Task(invoke.Task):  # type: ignore[misc]
             opts["names"] = [*opts["names"], SHORT_FLAGS[name]]
         if type(default) in (int, float):
             # invoke would cast `--forks abc` itself and die with a traceback; the value comes
-            # in as text and __call__ checks it (one line, exit 1, JSON under --json).
+            # in as text (`_RawValue`) and __call__ checks it (one line, exit 1, JSON under
+            # --json). An int flag keeps kind int so that --help says INT; invoke's help names
+            # no other number kind, so a float flag is shown as STRING.
             self._numeric = {**getattr(self, "_numeric", {}), name: type(default)}
-            opts["kind"] = str
+            if type(default) is float:
+                opts["kind"] = str
         return opts
+
+    def get_arguments(self, *args: Any, **kwargs: Any) -> list[Any]:
+        arguments: list[Any] = super().get_arguments(*args, **kwargs)
+        for argument in arguments:
+            if argument.name in getattr(self, "_numeric", {}):
+                argument.__class__ = _RawValue
+        return arguments
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         for name, kind in getattr(self, "_numeric", {}).items():
@@ -126,18 +144,28 @@ class Sm120Task(invoke.Task):  # type: ignore[misc]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def task(*args: Any, **kwargs: Any) -> Any:
-    """`@task` for sm120kit tasks: fixed short flags and one-line errors."""
-    kwargs.setdefault("klass", Sm120Task)
-    return invoke.task(*args, **kwargs)
+def task(
+    *flag_names: str,
+    name: str | None = None,
+    help: Mapping[str, str] | None = None,
+    positional: list[str] | None = None,
+) -> Callable[[Callable[..., None]], Sm120Task]:
+    """`@task` for a body ``fn(c, **flags)``: its flags are `flag_names` (declared once in
+    `sm120kit.flags`, in this order; `help` overrides a text), fixed short flags, one-line
+    errors (`guarded`)."""
 
+    def wrap(body: Callable[..., None]) -> Sm120Task:
+        inner = guarded()(body)
+        cast(Any, inner).__signature__ = flags.signature(body, flag_names)
+        options: dict[str, Any] = {"klass": Sm120Task, "help": flags.helps(flag_names, help)}
+        if name is not None:
+            options["name"] = name
+        if positional is not None:
+            options["positional"] = positional
+        made: Sm120Task = invoke.task(**options)(inner)
+        return made
 
-def make_console(stderr: bool = False) -> Console:
-    """A console; wide when not a terminal so CI logs keep table rows on one line."""
-    console = Console(stderr=stderr)
-    if not console.is_terminal:
-        console = Console(stderr=stderr, width=max(console.width, 160))
-    return console
+    return wrap
 
 
 def settings(c: invoke.Context) -> dict[str, Any]:
@@ -202,10 +230,9 @@ class Session:
     out: Console  # human output (stderr when --json, so stdout holds only the JSON)
     err: Console
 
-    def run(
-        self, task_name: str, fn: Callable[[HostContext], None], *, lock: bool = False
-    ) -> RunResult:
-        return self.runner.run(task_name, self.hosts, fn, lock=lock)
+    def run(self, task_name: str, op: HostOp, *, lock: bool = False) -> RunResult:
+        """Run the host op `op` on the selected hosts under the invoke task's name."""
+        return self.runner.run(task_name, self.hosts, op, lock=lock)
 
 
 def open_session(
@@ -278,8 +305,7 @@ def finish(
 ) -> None:
     """Print the result (one JSON document, or tables and the recap) and set the exit code."""
     if session.json:
-        sys.stdout.write(json.dumps(result.to_dict(), default=str, sort_keys=False) + "\n")
-        sys.stdout.flush()
+        print_json(result.to_dict())
     else:
         if render is not None:
             render(session.out, result)
@@ -297,9 +323,8 @@ def fail(exc: BaseException, json_output: bool, code: int = EXIT_BAD_INPUT) -> N
         doc: dict[str, Any] = {"error": message, "hosts": {}}
         if code == EXIT_INTERRUPTED:
             doc["interrupted"] = str(exc) or "SIGINT"
-        sys.stdout.write(json.dumps(doc) + "\n")
-        sys.stdout.flush()
-    Console(stderr=True).print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        print_json(doc)
+    print_error(message)
     raise Exit(code=code) from None
 
 
@@ -345,8 +370,6 @@ def show_inventory(
     c: invoke.Context, *, host: str | None, inventory: str | None, json_output: bool
 ) -> None:
     """`invoke inventory`: resolved hosts (all, or those --host selects), groups and vars."""
-    from rich.table import Table
-
     session = open_session(
         c, host=host, inventory=inventory, json_output=json_output, need_hosts=bool(host)
     )
@@ -359,29 +382,6 @@ def show_inventory(
         }
         doc["selected"] = names
     if json_output:
-        sys.stdout.write(json.dumps(doc, default=str) + "\n")
+        print_json(doc)
         return
-    table = Table(title=f"inventory {session.inventory.path or '(none)'}", show_lines=True)
-    for col in ("host", "groups", "vars (source)"):
-        table.add_column(col, overflow="fold")
-    for name, entry in doc["hosts"].items():
-        sources = entry.get("var_sources", {})
-        lines = [
-            f"{k} = {v!r}  [dim]({sources.get(k, '?')})[/]"
-            for k, v in sorted(entry["vars"].items())
-        ]
-        table.add_row(name, ", ".join(entry["groups"]), "\n".join(lines))
-    session.out.print(table)
-
-
-def show_document(
-    c: invoke.Context,
-    doc: dict[str, Any],
-    json_output: bool,
-    render: Callable[[Console, dict[str, Any]], None],
-) -> None:
-    """Print a host-less document (recipes catalog, cache listings): JSON or a table."""
-    if json_output:
-        sys.stdout.write(json.dumps(doc, default=str) + "\n")
-    else:
-        render(make_console(), doc)
+    session.out.print(inventory_table(session.inventory.path, doc))

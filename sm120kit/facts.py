@@ -15,7 +15,7 @@ def gather(ctx: HostContext, *, refresh: bool = False) -> dict[str, Any]:
     return ctx.facts
 
 
-def facts_task(ctx: HostContext) -> None:
+def facts_op(ctx: HostContext) -> None:
     """`invoke facts`: gather and record the facts."""
     ctx.set(facts=gather(ctx))
 

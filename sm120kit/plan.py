@@ -10,7 +10,6 @@ thing; in check mode they only probe and record "would change" with the exact co
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from .errors import RecipeError
 from .facts import gather
 from .recipes import Recipe, load_recipes, resolve_for_host, select_recipe
-from .runner import HostContext
+from .runner import HostContext, HostOp
 from .state import ProvisionState
 
 
@@ -85,7 +84,7 @@ def package_names(state: ProvisionState, opts: PlanOptions) -> list[str]:
     return wanted
 
 
-def recipes_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+def recipes_op(opts: PlanOptions) -> HostOp:
     """`invoke recipes --host H`: which recipe each host gets, and why."""
 
     def run(ctx: HostContext) -> None:

@@ -3,17 +3,15 @@ check, in that order on every host (plan runs the same steps in check mode)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .ops.build import ensure_package
 from .ops.pyenv import ensure_env
 from .ops.toolkit import ensure_toolkit
 from .plan import PlanOptions, package_names, prepare
-from .runner import HostContext
+from .runner import HostContext, HostOp
 from .smoke_memo import smoke_or_reuse
 
 
-def plan_or_provision_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+def plan_or_provision_op(opts: PlanOptions) -> HostOp:
     """`invoke plan` (check mode) and `invoke provision`: the same steps, in order."""
 
     def run(ctx: HostContext) -> None:

@@ -1,9 +1,10 @@
-"""Run one task on many hosts at once: bounded forks, isolated failures, live progress, recap.
+"""Run one host op on many hosts at once: bounded forks, isolated failures, live progress, recap.
 
-A task is a function `fn(ctx: HostContext) -> None` run once per host in a thread pool. It
-groups its work in `with ctx.step("name") as step:` blocks (a step is "ok" unless the code
-marks it "changed"), runs commands and remote scripts through the context, and records task
-fields with `ctx.set(...)`. Whatever it raises is confined to its host: HostUnreachable makes
+A host op (`HostOp`) is a function `op(ctx: HostContext) -> None` run once per host in a
+thread pool; the invoke task (tasks.py) that starts the run names it. It groups its work in
+`with ctx.step("name") as step:` blocks (a step is "ok" unless the code marks it "changed"),
+runs commands and remote scripts through the context, and records result fields with
+`ctx.set(...)`. Whatever it raises is confined to its host: HostUnreachable makes
 the host "unreachable", any other error "failed"; the other hosts go on.
 
 SIGINT, SIGTERM and SIGHUP during a run cancel it in order: every command in flight is
@@ -44,7 +45,7 @@ from .connection import (
 )
 from .errors import HostFailed, HostUnreachable, Interrupted, LockHeld, Sm120Error, one_line
 from .host import Host
-from .progress import NullProgress, Progress
+from .output.progress import NullProgress, Progress
 from .remote import run_script
 from .results import HostResult, RunResult, StepResult
 from .run import Run
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 
 class SkipHost(Exception):
-    """Raised by a task to mark its host skipped (with a reason)."""
+    """Raised by a host op to mark its host skipped (with a reason)."""
 
 
 @dataclass
@@ -85,7 +86,7 @@ def _redactor(secrets_: list[str]) -> logging.Filter:
 
 
 class HostContext:
-    """What a task function sees of its host: connection, steps, commands, results."""
+    """What a host op sees of its host: connection, steps, commands, results."""
 
     def __init__(self, host: Host, runner: Runner, result: HostResult, log: logging.Logger):
         self.host = host
@@ -191,7 +192,7 @@ class HostContext:
         return True
 
     def set(self, **fields: Any) -> None:
-        """Record task fields for this host's JSON result."""
+        """Record result fields for this host's JSON result."""
         self.result.data.update(fields)
 
     def skip(self, reason: str) -> None:
@@ -202,8 +203,12 @@ class HostContext:
             self._conn.close()
 
 
+#: What the runner runs once per host: reads facts, acts, records through the context.
+HostOp = Callable[[HostContext], None]
+
+
 class Runner:
-    """Runs task functions over hosts; owns the run directory and the progress display."""
+    """Runs host ops over hosts; owns the run directory and the progress display."""
 
     def __init__(self, options: RunOptions, progress: Progress | None = None) -> None:
         self.options = options
@@ -255,11 +260,11 @@ class Runner:
         self,
         task: str,
         hosts: list[Host],
-        fn: Callable[[HostContext], None],
+        op: HostOp,
         *,
         lock: bool = False,
     ) -> RunResult:
-        """Run `fn` on every host, at most `forks` at once, and return the results.
+        """Run `op` on every host, at most `forks` at once, and return the results.
 
         A SIGINT/SIGTERM/SIGHUP (in the main thread) cancels the run: see the module doc.
         """
@@ -276,7 +281,7 @@ class Runner:
             pool = ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host")
             try:
                 futures = [
-                    pool.submit(self._one, task, h, fn, results[h.name], run_dir, lock, started)
+                    pool.submit(self._one, task, h, op, results[h.name], run_dir, lock, started)
                     for h in hosts
                 ]
                 for future in futures:
@@ -307,7 +312,7 @@ class Runner:
         self,
         task: str,
         host: Host,
-        fn: Callable[[HostContext], None],
+        op: HostOp,
         result: HostResult,
         run_dir: Path,
         lock: bool,
@@ -327,7 +332,7 @@ class Runner:
                 self._acquire(ctx, task, token)
                 locked = True
                 heartbeat = _Heartbeat(ctx, token, self.options.lock_stale_after / 5)
-            fn(ctx)
+            op(ctx)
             result.finish()
         except SkipHost as exc:
             result.status, result.error = "skipped", one_line(str(exc))
@@ -437,7 +442,7 @@ class _Heartbeat:
             try:
                 with uncancelled(), uncounted():
                     self._ctx.script("host_lock", args, timeout=60)
-            except Exception as exc:  # noqa: BLE001 - a missed beat is not the task's failure
+            except Exception as exc:  # noqa: BLE001 - a missed beat is not the host op's failure
                 self._ctx.log.warning("host lock refresh failed: %s", one_line(str(exc)))
 
     def stop(self) -> None:

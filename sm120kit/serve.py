@@ -236,78 +236,6 @@ def judge(diag: dict[str, Any]) -> tuple[str, str, str | None]:
     return HUNG, reason, hint
 
 
-def render_serve_result(result: dict[str, Any]) -> Any:
-    """A rich renderable of a serve_check result, for people."""
-    from rich.console import Group
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
-
-    style = {READY: "green", WARMING_UP: "yellow", HUNG: "red", NOT_LISTENING: "red"}
-    verdict = result.get("verdict", "?")
-    parts: list[Any] = []
-    head = Text()
-    head.append(f"{result.get('url')}: ", style="bold")
-    head.append(verdict.upper().replace("_", " "), style=f"bold {style.get(verdict, 'magenta')}")
-    head.append(
-        f" after {result.get('waited_s', 0):g}s, {result.get('attempts', 0)} poll(s)",
-        style="dim",
-    )
-    parts.append(head)
-    parts.append(Text(result.get("reason") or ""))
-    if result.get("models"):
-        parts.append(Text("models: " + ", ".join(result["models"])))
-    if result.get("last_error") and not result.get("ready"):
-        parts.append(Text(f"last poll: {result['last_error']}", style="dim"))
-    if result.get("hint"):
-        parts.append(Text("hint: " + result["hint"], style="cyan"))
-
-    evidence = result.get("evidence") or {}
-    processes = evidence.get("processes") or []
-    if processes:
-        table = Table(title="processes", title_justify="left", show_lines=False)
-        for column in ("pid", "state", "cpu s", "cpu %", "thr", "rss MiB", "ports", "command"):
-            table.add_column(column, overflow="fold")
-        for proc in processes:
-            for depth, row in [(0, proc)] + [(1, c) for c in proc.get("children") or []]:
-                table.add_row(
-                    ("  " * depth) + str(row.get("pid")),
-                    str(row.get("state")) + (" (advancing)" if row.get("cpu_advancing") else ""),
-                    _fmt(row.get("cpu_seconds")),
-                    _fmt(row.get("cpu_percent")),
-                    _fmt(row.get("threads")),
-                    _fmt(row.get("rss_mib")),
-                    ",".join(str(p) for p in row.get("listening") or []) or "-",
-                    str(row.get("cmdline", ""))[:120],
-                )
-        parts.append(table)
-    if evidence:
-        ports = sorted({int(s["port"]) for s in evidence.get("listening_ports") or []})
-        parts.append(Text("listening ports on the host: " + (", ".join(map(str, ports)) or "none")))
-        gpus = evidence.get("gpu")
-        if gpus:
-            line = "; ".join(
-                f"GPU{g.get('index')} {g.get('utilization_pct')}% {g.get('memory_used_mib')} MiB"
-                for g in gpus
-            )
-            parts.append(Text("gpu: " + line))
-        else:
-            parts.append(Text(f"gpu: {evidence.get('gpu_note') or 'no data'}", style="dim"))
-        if not evidence.get("py_spy_available"):
-            parts.append(Text("py-spy: not found on the host", style="dim"))
-        for proc in processes:
-            for row in [proc] + list(proc.get("children") or []):
-                if row.get("py_spy"):
-                    parts.append(
-                        Panel(
-                            Text(row["py_spy"].rstrip()),
-                            title=f"py-spy dump --pid {row['pid']}",
-                            title_align="left",
-                        )
-                    )
-    return Group(*parts)
-
-
 def _validate(url: str, timeout: float, interval: float, request_timeout: float) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -392,7 +320,3 @@ def _age(seconds: Any) -> str:
         return "?"
     seconds = float(seconds)
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)

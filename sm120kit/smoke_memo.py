@@ -30,7 +30,7 @@ from .state import ProvisionState
 
 SCRIPT = "smoke_memo"
 #: The code a verdict comes from: the probe that runs on the host and the modules judging it.
-_VERDICT_CODE = ("smoke.py", "ops/smoke.py")
+_VERDICT_CODE = ("smoke_report.py", "ops/smoke_check.py")
 
 
 def code_digest() -> str:
@@ -57,9 +57,9 @@ def context(state: ProvisionState) -> dict[str, Any]:
 
 
 def _declarations(state: ProvisionState) -> dict[str, Any]:
-    from .ops import smoke as ops_smoke  # ops.smoke imports the runner layer: load on use
+    from .ops import smoke_check  # it imports the runner layer: load on use
 
-    return ops_smoke.declarations(state)
+    return smoke_check.declarations(state)
 
 
 def memo_dir(state: ProvisionState) -> str:
@@ -70,12 +70,11 @@ def smoke_or_reuse(
     ctx: HostContext, state: ProvisionState, names: list[str], *, recheck: bool = False
 ) -> None:
     """`provision`'s smoke step: reuse the remembered verdict when nothing changed, else run it."""
-    from .ops import pyenv
-    from .ops import smoke as ops_smoke
+    from .ops import pyenv, smoke_check
 
     if not names:
         return
-    env = ops_smoke.managed_env_path(state)
+    env = smoke_check.managed_env_path(state)
     args = {
         "action": "check",
         "env": env,
@@ -110,7 +109,7 @@ def smoke_or_reuse(
         _add_seconds(ctx, looked_up)
         return
     try:
-        ops_smoke.smoke_packages(ctx, state, names)  # raises on a failed check: nothing stored
+        smoke_check.smoke_packages(ctx, state, names)  # raises on a failed check: nothing stored
     finally:
         _add_seconds(ctx, looked_up)
     doc = ctx.result.data.get("smoke")

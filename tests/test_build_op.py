@@ -44,8 +44,8 @@ from sm120kit.ops.build import (
     pack_tree,
     package_knobs,
 )
+from sm120kit.output.progress import Progress
 from sm120kit.plan import PlanOptions, prepare
-from sm120kit.progress import Progress
 from sm120kit.remote import fetch_source
 from sm120kit.results import RunResult
 from sm120kit.runner import HostContext, Runner, RunOptions

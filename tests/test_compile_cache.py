@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sm120kit import compile_cache
-from sm120kit.ops.build import key_task
+from sm120kit.ops.build import key_op
 from sm120kit.plan import PlanOptions
 from sm120kit.remote import build_wheel
 from sm120kit.state import PyEnv, Toolkit
@@ -215,7 +215,7 @@ def test_compile_cache_is_not_a_key_input(fleet: Fleet, tmp_path: Path) -> None:
             **{"recipe.packages.minikernel.knobs.compile_cache": "false"},
         ),
     ]
-    result = run_op(fleet, tmp_path, hosts, key_task(PlanOptions(), "minikernel"))
+    result = run_op(fleet, tmp_path, hosts, key_op(PlanOptions(), "minikernel"))
     keys = {}
     for name, res in result.hosts.items():
         assert res.status in ("ok", "changed"), f"{name}: {res.error}"

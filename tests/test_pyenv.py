@@ -218,7 +218,7 @@ def _run(
         )
     )
     opts = PlanOptions(driver="580.95.05", arch="12.0", packages=packages)
-    return runner.run("env", [host], pyenv.env_task(opts), lock=True)
+    return runner.run("env", [host], pyenv.env_op(opts), lock=True)
 
 
 @pytest.fixture(scope="module")

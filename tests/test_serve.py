@@ -25,6 +25,7 @@ import pytest
 from sm120kit.connection import Connection, LocalConnection
 from sm120kit.errors import Sm120Error
 from sm120kit.host import Host
+from sm120kit.output.checks import render_serve_result
 from sm120kit.remote import run_script
 from sm120kit.serve import (
     HANG_HINT,
@@ -35,7 +36,6 @@ from sm120kit.serve import (
     WARMING_UP,
     diagnose,
     judge,
-    render_serve_result,
     serve_check,
 )
 

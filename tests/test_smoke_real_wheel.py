@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from sm120kit.ops import smoke as smoke_ops
+from sm120kit.output.checks import render_smoke
 from sm120kit.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.sample_wheel import cache_root
@@ -191,7 +191,7 @@ def test_human_output(smoked: dict[str, Any]) -> None:
     host = HostResult("local", status=smoked["status"], error=smoked["error"])
     host.data.update({k: smoked[k] for k in keys})
     console = Console(record=True, width=400)
-    smoke_ops.render(console, RunResult("smoke", {"local": host}))
+    render_smoke(console, RunResult("smoke", {"local": host}))
     out = console.export_text()
     assert (
         f"sgl-kernel {VERSION}: built for torch 2.9.1 (recipe pin for sgl-kernel {VERSION}), "

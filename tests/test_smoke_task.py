@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import Sm120Error
-from sm120kit.ops import smoke as smoke_ops
+from sm120kit.ops import smoke_check as smoke_ops
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.sample_wheel import build_sample_wheel, install_into_venv, nvcc_available

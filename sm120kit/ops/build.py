@@ -38,10 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from .. import compile_cache, sglkernel
 from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
@@ -50,14 +46,15 @@ from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
 from ..errors import HostFailed, RecipeError
 from ..knobs import Knobs, resolve_knobs
+from ..output.report import print_explain
 from ..packing import pack_tree
 from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
 from ..plan import PlanOptions, package_names, prepare
 from ..remote import parse_last_json, script_bundle, script_command
 from ..remote.lib import sourcetree as fs
 from ..remote.lib.frontend import build_command
-from ..results import RunResult, StepResult
-from ..runner import HostContext, Runner
+from ..results import StepResult
+from ..runner import HostContext, HostOp, Runner
 from ..state import ProvisionState
 from ..steps import Step
 from ..steps import commands as render_commands
@@ -74,9 +71,6 @@ DEFAULT_BUILD_TIMEOUT = 8 * 3600
 
 #: Seconds between two reads of the remote progress file.
 PROGRESS_POLL_SECONDS = 2.0
-
-
-_explain_lock = threading.Lock()
 
 
 def build_kind(name: str) -> str:
@@ -679,13 +673,7 @@ def explain(
         )
     existing = [r for r in ctx.result.data.get("explain") or [] if r.get("package") != name]
     ctx.set(explain=existing + rows)
-    table = Table(title=f"{ctx.host.name}: {name} build settings", show_lines=False)
-    for col in ("setting", "value", "why"):
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(escape(row["name"]), escape(row["value"]), escape(row["reason"]))
-    with _explain_lock:
-        Console(stderr=True, width=160).print(table)
+    print_explain(ctx.host.name, name, rows)
 
 
 # --------------------------------------------------------------------------- build
@@ -1144,9 +1132,7 @@ def _install(
 # --------------------------------------------------------------------------- tasks
 
 
-def build_task(
-    opts: PlanOptions, package: str, runner: Runner | None = None
-) -> Callable[[HostContext], None]:
+def build_op(opts: PlanOptions, package: str, runner: Runner | None = None) -> HostOp:
     """`invoke build --package P` (and build-flash-attn / build-sgl-kernel)."""
 
     def run(ctx: HostContext) -> None:
@@ -1183,7 +1169,7 @@ class _Probe:
         return getattr(self._ctx, name)
 
 
-def key_task(opts: PlanOptions, package: str) -> Callable[[HostContext], None]:
+def key_op(opts: PlanOptions, package: str) -> HostOp:
     """`invoke cache.key --package P`: every key input on each host, and the key; builds nothing.
 
     The toolkit and env are probed in check mode: where they do not exist yet, the key is the
@@ -1237,56 +1223,6 @@ def key_task(opts: PlanOptions, package: str) -> Callable[[HostContext], None]:
     return run
 
 
-# --------------------------------------------------------------------------- output
-
-
-def render_build(console: Console, result: RunResult) -> None:
-    """Per host and package: version, where the wheel came from, key, build time, log."""
-    table = Table(title=result.task, show_lines=False)
-    for col in ("host", "package", "version", "wheel from", "key", "seconds", "log"):
-        table.add_column(col, overflow="fold")
-    for host, res in result.hosts.items():
-        packages: dict[str, Any] = res.data.get("packages") or {}
-        if not packages:
-            table.add_row(host, "", "", f"[red]{res.status}[/]", "", "", escape(res.error or ""))
-        for name, rec in packages.items():
-            table.add_row(
-                host,
-                name,
-                str(rec.get("version") or ""),
-                escape(
-                    str(rec.get("wheel_from") or res.status)
-                    + (
-                        f" ({compile_cache.summary(rec['compile_cache'])})"
-                        if rec.get("wheel_from") == "build" and rec.get("compile_cache")
-                        else ""
-                    )
-                ),
-                str(rec.get("key") or "")[:12],
-                f"{rec.get('seconds') or 0:.0f}",
-                escape(str(rec.get("log") or "")),
-            )
-    console.print(table)
-
-
-def render_key(console: Console, result: RunResult) -> None:
-    """`cache.key`: each input and the key, per host."""
-    for host, res in result.hosts.items():
-        if not res.data.get("inputs"):
-            console.print(f"[bold]{host}[/]: [red]{res.status}[/] {escape(res.error or '')}")
-            continue
-        title = f"{host}: {res.data.get('package')}"
-        if res.data.get("predicted"):
-            title += " (predicted: toolkit/env not installed yet)"
-        table = Table(title=title, show_header=False, box=None, padding=(0, 2))
-        table.add_column("input")
-        table.add_column("value", overflow="fold")
-        for label, value in res.data["inputs"]:
-            style = "bold" if label == "key" else ""
-            table.add_row(label, f"[{style}]{escape(value)}[/]" if style else escape(value))
-        console.print(table)
-
-
 __all__ = [
     "KIND_BY_PACKAGE",
     "Patched",
@@ -1294,19 +1230,17 @@ __all__ = [
     "SourcePlan",
     "build_env",
     "build_kind",
-    "build_task",
+    "build_op",
     "ensure_package",
     "ensure_patched",
     "ensure_source",
     "explain",
     "index_sdist",
     "key_inputs",
-    "key_task",
+    "key_op",
     "make_builder",
     "pack_tree",
     "package_knobs",
     "package_patches",
     "plan_source",
-    "render_build",
-    "render_key",
 ]

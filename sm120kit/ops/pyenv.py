@@ -28,7 +28,7 @@ and the step says which. Host vars ``pip_cache_dir`` and ``pip_args`` go to ever
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ from .toolkit import pip_args, sm_code
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
-    from ..runner import HostContext
+    from ..runner import HostContext, HostOp
 
 MARKER = ".sm120kit-env.json"
 BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
@@ -461,7 +461,7 @@ def _describe(env: PyEnv, cpu_reason: str | None) -> str:
     return f"{env.path}: Python {env.python_version}, {torch}"
 
 
-def env_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+def env_op(opts: PlanOptions) -> HostOp:
     """Toolkit then env, as one task (for an `invoke env` task and for tests)."""
     from ..plan import prepare
     from .toolkit import ensure_toolkit

@@ -1,5 +1,5 @@
 """`invoke sources.fetch` and `invoke sources.list`: the controller's source store from the
-command line (`sm120kit.sources` does the work; this only picks recipes and prints)."""
+command line (`sm120kit.sources` does the work; this picks recipes, output.listings prints)."""
 
 from __future__ import annotations
 
@@ -38,12 +38,6 @@ def package_entries(
     return list(seen.values())
 
 
-def _size(n: int) -> str:
-    from ..cache.manage import human_size
-
-    return str(human_size(n))
-
-
 def fetch_command(
     c: Any,
     *,
@@ -53,7 +47,9 @@ def fetch_command(
     json_output: bool,
 ) -> None:
     """Fetch the package's source and dependencies into the store; print one row each."""
-    from ..cli import settings, show_document
+    from ..cli import settings
+    from ..output import listings
+    from ..output.console import show_document
 
     conf = settings(c)
     store = src.store_dir(conf)
@@ -64,53 +60,16 @@ def fetch_command(
         rows.append({**record, "changed": changed})
     doc = {"store": str(store), "mirror": mirror or None, "package": package, "sources": rows}
 
-    def render(console: Any, doc: dict[str, Any]) -> None:
-        from rich.table import Table
-
-        table = Table(title=f"{package} sources in {doc['store']}")
-        for col in ("dir", "FetchContent", "ref", "digest", "size", "files", "from", "now"):
-            table.add_column(col, overflow="fold")
-        for r in doc["sources"]:
-            table.add_row(
-                r["dir"],
-                r["fetchcontent"] or "(package)",
-                r["ref"][:12],
-                r["digest"][:16],
-                _size(r["size"]),
-                str(r["files"]),
-                r["origin"] + (f" ({r['note']})" if r.get("note") else ""),
-                "fetched" if r["changed"] else "stored",
-            )
-        console.print(table)
-
-    show_document(c, doc, json_output, render)
+    show_document(doc, json_output, listings.sources_fetch)
 
 
 def list_command(c: Any, *, json_output: bool) -> None:
     """Every stored source: package, dir, ref, digest, size, files, origin."""
-    from ..cli import settings, show_document
+    from ..cli import settings
+    from ..output import listings
+    from ..output.console import show_document
 
     store = src.store_dir(settings(c))
     doc = {"store": str(store), "sources": src.list_store(store)}
 
-    def render(console: Any, doc: dict[str, Any]) -> None:
-        from rich.table import Table
-
-        table = Table(title=f"source store {doc['store']}")
-        for col in ("package", "dir", "ref", "digest", "size", "files", "from"):
-            table.add_column(col, overflow="fold")
-        for r in doc["sources"]:
-            table.add_row(
-                r["package"],
-                r["dir"],
-                r["ref"][:12],
-                r["digest"][:16],
-                _size(r["size"]),
-                str(r["files"]),
-                r["origin"] + (f" ({r['note']})" if r.get("note") else ""),
-            )
-        console.print(table)
-        total = sum(r["size"] for r in doc["sources"])
-        console.print(f"{len(doc['sources'])} trees, {_size(total)}")
-
-    show_document(c, doc, json_output, render)
+    show_document(doc, json_output, listings.sources_list)

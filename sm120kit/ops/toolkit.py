@@ -44,7 +44,7 @@ import json
 import posixpath
 import secrets
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -58,7 +58,7 @@ from ..steps import commands as render_commands
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
-    from ..runner import HostContext
+    from ..runner import HostContext, HostOp
 
 #: Toolkit release -> the nvcc version it ships (``nvcc --version``'s ``V...``, also the
 #: nvidia-cuda-nvcc wheel's version). Releases missing here are matched by major.minor only.
@@ -823,7 +823,7 @@ def _install(ctx: HostContext, spec: ToolkitSpec, plan: InstallPlan, sudo: str) 
     return doc
 
 
-def install_cuda_task(opts: PlanOptions) -> Callable[[HostContext], None]:
+def install_cuda_op(opts: PlanOptions) -> HostOp:
     """`invoke install-cuda`: the recipe's toolkit side by side, verified."""
     from ..plan import prepare
 

@@ -1,7 +1,11 @@
-"""People-facing output: the Ansible-like recap and per-task tables (rich, to a console)."""
+"""A run's results for people: the Ansible-like recap and per-task tables (rich, to a console).
+
+Also the inventory table and the ``--explain`` table a build prints while it runs.
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from rich.console import Console
@@ -9,9 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .facts import cuda_summary, driver_summary, gb, gpu_summary
+from .. import compile_cache
+from ..facts import cuda_summary, driver_summary, gb, gpu_summary
+from ..results import RunResult
 from .progress import STATUS_STYLE
-from .results import RunResult
 
 
 def recap(console: Console, result: RunResult) -> None:
@@ -73,32 +78,6 @@ def facts_table(result: RunResult) -> Table:
     return table
 
 
-def recipes_table(console: Console, doc: dict[str, Any]) -> None:
-    """`invoke recipes` without --host: every recipe (and the one a --driver selects)."""
-    table = Table(title="recipes", show_lines=True)
-    for col in ("recipe", "drivers", "cuda (by driver)", "torch", "arch", "packages"):
-        table.add_column(col, overflow="fold")
-    for name, r in doc["recipes"].items():
-        choices = "\n".join(
-            f"{c['version']} ({c['method']}) for {c['drivers']}" for c in r["cuda_choices"]
-        )
-        table.add_row(
-            f"{name}\n[dim]{r['file']}[/]",
-            r["drivers"],
-            f"{r['cuda']} ({r['cuda_method']})" + (f"\n{choices}" if choices else ""),
-            f"{r['torch']}\n[dim]{r['torch_index']}[/]",
-            ", ".join(r["arch"]),
-            "\n".join(r["packages"]),
-        )
-    console.print(table)
-    if "selected" in doc:
-        sel = doc["selected"]
-        console.print(
-            f"driver {sel['driver']}: [bold]{sel['recipe']}[/], CUDA {sel['cuda']} — {sel['reason']}",
-            highlight=False,
-        )
-
-
 def render_recipes(console: Console, result: RunResult) -> None:
     """`invoke recipes --host`: which recipe each host gets and why."""
     table = Table(title="recipe per host", show_lines=True)
@@ -154,3 +133,80 @@ def render_plan(console: Console, result: RunResult) -> None:
         console.print(steps)
         if host.error:
             console.print(f"  [red]{host.status}:[/] {escape(host.error)}", highlight=False)
+
+
+def inventory_table(path: Any, doc: dict[str, Any]) -> Table:
+    """`invoke inventory`: one row per host: its groups and vars, each with where it came from."""
+    table = Table(title=f"inventory {path or '(none)'}", show_lines=True)
+    for col in ("host", "groups", "vars (source)"):
+        table.add_column(col, overflow="fold")
+    for name, entry in doc["hosts"].items():
+        sources = entry.get("var_sources", {})
+        lines = [
+            f"{k} = {v!r}  [dim]({sources.get(k, '?')})[/]"
+            for k, v in sorted(entry["vars"].items())
+        ]
+        table.add_row(name, ", ".join(entry["groups"]), "\n".join(lines))
+    return table
+
+
+# Builds on several hosts explain at once: one table at a time on stderr.
+_explain_lock = threading.Lock()
+
+
+def print_explain(host: str, package: str, rows: list[dict[str, str]]) -> None:
+    """``--explain``: a package's build settings with the reason for each, on stderr now."""
+    table = Table(title=f"{host}: {package} build settings", show_lines=False)
+    for col in ("setting", "value", "why"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(escape(row["name"]), escape(row["value"]), escape(row["reason"]))
+    with _explain_lock:
+        Console(stderr=True, width=160).print(table)
+
+
+def render_build(console: Console, result: RunResult) -> None:
+    """Per host and package: version, where the wheel came from, key, build time, log."""
+    table = Table(title=result.task, show_lines=False)
+    for col in ("host", "package", "version", "wheel from", "key", "seconds", "log"):
+        table.add_column(col, overflow="fold")
+    for host, res in result.hosts.items():
+        packages: dict[str, Any] = res.data.get("packages") or {}
+        if not packages:
+            table.add_row(host, "", "", f"[red]{res.status}[/]", "", "", escape(res.error or ""))
+        for name, rec in packages.items():
+            table.add_row(
+                host,
+                name,
+                str(rec.get("version") or ""),
+                escape(
+                    str(rec.get("wheel_from") or res.status)
+                    + (
+                        f" ({compile_cache.summary(rec['compile_cache'])})"
+                        if rec.get("wheel_from") == "build" and rec.get("compile_cache")
+                        else ""
+                    )
+                ),
+                str(rec.get("key") or "")[:12],
+                f"{rec.get('seconds') or 0:.0f}",
+                escape(str(rec.get("log") or "")),
+            )
+    console.print(table)
+
+
+def render_key(console: Console, result: RunResult) -> None:
+    """`cache.key`: each input and the key, per host."""
+    for host, res in result.hosts.items():
+        if not res.data.get("inputs"):
+            console.print(f"[bold]{host}[/]: [red]{res.status}[/] {escape(res.error or '')}")
+            continue
+        title = f"{host}: {res.data.get('package')}"
+        if res.data.get("predicted"):
+            title += " (predicted: toolkit/env not installed yet)"
+        table = Table(title=title, show_header=False, box=None, padding=(0, 2))
+        table.add_column("input")
+        table.add_column("value", overflow="fold")
+        for label, value in res.data["inputs"]:
+            style = "bold" if label == "key" else ""
+            table.add_row(label, f"[{style}]{escape(value)}[/]" if style else escape(value))
+        console.print(table)

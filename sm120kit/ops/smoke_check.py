@@ -1,4 +1,4 @@
-"""The `smoke` and `serve-check` tasks, and the smoke step of `provision`.
+"""The `smoke` check on each host, and the smoke step of `provision`.
 
 Smoke runs the stdlib-only probe (sm120kit/remote/extension_probe.py) on each host against one
 Python env: the recipe's managed env (never created here: a missing one fails the host and
@@ -6,30 +6,21 @@ names --python), or any interpreter or venv given with --python. The probe's JSO
 whole (`"smoke"`); per package the checks are judged into pass / warn / fail / skip
 (`"packages"`). A package the recipe lists but the env lacks is a skip; one named with
 --package, or one `provision` just built, is a fail.
-
-serve-check polls a server URL as the host sees it (sm120kit/serve.py) and records the
-verdict; anything but "ready" fails the host with the verdict and reason.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from .. import serve
-from .. import smoke as probe
+from .. import smoke_report as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..plan import PlanOptions, prepare
 from ..recipes import PackageSpec, Recipe
-from ..results import RunResult
-from ..runner import HostContext
+from ..runner import HostContext, HostOp
 from ..state import ProvisionState
 
 #: Kernel packages checked when neither --package nor a recipe names them.
@@ -39,8 +30,6 @@ DEFAULT_PACKAGES = ("sgl-kernel", "flash-attn", "minikernel")
 CHECK_TIMEOUT = 300.0
 PROBE_TIMEOUT = 3600.0
 
-_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
-_MAX_PROBLEM_LINES = 12
 # The host's one-line error names the cause: the static checks diagnose (no cudart, another
 # torch, no SASS), the import check only quotes the loader.
 _CAUSE_FIRST = {
@@ -330,13 +319,13 @@ def _state_for_python(ctx: HostContext, opts: PlanOptions) -> ProvisionState | N
         return None
 
 
-def smoke_task(
+def smoke_op(
     opts: PlanOptions,
     *,
     package: str | None = None,
     python: str | None = None,
     arch: str | None = None,
-) -> Callable[[HostContext], None]:
+) -> HostOp:
     """`invoke smoke`: check kernel packages in the managed env or the --python env per host."""
     if arch not in (None, "") and normalize_cc(arch) is None:
         raise Sm120Error(f"--arch {arch!r}: not a compute capability like 12.0")
@@ -418,88 +407,3 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
             }
         step.message = _summary(run.packages)
         raise_on_failure(ctx, target, run)
-
-
-def render(console: Console, result: RunResult) -> None:
-    """Per host: the env and arch, then one row per check (pass / warn / fail / skip)."""
-    for name, host in result.hosts.items():
-        d = host.data
-        doc = d.get("smoke")
-        if not isinstance(doc, dict):
-            console.print(
-                Text(f"{name}: {host.status}: {host.error or 'no smoke result'}", style="red")
-            )
-            continue
-        torch = (doc.get("torch") or {}).get("version") or "no torch"
-        arch = d.get("arch") or "no arch"
-        title = (
-            f"{name}: {d.get('python')} ({d.get('python_source')}), torch {torch}, "
-            f"arch {arch} from {d.get('arch_source')}"
-        )
-        table = Table(title=title, title_justify="left", show_lines=False)
-        for col in ("package", "check", "status", "reason"):
-            table.add_column(col, overflow="fold")
-        if doc.get("error"):
-            table.add_row("*", "probe", "[red]fail[/]", Text(str(doc["error"])))
-        torch_error = (doc.get("torch") or {}).get("error")
-        if torch_error:
-            table.add_row("torch", "import", "[yellow]warn[/]", Text(str(torch_error)))
-        packages = d.get("packages") or {}
-        for row_pkg, check, status, reason in rows(packages):
-            style = _STYLE.get(status, "red")
-            table.add_row(row_pkg, check, f"[{style}]{status}[/]", Text(reason))
-        console.print(table)
-        report = probe.SmokeReport.from_json(doc)
-        for pkg_name, pkg in report.packages.items():
-            if not pkg.installed:
-                continue
-            line = probe.torch_line(pkg)
-            if line:
-                console.print(Text(f"  {pkg_name} {pkg.version}: {line}"))
-            for line in probe.info_lines(pkg):
-                console.print(Text(f"  {pkg_name}: {line}", style="cyan"))
-            if packages.get(pkg_name, {}).get("status") != "fail":
-                continue
-            lines = probe.problem_lines(pkg)
-            for line in lines[:_MAX_PROBLEM_LINES]:
-                console.print(Text(f"  {pkg_name}: {line}", style="dim"))
-            if len(lines) > _MAX_PROBLEM_LINES:
-                console.print(
-                    Text(f"  {pkg_name}: ... {len(lines) - _MAX_PROBLEM_LINES} more", style="dim")
-                )
-
-
-# --------------------------------------------------------------------------------- serve-check
-
-
-def serve_check_task(
-    url: str, timeout: float, *, pid: int | None = None, process_match: str | None = None
-) -> Callable[[HostContext], None]:
-    """`invoke serve-check`: wait for `url` (as each host sees it) to be ready, or say why not.
-
-    `pid` / `process_match` name the server process when nothing listens on the port yet
-    (otherwise sglang/vllm/uvicorn-like command lines are looked for).
-    """
-    serve.check_arguments(url, timeout)
-
-    def run(ctx: HostContext) -> None:
-        with ctx.step("serve-check") as step:
-            ctx.runner.progress.step(ctx.host.name, "serve-check", f"polling {url}")
-            result = serve.serve_check(ctx.conn, url, timeout, pid=pid, process_match=process_match)
-            ctx.set(serve=result)
-            step.message = f"{result['verdict']}: {result['reason']}"
-            if not result.get("ready"):
-                raise HostFailed(f"{result['verdict']}: {result['reason']}")
-
-    return run
-
-
-def render_serve(console: Console, result: RunResult) -> None:
-    """Per host: the verdict, reason, hint and evidence (processes, ports, GPU, stacks)."""
-    for name, host in result.hosts.items():
-        console.print(Text(name, style="bold"))
-        doc = host.data.get("serve")
-        if isinstance(doc, dict):
-            console.print(serve.render_serve_result(doc))
-        else:
-            console.print(Text(f"  {host.status}: {host.error}", style="red"))
