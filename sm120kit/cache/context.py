@@ -13,8 +13,8 @@ from typing import Protocol
 
 from ..connection import CommandResult, Connection
 from ..host import Host
+from ..output.progress import Progress
 from ..paths import HostPaths
-from ..progress import Progress
 from ..results import HostResult
 
 
