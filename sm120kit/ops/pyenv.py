@@ -468,6 +468,7 @@ def env_op(opts: PlanOptions) -> HostOp:
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
+        state.options["builds"] = False
         toolkit = ensure_toolkit(ctx, state)
         env = ensure_env(ctx, state, opts.packages)
         ctx.set(toolkit=toolkit.to_dict(), env=env.to_dict(), notes=state.resolved.notes)

@@ -205,7 +205,11 @@ class ToolkitSpec:
 def component_users(state: ProvisionState) -> list[str]:
     """The packages of this run that build against a CUDA torch (the only builds that read
     ATen's CUDA headers or link the toolkit's libraries): ``--package``, else the host's
-    ``provision_packages``, else the recipe's; none when the recipe's torch is a CPU build."""
+    ``provision_packages``, else the recipe's; none when the recipe's torch is a CPU build, and
+    none for a run that builds nothing (``install-cuda``: the first build that needs the
+    libraries adds them)."""
+    if state.options.get("builds") is False:
+        return []
     if str(state.resolved.values.get("torch.cuda") or "cpu") == "cpu":
         return []
     known = state.resolved.package_names()
@@ -829,6 +833,7 @@ def install_cuda_op(opts: PlanOptions) -> HostOp:
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
+        state.options["builds"] = False
         try:
             toolkit = ensure_toolkit(ctx, state)
         finally:
