@@ -15,7 +15,7 @@ needs what (checked against the real files):
 
 Headers are looked for in ``<cuda_home>/include`` (and ``targets/*/include``), libraries as the
 unversioned ``.so`` a ``-l`` link needs in ``lib64``/``lib`` (and ``targets/*/lib``): the facts
-probe reports which components a toolkit has (``remote/facts_probe.py`` keeps the same table).
+probe reports which components a toolkit has (``remote/lib/cudalibs.py`` holds the files).
 On the pip route the tool adds the missing ones with NVIDIA's ``cuda-toolkit`` meta package at
 the toolkit's exact release (``cuda-toolkit[cublas,nvrtc,...]==13.0.2`` pins each component
 to the version that release ships).
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from .remote.lib.cudalibs import COMPONENT_FILES
 
 __all__ = ["COMPONENTS", "PACKAGE_NEEDS", "Component", "describe", "meta_requirement", "needed"]
 
@@ -39,16 +41,19 @@ class Component:
     libs: tuple[str, ...]  # unversioned names, as `-lcublas` and FindCUDAToolkit look them up
 
 
+_TITLES = {
+    "cublas": "cuBLAS/cuBLASLt",
+    "cusparse": "cuSPARSE",
+    "cusolver": "cuSOLVER",
+    "curand": "cuRAND",
+    "nvrtc": "NVRTC",
+}
+
+#: The files come from the table the facts probe uses (remote/lib/cudalibs.py).
 COMPONENTS: dict[str, Component] = {
-    c.name: c
-    for c in (
-        Component("cublas", "cuBLAS/cuBLASLt", ("cublas_v2.h", "cublasLt.h"), ("libcublas.so", "libcublasLt.so")),
-        Component("cusparse", "cuSPARSE", ("cusparse.h",), ()),
-        Component("cusolver", "cuSOLVER", ("cusolverDn.h",), ()),
-        Component("curand", "cuRAND", ("curand_kernel.h",), ()),
-        Component("nvrtc", "NVRTC", ("nvrtc.h",), ("libnvrtc.so",)),
-    )
-}  # fmt: skip
+    name: Component(name, _TITLES[name], headers, libs)
+    for name, (headers, libs) in COMPONENT_FILES.items()
+}
 
 #: ATen's CUDA headers, which any torch CUDA extension including ATen/cuda/CUDAContext.h reads.
 ATEN_CUDA = ("cublas", "cusparse", "cusolver")

@@ -9,6 +9,7 @@ the by-hand build that used one).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from sm120kit import cuda_libraries as cudalibs
 from sm120kit import drivers as drv
 from sm120kit.ops import toolkit as tk
-from sm120kit.remote import facts_probe
+from sm120kit.remote import facts_probe, lib_closure, script_source
 from tests.support.fleet import Fleet
 from tests.test_toolkit import _entry, _spec, cli, step_of, tree_hash, write_inventory
 
@@ -41,7 +42,10 @@ def test_sgl_kernel_needs_aten_headers_curand_and_nvrtc() -> None:
 
 
 def test_the_remote_probe_checks_the_same_files() -> None:
-    probe = {k: (tuple(h), tuple(s)) for k, (h, s) in facts_probe.CUDA_COMPONENTS.items()}
+    # The probe's table travels to the host in its bundle (the hosts' library).
+    assert "sm120kit.remote.lib.cudalibs" in lib_closure(script_source("facts_probe"))
+    files = sys.modules[facts_probe.toolkit_components.__module__].COMPONENT_FILES
+    probe = {k: (tuple(h), tuple(s)) for k, (h, s) in files.items()}
     ours = {c.name: (c.headers, c.libs) for c in cudalibs.COMPONENTS.values()}
     assert probe == ours
 

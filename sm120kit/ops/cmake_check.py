@@ -65,7 +65,7 @@ def numa_install_commands(facts: dict[str, Any], sudo: str) -> tuple[str, list[s
 def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
     """Install libnuma's headers where the host allows it (host var install_prerequisites,
     default true; a known distro); False when it was not installed (check mode included)."""
-    from .toolkit import sudo_prefix
+    from .toolkit import sudo_prefix, sudo_stdin
 
     if state.host.vars.get("install_prerequisites") is False:
         return False
@@ -78,7 +78,7 @@ def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
     if not ctx.may_act(step, f"install {package} (mscclpp needs libnuma)", commands):
         return False
     step.commands = list(commands)
-    stdin = password + "\n" if password and sudo.startswith("sudo -S") else None
+    stdin = sudo_stdin(sudo, password)
     for command in commands:
         res = ctx.run(command, check=False, stdin=stdin, timeout=1800)
         if res.exit_code != 0:

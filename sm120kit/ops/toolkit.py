@@ -586,6 +586,12 @@ def sudo_prefix(facts: Mapping[str, Any], has_password: bool) -> str:
     return "sudo -S -p '' " if has_password else "sudo -n "
 
 
+def sudo_stdin(sudo: str, password: str | None) -> str | None:
+    """What a command run with `sudo` (from `sudo_prefix`) gets on stdin: the password for
+    ``sudo -S``, never on a command line or into the log."""
+    return password + "\n" if password and sudo.startswith("sudo -S") else None
+
+
 def _apt_plan(
     spec: ToolkitSpec,
     python: str,
@@ -807,9 +813,8 @@ COMPONENT_SPACE = 2 << 30
 
 def _install(ctx: HostContext, spec: ToolkitSpec, plan: InstallPlan, sudo: str) -> dict[str, Any]:
     password = ctx.runner.options.connect.sudo_password
+    stdin = sudo_stdin(sudo, password)
     for command in plan.apt_commands:
-        # The sudo password goes on stdin only, never on a command line or into the log.
-        stdin = password + "\n" if password and sudo.startswith("sudo -S") else None
         ctx.run(command, stdin=stdin, timeout=INSTALL_TIMEOUT)
     measure = None if spec.method == "apt" else spec.prefix
     doc = ctx.script(

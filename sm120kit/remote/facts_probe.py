@@ -15,6 +15,8 @@ import socket
 import subprocess
 import sys
 
+from sm120kit.remote.lib.cudalibs import toolkit_components
+
 
 def sh(argv, timeout=20):
     """Run a program; (exit code, stdout, stderr). A missing program is exit 127."""
@@ -323,35 +325,6 @@ def nvcc_version(nvcc):
         return None, None
     m = re.search(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", out)
     return (m.group(1), m.group(2)) if m else (None, None)
-
-
-#: The toolkit libraries some builds need, by the files that show them (the controller's
-#: sm120kit/cuda_libraries.py has the same table and says which build needs which).
-CUDA_COMPONENTS = {
-    "cublas": (("cublas_v2.h", "cublasLt.h"), ("libcublas.so", "libcublasLt.so")),
-    "cusparse": (("cusparse.h",), ()),
-    "cusolver": (("cusolverDn.h",), ()),
-    "curand": (("curand_kernel.h",), ()),
-    "nvrtc": (("nvrtc.h",), ("libnvrtc.so",)),
-}
-
-
-def toolkit_components(root):
-    """The CUDA_COMPONENTS whose headers and unversioned libraries are all in `root`."""
-    incs = [os.path.join(root, "include")] + glob.glob(
-        os.path.join(root, "targets", "*", "include")
-    )
-    libs = [os.path.join(root, d) for d in ("lib64", "lib")]
-    libs += glob.glob(os.path.join(root, "targets", "*", "lib"))
-
-    def has(name, dirs):
-        return any(os.path.exists(os.path.join(d, name)) for d in dirs)
-
-    return sorted(
-        comp
-        for comp, (headers, sos) in CUDA_COMPONENTS.items()
-        if all(has(h, incs) for h in headers) and all(has(s, libs) for s in sos)
-    )
 
 
 def toolkit(root, source):
