@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +41,8 @@ from sm120kit.serve import (
 )
 
 SERVER = Path(__file__).parent / "fixtures" / "servers" / "fake_llm_server.py"
+# In the command line once the interpreter has exec'd (before that it is pytest's).
+LAUNCHED = re.compile(rb"fake_llm_server|sglang\.launch_server")
 # Short but not flaky: a poll that hits a silent server costs one request timeout.
 FAST: dict[str, Any] = {"interval": 0.5, "request_timeout": 1.0}
 
@@ -68,9 +71,13 @@ def spawn() -> Iterator[Spawn]:
     """Start fake servers; every one (and its children) is killed at teardown."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str) -> subprocess.Popen[bytes]:
+    def start(*args: str, as_sglang: bool = False) -> subprocess.Popen[bytes]:
+        """`as_sglang`: launched as `python -m sglang.launch_server` (fixtures/servers/sglang)."""
+        launch = ["-m", "sglang.launch_server"] if as_sglang else [str(SERVER)]
+        env = dict(os.environ, PYTHONPATH=str(SERVER.parent)) if as_sglang else None
         proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--max-seconds", "60", *args],
+            [sys.executable, *launch, "--max-seconds", "60", *args],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -107,7 +114,7 @@ def wait_started(proc: subprocess.Popen[bytes], children: int = 0) -> None:
         kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         if (
             len(kids) >= children
-            and b"fake_llm_server" in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            and LAUNCHED.search(Path(f"/proc/{proc.pid}/cmdline").read_bytes()) is not None
         ):
             time.sleep(0.3)  # past imports, into the loop / sleep
             return
@@ -223,12 +230,56 @@ def test_busy_is_warming_up_idle_is_hung(
 
 
 def test_default_patterns_find_launch_server(conn: Connection, spawn: Spawn) -> None:
-    """Without pid or pattern, an sglang-looking command line is a candidate server."""
-    proc = spawn("--mode", "sleep", "--tag", f"sglang.launch_server-{tag()}")
+    """Without pid or pattern, `python -m sglang.launch_server` is a candidate server."""
+    proc = spawn("--mode", "sleep", as_sglang=True)
     wait_started(proc)
     diag = diagnose(conn, f"http://127.0.0.1:{free_port()}", sample_s=0.2, py_spy=False)
     assert proc.pid in [p["pid"] for p in diag["processes"]]
-    assert diag["found_by"].startswith("command line matches")
+    assert diag["found_by"].startswith("launches a program or module matching")
+
+
+def test_a_command_that_only_mentions_sglang_is_no_server(conn: Connection, spawn: Spawn) -> None:
+    """The default search judges what a command launches, not every word of it: a process
+    whose arguments merely name sglang (as a running sgl-kernel build's JSON argument names
+    sglang's repository) is not taken for a server, while `--process-match` still sees the
+    whole command line."""
+    mark = f"sglang.launch_server-{tag()}"
+    proc = spawn("--mode", "sleep", "--tag", mark)
+    wait_started(proc)
+    url = f"http://127.0.0.1:{free_port()}"
+    diag = diagnose(conn, url, sample_s=0.2, py_spy=False)
+    assert proc.pid not in [p["pid"] for p in diag["processes"]]
+    diag = diagnose(conn, url, process_match=re.escape(mark), sample_s=0.2, py_spy=False)
+    assert [p["pid"] for p in diag["processes"]] == [proc.pid]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "m"],
+            "python3 sglang.launch_server",
+        ),
+        (
+            ["python3.11", "-u", "-X", "dev", "-msglang.launch_server"],
+            "python3.11 sglang.launch_server",
+        ),
+        (
+            ["/opt/venv/bin/python", "/srv/sglang/launch.py", "--port", "30000"],
+            "python /srv/sglang/launch.py",
+        ),
+        (["python3", "-", '{"url": "https://github.com/sgl-project/sglang"}'], "python3"),
+        (["python3", "-c", "import sglang"], "python3"),
+        (["/usr/local/bin/vllm", "serve", "org/m"], "vllm"),
+        (["grep", "-r", "sglang", "."], "grep"),
+        ([], ""),
+    ],
+)
+def test_launch_words(argv: list[str], words: str) -> None:
+    """What the default server search looks at: the program, and a Python's module or script."""
+    from sm120kit.remote.serve_probe import launch_words
+
+    assert launch_words(argv) == words
 
 
 def test_server_on_another_port_is_named(conn: Connection, spawn: Spawn) -> None:

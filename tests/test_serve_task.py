@@ -27,6 +27,8 @@ from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 
 SERVER = Path(__file__).parent / "fixtures" / "servers" / "fake_llm_server.py"
+# In the command line once the interpreter has exec'd (before that it is pytest's).
+LAUNCHED = re.compile(rb"fake_llm_server|sglang\.launch_server")
 HOSTS = ("gpu1", "local")
 
 pytestmark = pytest.mark.timeout(240)
@@ -45,9 +47,13 @@ def spawn() -> Iterator[Spawn]:
     """Start fake servers; each (with its children) is killed at teardown."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(*args: str) -> subprocess.Popen[bytes]:
+    def start(*args: str, as_sglang: bool = False) -> subprocess.Popen[bytes]:
+        """`as_sglang`: launched as `python -m sglang.launch_server` (fixtures/servers/sglang)."""
+        launch = ["-m", "sglang.launch_server"] if as_sglang else [str(SERVER)]
+        env = dict(os.environ, PYTHONPATH=str(SERVER.parent)) if as_sglang else None
         proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--max-seconds", "90", *args],
+            [sys.executable, *launch, "--max-seconds", "90", *args],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -83,7 +89,7 @@ def listening(port: int) -> bool:
 
 def started(proc: subprocess.Popen[bytes]) -> bool:
     assert proc.poll() is None, "fake server exited early"
-    return b"fake_llm_server" in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    return LAUNCHED.search(Path(f"/proc/{proc.pid}/cmdline").read_bytes()) is not None
 
 
 def serve_check(
@@ -150,8 +156,8 @@ def test_not_listening(fleet: Fleet, tmp_path: Path) -> None:
 def test_busy_loop_is_warming_up_blocked_is_hung(
     fleet: Fleet, spawn: Spawn, tmp_path: Path, mode: str, verdict: str
 ) -> None:
-    """No port in either; found by its sglang-like command line, told apart by CPU time."""
-    server = spawn("--mode", mode, "--tag", f"sglang.launch_server-{uuid.uuid4().hex[:8]}")
+    """No port in either; found as `python -m sglang.launch_server`, told apart by CPU time."""
+    server = spawn("--mode", mode, as_sglang=True)
     wait_until(lambda: started(server), "server start")
     time.sleep(0.3)  # past its imports, into the loop or the sleep
     proc, doc = serve_check(fleet, tmp_path, f"http://127.0.0.1:{free_port()}", timeout="3")

@@ -354,6 +354,39 @@ def _port_of(url):
     return 443 if parts.scheme == "https" else 80
 
 
+_INTERPRETER = re.compile(r"(python|pypy)[0-9.]*[mdu]*$")
+# Interpreter options that take a value as the next word (python -h).
+_VALUE_OPTIONS = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+def launch_words(argv):
+    """What a command line launches: its program's name and, for a Python interpreter, the
+    module (`-m`) or script it runs. `python3 -m sglang.launch_server --model-path m` gives
+    "python3 sglang.launch_server"; `python3 - '{"url": ".../sglang"}'` gives "python3"."""
+    if not argv:
+        return ""
+    words = [os.path.basename(argv[0])]
+    if not _INTERPRETER.match(words[0]):
+        return words[0]
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "-m":
+            words.extend(argv[i + 1 : i + 2])
+            break
+        if word.startswith("-m") and not word.startswith("--"):
+            words.append(word[2:])
+            break
+        if word in ("-c", "-"):
+            break
+        if word.startswith("-"):
+            i += 2 if word in _VALUE_OPTIONS else 1
+            continue
+        words.append(word)
+        break
+    return " ".join(words)
+
+
 def _select(port, listeners, owners, args, me):
     """Server pids to report, and how they were found."""
     pids = set()
@@ -370,15 +403,23 @@ def _select(port, listeners, owners, args, me):
         else:
             missing.append(pid)
     if not pids and not missing:
-        pattern = args.get("process_match") or DEFAULT_PROCESS_MATCH
-        regex = re.compile(pattern)
+        pattern = args.get("process_match")
+        # A pattern of the user's is theirs to aim: it sees the whole command line. The
+        # default sees only what a command launches, so a build whose arguments name sglang's
+        # repository, an editor or a grep is not taken for a server.
+        text = " ".join if pattern else launch_words
+        regex = re.compile(pattern or DEFAULT_PROCESS_MATCH)
         for pid in _pids():
             if pid in me:
                 continue
             argv = _cmdline(pid)
-            if argv and regex.search(" ".join(argv)):
+            if argv and regex.search(text(argv)):
                 pids.add(pid)
-        how = f"command line matches {pattern!r}"
+        how = (
+            f"command line matches {pattern!r}"
+            if pattern
+            else f"launches a program or module matching {DEFAULT_PROCESS_MATCH!r}"
+        )
     return pids - me, how, missing
 
 
