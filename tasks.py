@@ -275,11 +275,11 @@ cache = Collection(
 )
 def sources_fetch(c, **f):
     """Fetch a package's pinned source and build dependencies into the controller store."""
-    from sm120kit.ops import sources as sources_ops
+    from sm120kit import cli_sources
 
     if not f["package"]:
         raise cli.Sm120Error("--package is required (e.g. sgl-kernel)")
-    sources_ops.fetch_command(
+    cli_sources.fetch_command(
         c, package=f["package"], recipe=f["recipe"], mirror=f["mirror"], json_output=f["json"]
     )
 
@@ -287,9 +287,9 @@ def sources_fetch(c, **f):
 @task("json", name="list")
 def sources_list(c, **f):
     """List the controller's source store: each tree with its digest and size."""
-    from sm120kit.ops import sources as sources_ops
+    from sm120kit import cli_sources
 
-    sources_ops.list_command(c, json_output=f["json"])
+    cli_sources.list_command(c, json_output=f["json"])
 
 
 sources = Collection("sources", sources_fetch, sources_list)

@@ -150,3 +150,13 @@ def test_every_module_imports_alone() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, "\n".join(f"{name}: {err}" for name, err in failed.items())
+
+
+def test_only_the_task_layer_imports_it() -> None:
+    """Data flows one way: the library never reaches back into the task layer (cli*.py), so
+    every operation stays callable without invoke's context."""
+    graph = import_graph()
+    task_layer = {m for m in graph if m.split(".")[-1].startswith("cli")}
+    assert {"sm120kit.cli", "sm120kit.cli_cache", "sm120kit.cli_sources"} <= task_layer
+    offenders = {m: sorted(e & task_layer) for m, e in graph.items() if m not in task_layer}
+    assert not {m: e for m, e in offenders.items() if e}

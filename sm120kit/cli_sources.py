@@ -1,19 +1,23 @@
-"""`invoke sources.fetch` and `invoke sources.list`: the controller's source store from the
-command line (`sm120kit.sources` does the work; this picks recipes, output.listings prints)."""
+"""The task layer of `invoke sources.fetch` and `invoke sources.list`: the controller's source
+store from the command line (`sm120kit.sources` does the work; this picks the recipes' entries
+for --package/--recipe, output.listings prints)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import sources as src
-from ..errors import RecipeError
+from . import sources as src
+from .cli import settings
+from .errors import RecipeError
+from .output import listings
+from .output.console import show_document
 
 
 def package_entries(
     package: str, recipes_dir: str | None = None, recipe: str | None = None
 ) -> list[src.SourceEntry]:
     """The source entries of `package` in every recipe (or only `recipe`), without repeats."""
-    from ..recipes import load_recipes
+    from .recipes import load_recipes
 
     recipes = load_recipes(recipes_dir)
     if recipe and recipe not in recipes:
@@ -47,10 +51,6 @@ def fetch_command(
     json_output: bool,
 ) -> None:
     """Fetch the package's source and dependencies into the store; print one row each."""
-    from ..cli import settings
-    from ..output import listings
-    from ..output.console import show_document
-
     conf = settings(c)
     store = src.store_dir(conf)
     wanted = package_entries(package, conf.get("recipes_dir"), recipe)
@@ -65,10 +65,6 @@ def fetch_command(
 
 def list_command(c: Any, *, json_output: bool) -> None:
     """Every stored source: package, dir, ref, digest, size, files, origin."""
-    from ..cli import settings
-    from ..output import listings
-    from ..output.console import show_document
-
     store = src.store_dir(settings(c))
     doc = {"store": str(store), "sources": src.list_store(store)}
 
