@@ -179,6 +179,32 @@ def target_of(entry: dict[str, str]) -> str:
     return m.group(1) if m else "?"
 
 
+UPSTREAM_ONLY = ("flash_ops", "flashmla_ops")
+
+
+def stratum(entry: dict[str, str]) -> str | None:
+    """The cost class of an FA3/FlashMLA unit: its target plus the architecture its file is
+    written for (FA3's 60 `*_sm90.cu` Hopper units are far heavier than its 120 `*_sm80.cu`
+    Ampere ones), e.g. "flash_ops/sm90"; "flash_ops/other" for other .cu files; None for
+    host-only files (.cc/.cpp)."""
+    target = target_of(entry)
+    if target not in UPSTREAM_ONLY or not entry["file"].endswith(".cu"):
+        return None
+    m = re.search(r"_(sm\d+)\.cu$", entry["file"])
+    return f"{target}/{m.group(1) if m else 'other'}"
+
+
+def strata_of(entries: list[dict[str, str]]) -> dict[str, dict[str, int]]:
+    """target -> stratum -> number of units, for the upstream-only targets."""
+    out: dict[str, dict[str, int]] = {t: {} for t in UPSTREAM_ONLY}
+    for e in entries:
+        target = target_of(e)
+        if target in UPSTREAM_ONLY:
+            name = stratum(e) or f"{target}/host"
+            out[target][name] = out[target].get(name, 0) + 1
+    return out
+
+
 def gencodes(argv: list[str]) -> list[str]:
     return [a for a in argv if a.startswith("-gencode")]
 
@@ -216,14 +242,21 @@ def measure(argv: list[str], cwd: str, unit: str, build: str, out: Path) -> Run:
 
 
 def project(
-    runs: list[Run], counts: dict[str, int], gen: dict[str, int], key: str
+    runs: list[Run],
+    counts: dict[str, int],
+    gen: dict[str, int],
+    key: str,
+    strata: dict[str, dict[str, int]] | None = None,
 ) -> tuple[float, float, dict[str, float]]:
     """Whole-build compile work (seconds of `key`: wall_s or cpu_s) for upstream and SM120-only.
 
     common_ops and spatial_ops use the measured means directly. FA3 (flash_ops) and FlashMLA
-    units were not compiled: each measured unit's sm100 (n gencodes) and sm_120a-only times
-    fit t = base + per_gencode * gencodes, and those units are costed at the mean base plus
-    their own gencode count times the mean per-gencode cost. Units that both builds compile
+    units are split into strata (`strata`: target -> stratum -> unit count; see `stratum`);
+    a stratum with a measured unit (--upstream-only-units) is costed at its measured mean.
+    Host-only files (the "host" strata: .cc/.cpp, no device code) cost the model's base.
+    The rest are costed by a model: each common_ops unit's sm100 (n gencodes) and
+    sm_120a-only times fit t = base + per_gencode * gencodes, and a modelled unit costs the
+    mean base plus its target's gencode count times the mean per-gencode cost. Units that both builds compile
     alike (mscclpp, nanobind, deep_gemm_cpp, dlpack) are left out of both.
     """
 
@@ -245,12 +278,23 @@ def project(
         "common_ops_sm90_build": counts["common_ops_sm90_build"] * mean("sm90"),
         "common_ops_sm100_build": counts["common_ops_sm100_build"] * mean("sm100"),
         "spatial_ops": counts["spatial_ops"] * mean("sm100"),
-        "flash_ops": counts["flash_ops"] * (base + per_gen * gen["flash_ops"]),
-        "flashmla_ops": counts["flashmla_ops"] * (base + per_gen * gen["flashmla_ops"]),
     }
+    modelled = 0
+    for target in ("flash_ops", "flashmla_ops"):
+        parts[target] = 0.0
+        for name, n in (strata or {}).get(target, {target: counts[target]}).items():
+            measured = [getattr(r, key) for r in runs if r.build == name]
+            if measured:
+                parts[target] += n * statistics.mean(measured)
+            elif name.endswith("/host"):
+                parts[target] += n * base
+                modelled += n
+            else:
+                parts[target] += n * (base + per_gen * gen[target])
+                modelled += n
     upstream = sum(parts.values())
     sm120 = (counts["common_ops_sm100_build"] + counts["spatial_ops"]) * mean("sm120")
-    parts["base"], parts["per_gencode"] = base, per_gen
+    parts["base"], parts["per_gencode"], parts["modelled_units"] = base, per_gen, modelled
     return upstream, sm120, parts
 
 
@@ -276,7 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", help="also write the raw figures here (after every compile)")
     parser.add_argument(
+        "--upstream-only-units",
+        default="",
+        help="comma-separated FA3/FlashMLA files (a path suffix, e.g. "
+        "flash_fwd_hdim128_bf16_sm90.cu) compiled with upstream's command: their stratum is "
+        "then costed as measured instead of by the model",
+    )
+    parser.add_argument(
         "--replay", help="report from the runs in an earlier --json file; compile nothing"
+    )
+    parser.add_argument(
+        "--resume",
+        help="take the runs of an earlier --json file and compile only what it lacks",
     )
     args = parser.parse_args(argv)
     try:
@@ -320,10 +375,11 @@ def run(args: argparse.Namespace) -> int:
         "units in compile_commands.json: "
         + ", ".join(f"{t} {counts[t]} ({gen[t]} gencodes)" for t in sorted(counts) if gen.get(t))
     )
+    strata = strata_of(entries)
     sgl = (src / "sgl-kernel").resolve()
     runs: list[Run] = []
-    if args.replay:
-        runs = [Run(**r) for r in json.loads(Path(args.replay).read_text())["runs"]]
+    if args.replay or args.resume:
+        runs = [Run(**r) for r in json.loads(Path(args.replay or args.resume).read_text())["runs"]]
     jobs: list[tuple[str, str, list[str], str]] = []
     for unit in [] if args.replay else [u.strip() for u in args.units.split(",") if u.strip()]:
         path = str(sgl / unit)
@@ -346,11 +402,28 @@ def run(args: argparse.Namespace) -> int:
             (unit, "sm90", shlex.split(cmds["sm90"]["command"]), cwd),
             (unit, "sm100", sm100, cwd),
         ]
+    for unit in (
+        [] if args.replay else [u.strip() for u in args.upstream_only_units.split(",") if u.strip()]
+    ):
+        found = [e for e in entries if stratum(e) and e["file"].endswith("/" + unit.lstrip("/"))]
+        if len(found) != 1:
+            raise BenchError(
+                f"{unit}: {len(found)} FA3/FlashMLA .cu units in {db} end with it (need one)"
+            )
+        e = found[0]
+        jobs.append((unit, str(stratum(e)), shlex.split(e["command"]), e["directory"]))
+    done = {(r.unit, r.build) for r in runs}
+    skipped = [j for j in jobs if (j[0], j[1]) in done]
+    if skipped:
+        print(
+            f"already measured in {args.resume}: " + ", ".join(f"{u} {b}" for u, b, *_ in skipped)
+        )
+    jobs = [j for j in jobs if (j[0], j[1]) not in done]
     lock = threading.Lock()
 
     def one(job: tuple[str, str, list[str], str]) -> Run:
         unit, name, argv, cwd = job
-        obj = build / "sgl-units" / name / (unit.replace("/", "_") + ".o")
+        obj = build / "sgl-units" / name.replace("/", "_") / (unit.replace("/", "_") + ".o")
         r = measure(argv, cwd, unit, name, obj)
         with lock:
             runs.append(r)
@@ -369,18 +442,19 @@ def run(args: argparse.Namespace) -> int:
             fut.result()
     builds: dict[str, set[str]] = {}
     for r in runs:
-        builds.setdefault(r.unit, set()).add(r.build)
+        if "/" not in r.build:  # common_ops units: all three compiles or none
+            builds.setdefault(r.unit, set()).add(r.build)
     partial = sorted(u for u, b in builds.items() if b != {"sm90", "sm100", "sm120"})
     if partial:
         print(f"left out (not all three compiles measured): {', '.join(partial)}")
     runs = [r for r in runs if r.unit not in partial]
-    if not runs:
+    if not builds.keys() - set(partial):
         raise BenchError("no unit has all three compiles measured")
     print()
     print(
         f"{'unit':42s} {'upstream 2 variants':>22s} {'SM120-only':>12s} {'ratio':>7s}  peak RSS up/120 (MiB)"
     )
-    for unit in dict.fromkeys(r.unit for r in runs):
+    for unit in dict.fromkeys(r.unit for r in runs if "/" not in r.build):
         b = {r.build: r for r in runs if r.unit == unit}
         up = b["sm90"].cpu_s + b["sm100"].cpu_s
         up_wall = b["sm90"].wall_s + b["sm100"].wall_s
@@ -393,14 +467,26 @@ def run(args: argparse.Namespace) -> int:
             f"{'':42s} per variant: sm90 {b['sm90'].wall_s:.1f} s, sm100 {b['sm100'].wall_s:.1f} s wall; "
             f"sm_120a alone {b['sm120'].wall_s:.1f} s wall; sm100/sm120a {b['sm100'].wall_s / b['sm120'].wall_s:.1f}x wall"
         )
+    upstream_only = [r for r in runs if "/" in r.build]
+    if upstream_only:
+        print()
+        print("upstream-only units (no SM120-only counterpart), upstream's command:")
+        for r in upstream_only:
+            n = strata[r.build.split("/")[0]].get(r.build, 0)
+            print(
+                f"  {r.unit:44s} {r.build:18s} ({n} units) {r.gencodes} gencodes  wall "
+                f"{r.wall_s:7.1f} s  cpu {r.cpu_s:7.1f} s  peak RSS {r.max_rss_kb / 1024:7.0f} MiB"
+            )
     print()
     result: dict[str, object] = {
+        "strata": strata,
         "runs": [asdict(r) for r in runs],
         "counts": counts,
         "gencodes": gen,
     }
+    total_upstream_only = sum(sum(v.values()) for v in strata.values())
     for key in ("cpu_s", "wall_s"):
-        upstream, sm120, parts = project(runs, counts, gen, key)
+        upstream, sm120, parts = project(runs, counts, gen, key, strata)
         print(f"projected whole-build compile work ({key[:-2]} time, one compile at a time):")
         print(
             f"  upstream:   {counts['common_ops_sm90_build']} + {counts['common_ops_sm100_build']} common_ops "
@@ -415,8 +501,11 @@ def run(args: argparse.Namespace) -> int:
             f"at sm_120a = {sm120:.0f} s ({sm120 / 3600:.1f} h)"
         )
         print(
-            f"  FA3/FlashMLA unit model: t = {parts['base']:.1f} s + {parts['per_gencode']:.1f} s x gencodes "
-            f"(fitted from the measured units' sm100 and sm_120a-only {key[:-2]} times)"
+            f"  FA3/FlashMLA: {total_upstream_only - int(parts['modelled_units'])} "
+            f"units costed from measured strata, {int(parts['modelled_units'])} by the model "
+            f"t = {parts['base']:.1f} s + {parts['per_gencode']:.1f} s x gencodes "
+            f"(fitted from the measured units' sm100 and sm_120a-only {key[:-2]} times; "
+            "host-only files at the base)"
         )
         ratio = upstream / sm120
         print(

@@ -74,6 +74,60 @@ def test_projection_model() -> None:
     assert sm120 == pytest.approx(80 * 20.0)
 
 
+def test_measured_strata_replace_the_model() -> None:
+    """An FA3 stratum with a measured unit is costed at its mean; the other strata by the
+    model, host-only files at its base."""
+    runs = [
+        run("a.cu", "sm120", 1, 10.0),
+        run("a.cu", "sm90", 7, 70.0),
+        run("a.cu", "sm100", 7, 70.0),
+        run("b.cu", "sm120", 1, 30.0),
+        run("b.cu", "sm90", 7, 90.0),
+        run("b.cu", "sm100", 7, 90.0),  # model: 10 s + 10 s x gencodes
+        run("flash_fwd_x_sm90.cu", "flash_ops/sm90", 3, 500.0),
+        run("flash_fwd_y_sm90.cu", "flash_ops/sm90", 3, 300.0),
+    ]
+    counts = {
+        "common_ops_sm90_build": 78,
+        "common_ops_sm100_build": 78,
+        "spatial_ops": 2,
+        "flash_ops": 184,
+        "flashmla_ops": 14,
+    }
+    gen = {"flash_ops": 3, "flashmla_ops": 2}
+    strata = {
+        "flash_ops": {"flash_ops/sm90": 60, "flash_ops/sm80": 120, "flash_ops/host": 4},
+        "flashmla_ops": {"flashmla_ops/other": 14},
+    }
+    _, _, parts = sgl_units.project(runs, counts, gen, "cpu_s", strata)
+    assert parts["flash_ops"] == pytest.approx(60 * 400.0 + 120 * 40.0 + 4 * 10.0)
+    assert parts["flashmla_ops"] == pytest.approx(14 * 30.0)
+    assert parts["modelled_units"] == 120 + 4 + 14
+
+
+def test_strata_of_compile_commands() -> None:
+    def entry(target: str, file: str) -> dict[str, str]:
+        return {"file": file, "command": f"nvcc -o CMakeFiles/{target}.dir/x.o -c {file}"}
+
+    entries = [
+        entry("flash_ops", "/s/hopper/instantiations/flash_fwd_hdim64_bf16_sm90.cu"),
+        entry("flash_ops", "/s/hopper/instantiations/flash_fwd_hdim64_bf16_sm80.cu"),
+        entry("flash_ops", "/s/hopper/flash_prepare_scheduler.cu"),
+        entry("flash_ops", "/s/hopper/flash_api.cpp"),
+        entry("flashmla_ops", "/s/csrc/sm90/decode/splitkv_mla.cu"),
+        entry("common_ops_sm100_build", "/s/csrc/gemm/a.cu"),
+    ]
+    assert sgl_units.strata_of(entries) == {
+        "flash_ops": {
+            "flash_ops/sm90": 1,
+            "flash_ops/sm80": 1,
+            "flash_ops/other": 1,
+            "flash_ops/host": 1,
+        },
+        "flashmla_ops": {"flashmla_ops/other": 1},
+    }
+
+
 def test_sources_are_required(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("SM120KIT_REAL_SOURCES", raising=False)
     assert sgl_units.main([]) == 1
