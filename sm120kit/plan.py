@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RecipeError
 from .facts import gather
 from .recipes import Recipe, load_recipes, resolve_for_host, select_recipe
 from .runner import HostContext, HostOp
@@ -69,19 +68,9 @@ def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
 
 
 def package_names(state: ProvisionState, opts: PlanOptions) -> list[str]:
-    """Which recipe packages this run builds: --package, else host var provision_packages."""
-    known = state.resolved.package_names()
-    wanted = opts.packages
-    if wanted is None:
-        host_list = state.host.vars.get("provision_packages")
-        wanted = list(host_list) if host_list else known
-    unknown = [p for p in wanted if p not in known]
-    if unknown:
-        raise RecipeError(
-            f"{state.host.name}: package {', '.join(unknown)} is not in recipe "
-            f"{state.resolved.recipe.name} ({state.resolved.recipe.source}); it has: {', '.join(known)}"
-        )
-    return wanted
+    """Which recipe packages this run builds: --package, else host var provision_packages
+    (`ProvisionState.run_packages`; `prepare` put ``opts.packages`` into the state)."""
+    return state.run_packages()
 
 
 def recipes_op(opts: PlanOptions) -> HostOp:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .errors import RecipeError
 from .host import Host
 from .paths import HostPaths
 from .recipes import ResolvedRecipe
@@ -59,6 +60,27 @@ class ProvisionState:
     env: PyEnv | None = None
     packages: dict[str, dict[str, Any]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # per-run flags (max_jobs, explain...)
+
+    def host_packages(self) -> list[str]:
+        """The packages this host provisions: host var ``provision_packages``, else every
+        package of its recipe."""
+        host_list = self.host.vars.get("provision_packages")
+        return list(host_list) if host_list else self.resolved.package_names()
+
+    def run_packages(self) -> list[str]:
+        """The packages this run builds: ``--package``, else `host_packages`. A name the
+        recipe lacks is a RecipeError naming the host and the recipe."""
+        known = self.resolved.package_names()
+        wanted = self.options.get("packages")
+        wanted = list(wanted) if wanted is not None else self.host_packages()
+        unknown = [p for p in wanted if p not in known]
+        if unknown:
+            raise RecipeError(
+                f"{self.host.name}: package {', '.join(unknown)} is not in recipe "
+                f"{self.resolved.recipe.name} ({self.resolved.recipe.source}); it has: "
+                f"{', '.join(known)}"
+            )
+        return wanted
 
     @property
     def paths(self) -> HostPaths:

@@ -105,8 +105,7 @@ class EnvSpec:
     def from_state(cls, state: ProvisionState, packages: list[str] | None = None) -> EnvSpec:
         v = state.resolved.values
         if packages is None:
-            host_list = state.host.vars.get("provision_packages")
-            packages = list(host_list) if host_list else state.resolved.package_names()
+            packages = state.host_packages()
         recipe, python = str(v["recipe"]), str(v["python"])
         torch_version, torch_cuda = str(v["torch.version"]), str(v["torch.cuda"])
         return cls(

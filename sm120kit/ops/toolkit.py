@@ -212,12 +212,10 @@ def component_users(state: ProvisionState) -> list[str]:
         return []
     if str(state.resolved.values.get("torch.cuda") or "cpu") == "cpu":
         return []
-    known = state.resolved.package_names()
-    wanted = state.options.get("packages") or state.host.vars.get("provision_packages") or known
     return [
         p
-        for p in wanted
-        if p in known and state.resolved.values.get(f"packages.{p}.needs_cuda_torch", True)
+        for p in state.run_packages()
+        if state.resolved.values.get(f"packages.{p}.needs_cuda_torch", True)
     ]
 
 
