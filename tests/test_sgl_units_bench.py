@@ -44,6 +44,17 @@ def test_sm120_only_swaps_the_gencodes_and_nothing_else() -> None:
     assert out.index("-gencode=arch=compute_120a,code=sm_120a") == 2  # where the list began
 
 
+#: sgl-kernel 0.3.21's compile_commands.json: units per target, gencodes of the FA3/FlashMLA ones.
+COUNTS = {
+    "common_ops_sm90_build": 78,
+    "common_ops_sm100_build": 78,
+    "spatial_ops": 2,
+    "flash_ops": 184,
+    "flashmla_ops": 14,
+}
+GEN = {"flash_ops": 3, "flashmla_ops": 2}
+
+
 def run(unit: str, build: str, gencodes: int, cpu: float) -> object:
     return sgl_units.Run(unit, build, gencodes, cpu * 1.5, cpu, 1000)
 
@@ -58,15 +69,7 @@ def test_projection_model() -> None:
         run("b.cu", "sm90", 7, 90.0),
         run("b.cu", "sm100", 7, 90.0),  # base 20, 10 s per gencode
     ]
-    counts = {
-        "common_ops_sm90_build": 78,
-        "common_ops_sm100_build": 78,
-        "spatial_ops": 2,
-        "flash_ops": 184,
-        "flashmla_ops": 14,
-    }
-    gen = {"flash_ops": 3, "flashmla_ops": 2}
-    upstream, sm120, parts = sgl_units.project(runs, counts, gen, "cpu_s")
+    upstream, sm120, parts = sgl_units.project(runs, COUNTS, GEN, "cpu_s")
     assert (parts["base"], parts["per_gencode"]) == pytest.approx((10.0, 10.0))
     assert parts["flash_ops"] == pytest.approx(184 * 40.0)
     assert parts["flashmla_ops"] == pytest.approx(14 * 30.0)
@@ -87,19 +90,11 @@ def test_measured_strata_replace_the_model() -> None:
         run("flash_fwd_x_sm90.cu", "flash_ops/sm90", 3, 500.0),
         run("flash_fwd_y_sm90.cu", "flash_ops/sm90", 3, 300.0),
     ]
-    counts = {
-        "common_ops_sm90_build": 78,
-        "common_ops_sm100_build": 78,
-        "spatial_ops": 2,
-        "flash_ops": 184,
-        "flashmla_ops": 14,
-    }
-    gen = {"flash_ops": 3, "flashmla_ops": 2}
     strata = {
         "flash_ops": {"flash_ops/sm90": 60, "flash_ops/sm80": 120, "flash_ops/host": 4},
         "flashmla_ops": {"flashmla_ops/other": 14},
     }
-    _, _, parts = sgl_units.project(runs, counts, gen, "cpu_s", strata)
+    _, _, parts = sgl_units.project(runs, COUNTS, GEN, "cpu_s", strata)
     assert parts["flash_ops"] == pytest.approx(60 * 400.0 + 120 * 40.0 + 4 * 10.0)
     assert parts["flashmla_ops"] == pytest.approx(14 * 30.0)
     assert parts["modelled_units"] == 120 + 4 + 14
