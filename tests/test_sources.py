@@ -1,10 +1,14 @@
 """The controller's source store (sm120kit/sources.py), the recipe's `dependencies`, and the
-sgl-kernel target prediction. Real git repositories on disk stand in for GitHub (no network
-here); the real upstream trees are tests/test_sgl_kernel_real.py's."""
+sgl-kernel target prediction. Real git repositories on disk, and a real `git daemon` on
+loopback serving them over git's network protocol, stand in for GitHub (no network here); the
+real upstream trees are tests/test_sgl_kernel_real.py's."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,6 +74,89 @@ def test_git_fetch_with_subdir_and_submodule(tmp_path: Path) -> None:
         ("pkg", own["digest"]),
         ("dep", dependency["digest"]),
     }
+
+
+@pytest.fixture
+def git_daemon(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A real `git daemon` on 127.0.0.1 exporting every repository under the returned
+    directory: (base URL, directory)."""
+    served = tmp_path / "served"
+    served.mkdir()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            f"--base-path={served}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(served),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "git daemon exited"
+                time.sleep(0.05)
+        yield f"git://127.0.0.1:{port}", served
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("protocol", ["2", "0"])
+def test_git_fetch_over_the_network_by_sha_or_by_branches(
+    git_daemon: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    """The pin is not a branch tip. Over protocol v2 (what GitHub speaks) the commit is fetched
+    by its sha; a v0 server refuses that ("unadvertised object") and every branch and tag is
+    fetched instead. Both give the same tree. A commit no branch holds is one clear error."""
+    url, served = git_daemon
+    repo = served / "dep"
+    pinned = git_repo(repo, {"include/d.h": "// pinned\n"})
+    later = git_repo(repo, {"include/d.h": "// later\n"})
+    assert later != pinned
+    # The client's protocol version decides the server's rules for a want by sha.
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.version")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", protocol)
+    entries = src.entries(
+        "demo",
+        {
+            "source": {"kind": "git", "url": f"{url}/dep", "ref": pinned, "subdir": ""},
+            "dependencies": [],
+        },
+    )
+    [(record, changed)] = src.fetch_all(tmp_path / "store", entries)
+    assert changed and record["origin"] == f"git {url}/dep@{pinned}"
+    unpacked = tmp_path / "check"
+    fs.unpack(record["tarball"], str(unpacked))
+    assert (unpacked / "include" / "d.h").read_text() == "// pinned\n"
+    [bare] = (tmp_path / "store" / ".git" / "git").iterdir()
+    refs = subprocess.run(
+        ["git", "-C", str(bare), "for-each-ref"], capture_output=True, text=True, check=True
+    ).stdout
+    assert bool(refs) == (protocol == "0")  # branches were fetched only where the sha was refused
+
+    # A commit that exists nowhere on the server: the error names it and the repository.
+    ghost = "0" * 39 + "1"
+    entries = src.entries(
+        "demo",
+        {"source": {"kind": "git", "url": f"{url}/dep", "ref": ghost}, "dependencies": []},
+    )
+    with pytest.raises(HostFailed) as err:
+        src.fetch_all(tmp_path / "store2", entries)
+    assert f"commit {ghost} is not in {url}/dep" in str(err.value)
+    assert "sources_mirror" in str(err.value)
 
 
 def test_mirror_layout_manifest_note_and_git_fallback(tmp_path: Path) -> None:

@@ -218,8 +218,9 @@ def git_export(repo, commit, subdir, cache_dir, target):
     if not have:
         try:
             _git(["-C", bare, "fetch", "-q", repo, commit])
-        except FetchError:
-            # Servers that refuse a fetch by sha: take every branch and tag instead.
+        except FetchError as by_sha:
+            # Servers that refuse a fetch by sha (protocol v0 without
+            # uploadpack.allowReachableSHA1InWant): take every branch and tag instead.
             _git(
                 [
                     "-C",
@@ -231,6 +232,13 @@ def git_export(repo, commit, subdir, cache_dir, target):
                     "+refs/tags/*:refs/tags/*",
                 ]
             )
+            try:
+                _git(["-C", bare, "cat-file", "-e", commit + "^{commit}"])
+            except FetchError:
+                raise FetchError(
+                    f"commit {commit} is not in {repo}: fetching it failed ({by_sha}) and no "
+                    "branch or tag there contains it"
+                ) from None
     full = _git(["-C", bare, "rev-parse", "--verify", "-q", commit + "^{commit}"])
     treeish = full + (":" + safe_name(subdir) if subdir else "")
     fd, tarball = tempfile.mkstemp(dir=cache_dir, prefix=".export-", suffix=".tar")
