@@ -51,7 +51,9 @@ FLAGS: dict[str, Flag] = {
         0, "the server's process id on the host (for the evidence when the port is not open)"
     ),
     "process_match": Flag(
-        None, "regex on the server's command line (default: sglang/vllm/uvicorn-like)"
+        None,
+        "regex on the server's whole command line (default: a process whose program or "
+        "Python module/script is sglang/vllm/uvicorn-like)",
     ),
     # cache.*
     "older_than": Flag(0.0, "prune entries older than this many days"),

@@ -65,7 +65,8 @@ HELP = {
     "url": "server URL as seen from the host, e.g. http://127.0.0.1:8000",
     "timeout": "seconds to wait for readiness",
     "pid": "the server's process id on the host (for the evidence when the port is not open)",
-    "process-match": "regex on the server's command line (default: sglang/vllm/uvicorn-like)",
+    "process-match": "regex on the server's whole command line (default: a process whose "
+    "program or Python module/script is sglang/vllm/uvicorn-like)",
     "older-than": "prune entries older than this many days",
     "keep": "prune all but the newest N entries per package",
     "max-size": "prune least recently used entries until the store is below this (e.g. 50G)",
