@@ -285,6 +285,12 @@ def test_recorded_oom_log():
     [
         ("c++: fatal error: Killed signal terminated program cc1plus\n", 1, "oom"),
         ("nvcc error   : 'ptxas' died due to signal 9 (Kill signal)\n", 1, "oom"),
+        (
+            "FAILED: [code=254] CMakeFiles/common_ops_sm100_build.dir/csrc/gemm/x.cu.o\n"
+            "cicc terminated (signal: 9)sccache: Compiler killed by signal 9\n",
+            1,
+            "oom",
+        ),
         ("FAILED: a.o\nKilled\nninja: build stopped: subcommand failed.\n", 1, "oom"),
         ("[12/480] Building CUDA object\n", 137, "oom"),
         ("nvcc fatal   : Unsupported gpu architecture 'compute_120'\n", 1, "nvcc_too_old_for_arch"),

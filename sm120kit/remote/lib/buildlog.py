@@ -49,6 +49,11 @@ FAILURE_PATTERNS = [
         re.compile(
             r"Killed signal terminated program"
             r"|died due to signal 9"
+            # The same kill seen through the compile cache (sccache 0.16.0 runs nvcc's steps
+            # itself), as a real sgl-kernel build logged it:
+            # "cicc terminated (signal: 9)sccache: Compiler killed by signal 9".
+            r"|terminated \(signal: 9\)"
+            r"|Compiler killed by signal 9"
             r"|^\s*Killed\s*$"
             r"|fatal error: Killed"
             r"|virtual memory exhausted"
