@@ -196,6 +196,17 @@ def test_oom_build_is_reported_with_the_setting_to_lower(tmp_path: Path):
     assert "died due to signal 9" in Path(result["log"]).read_text()
 
 
+def test_a_rerun_keeps_the_previous_log(tmp_path: Path):
+    """The same build again (same log name, as a retry of one cache key is) moves the failed
+    run's log to <log>.1 instead of overwriting it."""
+    failed = _build(tmp_path, FAKE_FA, {"MAX_JOBS": "8", "FAKE_FLASH_ATTN_FAIL": "oom"})
+    assert failed["ok"] is False
+    again = _build(tmp_path, FAKE_FA, {"MAX_JOBS": "8", "FAKE_FLASH_ATTN_FAIL": "oom"})
+    assert again["log"] == failed["log"]
+    previous = Path(failed["log"] + ".1").read_text()
+    assert "died due to signal 9" in previous and previous.startswith("# sm120kit build: ")
+
+
 def test_interrupted_build_leaves_no_wheel(tmp_path: Path):
     """SIGTERM to the build step (the controller gave up) kills the whole build and leaves
     neither a wheel nor its temp dir."""

@@ -510,6 +510,11 @@ def run_build(args):
     for directory in (out_dir, os.path.dirname(log_path)):
         if not os.path.isdir(directory):
             os.makedirs(directory)
+    # A rerun of the same build (same key, same log name) after a failure keeps the failed
+    # run's log beside the new one: the first error is usually there.
+    for path in (log_path, log_path + ".sccache"):
+        if os.path.exists(path):
+            os.replace(path, path + ".1")
     _remove_stale_tmp(out_dir)
     tmp_out = tempfile.mkdtemp(dir=out_dir, prefix=".tmp-build-")
     tail = deque(maxlen=40)
