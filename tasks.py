@@ -269,6 +269,7 @@ cache = Collection(
     "package",
     "recipe",
     "mirror",
+    "refresh",
     "json",
     name="fetch",
     help={"package": "package whose source and dependencies to fetch (e.g. sgl-kernel)"},
@@ -280,7 +281,12 @@ def sources_fetch(c, **f):
     if not f["package"]:
         raise cli.Sm120Error("--package is required (e.g. sgl-kernel)")
     cli_sources.fetch_command(
-        c, package=f["package"], recipe=f["recipe"], mirror=f["mirror"], json_output=f["json"]
+        c,
+        package=f["package"],
+        recipe=f["recipe"],
+        mirror=f["mirror"],
+        json_output=f["json"],
+        refresh=f["refresh"],
     )
 
 

@@ -49,14 +49,17 @@ def fetch_command(
     recipe: str | None,
     mirror: str | None,
     json_output: bool,
+    refresh: bool = False,
 ) -> None:
-    """Fetch the package's source and dependencies into the store; print one row each."""
+    """Fetch the package's source and dependencies into the store; print one row each.
+
+    `refresh` re-reads entries already stored and replaces those whose tree changed."""
     conf = settings(c)
     store = src.store_dir(conf)
     wanted = package_entries(package, conf.get("recipes_dir"), recipe)
     mirror = mirror or src.mirror_setting(conf)
     rows = []
-    for record, changed in src.fetch_all(store, wanted, mirror or None):
+    for record, changed in src.fetch_all(store, wanted, mirror or None, refresh):
         rows.append({**record, "changed": changed})
     doc = {"store": str(store), "mirror": mirror or None, "package": package, "sources": rows}
 

@@ -65,6 +65,11 @@ FLAGS: dict[str, Flag] = {
     "directory": Flag(None, "directory to export to / import from (usable with pip --find-links)"),
     # sources.*
     "mirror": Flag(None, "directory holding <dir>/ per source (default: setting sources_mirror)"),
+    "refresh": Flag(
+        False,
+        "read stored sources again and replace those whose tree changed (a corrected or "
+        "deliberately patched mirror still claims the same commit)",
+    ),
 }
 
 #: The flags of every task that works on hosts.

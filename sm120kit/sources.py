@@ -159,11 +159,17 @@ def _from_git(entry: SourceEntry, store: Path, target: Path) -> str:
 
 
 def fetch_entry(
-    store: Path, entry: SourceEntry, mirror: str | Path | None = None
+    store: Path, entry: SourceEntry, mirror: str | Path | None = None, refresh: bool = False
 ) -> tuple[dict[str, Any], bool]:
-    """(record, changed): `entry` in the store, fetched from the mirror or git if missing."""
+    """(record, changed): `entry` in the store, fetched from the mirror or git if missing.
+
+    A stored entry is trusted: a commit names one tree. `refresh` reads it again anyway (a
+    mirror that was corrected, or patched on purpose, still claims the same commit) and
+    replaces the stored tree only when the digest differs, so an unchanged tree stays
+    unchanged (changed False) and keeps its record.
+    """
     have = read_record(store, entry)
-    if have is not None:
+    if have is not None and not refresh:
         return have, False
 
     slot = store / entry.package / entry.slot
@@ -194,6 +200,8 @@ def fetch_entry(
             "note": note,
             "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        if have is not None and have.get("digest") == digest:
+            return have, False
         new = Path(work) / "slot"
         new.mkdir()
         os.replace(tar, new / TARBALL)
@@ -206,10 +214,13 @@ def fetch_entry(
 
 
 def fetch_all(
-    store: Path, wanted: Iterable[SourceEntry], mirror: str | Path | None = None
+    store: Path,
+    wanted: Iterable[SourceEntry],
+    mirror: str | Path | None = None,
+    refresh: bool = False,
 ) -> list[tuple[dict[str, Any], bool]]:
     """`fetch_entry` for each entry, in order."""
-    return [fetch_entry(store, e, mirror) for e in wanted]
+    return [fetch_entry(store, e, mirror, refresh) for e in wanted]
 
 
 def list_store(store: Path) -> list[dict[str, Any]]:

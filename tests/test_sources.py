@@ -182,6 +182,29 @@ def test_mirror_layout_manifest_note_and_git_fallback(tmp_path: Path) -> None:
     assert not (store / "demo" / lost.slot).exists()
 
 
+def test_refresh_replaces_only_a_changed_tree(tmp_path: Path) -> None:
+    """A stored entry is trusted until `refresh`: a mirror patched in place (same commit
+    claimed) is read again, and only the entry whose digest changed is replaced."""
+    mirror = tmp_path / "mirror"
+    for name in ("one", "two"):
+        (mirror / name).mkdir(parents=True)
+        (mirror / name / "x.h").write_text(f"// {name}\n")
+    wanted = [
+        src.SourceEntry("demo", n, f"https://example.invalid/{n}", "a" * 40, fetchcontent=n)
+        for n in ("one", "two")
+    ]
+    store = tmp_path / "store"
+    first = [record for record, _ in src.fetch_all(store, wanted, mirror)]
+    (mirror / "two" / "x.h").write_text("// two, patched\n")
+    assert [changed for _, changed in src.fetch_all(store, wanted, mirror)] == [False, False]
+    again = src.fetch_all(store, wanted, mirror, refresh=True)
+    assert [changed for _, changed in again] == [False, True]
+    assert again[0][0]["fetched_at"] == first[0]["fetched_at"]  # untouched record
+    assert again[1][0]["digest"] == fs.tree_hash(str(mirror / "two")) != first[1]["digest"]
+    assert src.read_record(store, wanted[1])["digest"] == again[1][0]["digest"]
+    assert [changed for _, changed in src.fetch_all(store, wanted, mirror, True)] == [False] * 2
+
+
 def test_recipe_dependencies_are_validated() -> None:
     good = [{"name": "repo-a", "dir": "a", "url": "https://x/a", "ref": "1" * 40}]
     assert _dependencies(good)[0]["submodules"] == []

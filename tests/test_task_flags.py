@@ -39,7 +39,7 @@ EXPECTED: dict[str, set[str]] = {
     "cache.prune": {"json", "older-than", "keep", "max-size", "store"},
     "cache.export": {"directory", "json", "store"},
     "cache.import": {"directory", "json", "store"},
-    "sources.fetch": {"package", "recipe", "mirror", "json"},
+    "sources.fetch": {"package", "recipe", "mirror", "refresh", "json"},
     "sources.list": {"json"},
 }
 
@@ -73,6 +73,8 @@ HELP = {
     "store": "only this store (name from invoke.yaml's cache.stores, or 'local')",
     "directory": "directory to export to / import from (usable with pip --find-links)",
     "mirror": "directory holding <dir>/ per source (default: setting sources_mirror)",
+    "refresh": "read stored sources again and replace those whose tree changed (a corrected or "
+    "deliberately patched mirror still claims the same commit)",
 }
 HELP_OVERRIDES = {
     ("sources.fetch", "package"): "package whose source and dependencies to fetch (e.g. sgl-kernel)"
@@ -81,7 +83,15 @@ HELP_OVERRIDES = {
 #: Value shown after the flag in --help: INT for whole numbers, STRING for text and for
 #: fractional numbers (invoke names no float kind), nothing for on/off flags.
 INT_FLAGS = {"forks", "max-jobs", "nvcc-threads", "pid", "keep"}
-BOOL_FLAGS = {"json", "accept-new-host-keys", "ask-pass", "break-lock", "explain", "recheck"}
+BOOL_FLAGS = {
+    "json",
+    "accept-new-host-keys",
+    "ask-pass",
+    "break-lock",
+    "explain",
+    "recheck",
+    "refresh",
+}
 
 
 def _collection() -> Any:
