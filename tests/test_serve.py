@@ -270,6 +270,17 @@ def test_a_command_that_only_mentions_sglang_is_no_server(conn: Connection, spaw
         ),
         (["python3", "-", '{"url": "https://github.com/sgl-project/sglang"}'], "python3"),
         (["python3", "-c", "import sglang"], "python3"),
+        (["python3", "-uc", "import sglang"], "python3"),
+        (["python3", "-Bum", "sglang.launch_server"], "python3 sglang.launch_server"),
+        (
+            ["python3", "-Wignore", "-uX", "dev", "-um", "vllm.entrypoints"],
+            "python3 vllm.entrypoints",
+        ),
+        (
+            ["python3", "--check-hash-based-pycs", "always", "/srv/serve.py"],
+            "python3 /srv/serve.py",
+        ),
+        (["python3", "-I"], "python3"),
         (["/usr/local/bin/vllm", "serve", "org/m"], "vllm"),
         (["grep", "-r", "sglang", "."], "grep"),
         ([], ""),

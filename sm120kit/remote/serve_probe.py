@@ -355,8 +355,10 @@ def _port_of(url):
 
 
 _INTERPRETER = re.compile(r"(python|pypy)[0-9.]*[mdu]*$")
-# Interpreter options that take a value as the next word (python -h).
-_VALUE_OPTIONS = {"-W", "-X", "--check-hash-based-pycs"}
+# Interpreter options that take a value (python -h): long ones as the next word, short ones
+# as the rest of their word or the next word.
+_VALUE_OPTIONS = {"--check-hash-based-pycs"}
+_VALUE_LETTERS = "cmWX"
 
 
 def launch_words(argv):
@@ -371,19 +373,27 @@ def launch_words(argv):
     i = 1
     while i < len(argv):
         word = argv[i]
-        if word == "-m":
-            words.extend(argv[i + 1 : i + 2])
+        if word == "-" or not word.startswith("-"):
+            if word != "-":
+                words.append(word)  # the script
             break
-        if word.startswith("-m") and not word.startswith("--"):
-            words.append(word[2:])
-            break
-        if word in ("-c", "-"):
-            break
-        if word.startswith("-"):
+        if word.startswith("--"):
             i += 2 if word in _VALUE_OPTIONS else 1
             continue
-        words.append(word)
-        break
+        # Short options combine as the interpreter parses them (`-um mod`, `-Bc code`,
+        # `-Wignore`): flags until one that takes a value, which is the rest of the word or
+        # the next one.
+        for j, letter in enumerate(word[1:], start=2):
+            if letter in _VALUE_LETTERS:
+                value = word[j:] if j < len(word) else (argv[i + 1] if i + 1 < len(argv) else "")
+                i += 1 if j < len(word) else 2
+                if letter == "m":
+                    return " ".join(words + [value] if value else words)
+                if letter == "c":
+                    return " ".join(words)
+                break
+        else:
+            i += 1
     return " ".join(words)
 
 
