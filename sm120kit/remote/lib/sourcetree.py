@@ -197,6 +197,14 @@ def _git(args, cwd=None):
     return proc.stdout.decode("utf-8", "replace").strip()
 
 
+def _has_commit(bare, commit):
+    """Whether the bare repository already holds `commit`."""
+    probe = ["git", "-C", bare, "cat-file", "-e", commit + "^{commit}"]
+    return (
+        subprocess.run(probe, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    )
+
+
 def git_export(repo, commit, subdir, cache_dir, target):
     """Export `commit` (path `subdir` of it) of `repo` into `target`; returns the full sha.
 
@@ -207,15 +215,7 @@ def git_export(repo, commit, subdir, cache_dir, target):
     if not os.path.isdir(os.path.join(bare, "objects")):
         os.makedirs(bare)
         _git(["init", "--bare", "-q", bare])
-    have = (
-        subprocess.run(
-            ["git", "-C", bare, "cat-file", "-e", commit + "^{commit}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ).returncode
-        == 0
-    )
-    if not have:
+    if not _has_commit(bare, commit):
         try:
             _git(["-C", bare, "fetch", "-q", repo, commit])
         except FetchError as by_sha:
@@ -232,9 +232,7 @@ def git_export(repo, commit, subdir, cache_dir, target):
                     "+refs/tags/*:refs/tags/*",
                 ]
             )
-            try:
-                _git(["-C", bare, "cat-file", "-e", commit + "^{commit}"])
-            except FetchError:
+            if not _has_commit(bare, commit):
                 raise FetchError(
                     f"commit {commit} is not in {repo}: fetching it failed ({by_sha}) and no "
                     "branch or tag there contains it"
