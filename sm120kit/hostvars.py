@@ -43,6 +43,10 @@ def _is_positive_int(value: Any) -> bool:
     return _is_int(value) and value >= 1
 
 
+def _is_nonnegative_int(value: Any) -> bool:
+    return _is_int(value) and value >= 0
+
+
 def _is_port(value: Any) -> bool:
     # Ansible accepts the port as a number or as digits in a string; so do we.
     if isinstance(value, str) and value.strip().isdigit():
@@ -94,6 +98,7 @@ HOST_VARS: dict[str, VarType] = {
     "provision_packages": VarType(_is_str_list, 'a list of package names such as ["flash-attn"]'),
     "max_jobs": VarType(_is_positive_int, "an integer >= 1"),
     "nvcc_threads": VarType(_is_positive_int, "an integer >= 1"),
+    "oom_retries": VarType(_is_nonnegative_int, "an integer >= 0"),
     "nvcc_ccbin": _STR,
     "pip_args": VarType(_is_str_or_str_list, "a list of strings (or one shell-quoted string)"),
     "pip_cache_dir": _STR,

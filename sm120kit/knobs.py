@@ -574,6 +574,52 @@ def classify_build_failure(
     return str(kind), str(advice)
 
 
+#: The knobs that bound parallel compile jobs and nvcc threads, per build front end, in the
+#: order an OOM retry lowers them: jobs first (each job is a whole nvcc), then threads.
+_JOB_KNOBS = ("CMAKE_BUILD_PARALLEL_LEVEL", "MAX_JOBS")
+_THREAD_KNOBS = ("NVCC_THREADS",)
+_THREAD_DEFINES = ("SGL_KERNEL_COMPILE_THREADS",)
+
+
+def _positive(value: str | None) -> int | None:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 1 else None
+
+
+def lowered_for_oom(knobs: Knobs) -> tuple[Knobs, str] | None:
+    """A copy of `knobs` with half the parallel jobs (or, at one job, half the nvcc threads),
+    and a line saying what changed; None when everything is already at 1.
+
+    None of these knobs is a wheel-cache key input, so the retry builds under the same key.
+    """
+    lowered = Knobs(dict(knobs.env), list(knobs.pip_args), list(knobs.explain))
+    why = "halved after the OOM killer stopped the build"
+    jobs = [(n, _positive(knobs.env.get(n))) for n in _JOB_KNOBS if n in knobs.env]
+    if any(v and v > 1 for _, v in jobs):
+        changes = []
+        for name, value in jobs:
+            if value and value > 1:
+                lowered.set_env(name, value // 2, why)
+                changes.append(f"{name} {value} -> {value // 2}")
+        return lowered, ", ".join(changes)
+    for name in _THREAD_KNOBS:
+        value = _positive(knobs.env.get(name))
+        if value and value > 1:
+            lowered.set_env(name, value // 2, why)
+            return lowered, f"{name} {value} -> {value // 2}"
+    for name in _THREAD_DEFINES:
+        prefix = f"-Ccmake.define.{name}="
+        arg = next((a for a in knobs.pip_args if a.startswith(prefix)), None)
+        value = _positive(arg[len(prefix) :]) if arg else None
+        if value and value > 1:
+            lowered.define(name, value // 2, why)
+            return lowered, f"{name} {value} -> {value // 2}"
+    return None
+
+
 __all__ = [
     "FLASH_ATTN_ARCHS",
     "FLASH_ATTN_GB_PER_JOB",
@@ -585,6 +631,7 @@ __all__ = [
     "classify_build_failure",
     "flash_attn_arch_problem",
     "flash_attn_archs",
+    "lowered_for_oom",
     "parse_arch_list",
     "plan_parallelism",
     "resolve_knobs",

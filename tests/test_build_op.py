@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
+from rich.console import Console
 
 from sm120kit.connection import ConnectOptions
 from sm120kit.host import Host
@@ -45,6 +46,7 @@ from sm120kit.ops.build import (
     package_knobs,
 )
 from sm120kit.output.progress import Progress
+from sm120kit.output.report import render_build
 from sm120kit.plan import PlanOptions, prepare
 from sm120kit.remote import fetch_source
 from sm120kit.results import RunResult
@@ -431,7 +433,7 @@ def test_failed_build_names_the_cause_and_shows_progress(
     }
     env = make_env(tmp_path / "env")
     progress = Recorded()
-    h = host(fleet, tmp_path, "oom", **fa)
+    h = host(fleet, tmp_path, "oom", oom_retries=0, **fa)
     result = run_op(
         fleet,
         tmp_path,
@@ -453,6 +455,57 @@ def test_failed_build_names_the_cause_and_shows_progress(
     assert not list((tmp_path / "controller-store").rglob("*.whl"))
     details = [d for h_, n, d in progress.events if n == "wheel:flash-attn" and d]
     assert any(d.startswith("[1/3] ") for d in details), progress.events
+
+
+def test_oom_kill_is_retried_with_fewer_jobs(
+    fleet: Fleet, tmp_path: Path, toolkit: Toolkit
+) -> None:
+    """A build the OOM killer stops is built again with half the jobs, as often as the host
+    var oom_retries allows; the key stays the same (parallelism is not a key input), the
+    retries are in the package record and the build table, and the failed run's log is kept
+    as <log>.1. The fake flash-attn prints what an OOM-killed ninja build prints while
+    MAX_JOBS is above 1 (no real OOM here: this machine's memory must stay usable)."""
+    base = "recipe.packages.flash-attn."
+    fa = {
+        base + "source.kind": "path",
+        base + "source.path": "tests/fixtures/fake_flash_attn",
+        base + "needs_cuda_torch": False,
+        base + "knobs.FAKE_FLASH_ATTN_FAIL": "oom-above-1-job",
+    }
+    options = {"max_jobs": 4, "nvcc_threads": 2}
+    env = make_env(tmp_path / "env")
+    # One retry (the default): 4 -> 2 jobs is still too many; one line says both.
+    h = host(fleet, tmp_path, "oom-once", **fa)
+    result = run_op(fleet, tmp_path, [h], package_task("flash-attn", toolkit, env, options))
+    res = result.hosts["oom-once"]
+    assert res.status == "failed"
+    assert res.error is not None and "\n" not in res.error
+    assert "lower MAX_JOBS=2, NVCC_THREADS=2" in res.error
+    assert "(after an OOM retry with MAX_JOBS 4 -> 2)" in res.error
+    # Two retries: 4 -> 2 -> 1 builds; the wheel saw MAX_JOBS=1.
+    h = host(fleet, tmp_path, "oom-twice", oom_retries=2, **fa)
+    progress = Recorded()
+    result = run_op(
+        fleet,
+        tmp_path,
+        [h],
+        package_task("flash-attn", toolkit, env, options),
+        progress=progress,
+    )
+    assert_ok(result)
+    rec = result.hosts["oom-twice"].data["packages"]["flash-attn"]
+    assert rec["wheel_from"] == "build"
+    assert rec["oom_retries"] == ["MAX_JOBS 4 -> 2", "MAX_JOBS 2 -> 1"]
+    with zipfile.ZipFile(rec["wheel"]) as zf:
+        assert json.loads(zf.read("fake_flash_attn/_build_seen.json"))["MAX_JOBS"] == "1"
+    log = Path(rec["log"])
+    assert "Killed" not in log.read_text()
+    assert "died due to signal 9" in Path(f"{log}.1").read_text()
+    details = [d for h_, n, d in progress.events if n == "wheel:flash-attn"]
+    assert "OOM; retrying: MAX_JOBS 2 -> 1" in details
+    buf = io.StringIO()
+    render_build(Console(file=buf, width=600), result)
+    assert "OOM, retried: MAX_JOBS 4 -> 2; OOM, retried: MAX_JOBS 2 -> 1" in buf.getvalue()
 
 
 def test_flash_attn_explain_of_the_real_recipe(fleet: Fleet, tmp_path: Path) -> None:

@@ -340,3 +340,30 @@ def test_one_source_of_truth():
 
 def test_killed_inside_a_word_is_not_oom():
     assert classify_build_failure("test_process_Killed_cleanly passed\nerror\n", 1)[0] == "other"
+
+
+def test_oom_retry_halves_jobs_then_threads() -> None:
+    """What an OOM retry lowers: the job knobs first (every one present), then, at one job,
+    nvcc's threads (env or sgl-kernel's CMake define); nothing when all are at 1."""
+    from sm120kit.knobs import Knobs, lowered_for_oom
+
+    lowered = lowered_for_oom(Knobs({"MAX_JOBS": "5", "NVCC_THREADS": "4"}))
+    assert lowered is not None
+    knobs, change = lowered
+    assert change == "MAX_JOBS 5 -> 2" and knobs.env == {"MAX_JOBS": "2", "NVCC_THREADS": "4"}
+    assert ("MAX_JOBS", "2", "halved after the OOM killer stopped the build") in knobs.explain
+    lowered = lowered_for_oom(knobs := Knobs({"MAX_JOBS": "1", "NVCC_THREADS": "4"}))
+    assert lowered is not None and lowered[1] == "NVCC_THREADS 4 -> 2"
+    assert knobs.env["NVCC_THREADS"] == "4"  # the original is not changed
+    sgl = Knobs(
+        {"CMAKE_BUILD_PARALLEL_LEVEL": "1"},
+        ["-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=2", "-Ccmake.define.X=1"],
+    )
+    lowered = lowered_for_oom(sgl)
+    assert lowered is not None and lowered[1] == "SGL_KERNEL_COMPILE_THREADS 2 -> 1"
+    assert lowered[0].pip_args == [
+        "-Ccmake.define.X=1",
+        "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1",
+    ]
+    assert lowered_for_oom(lowered[0]) is None
+    assert lowered_for_oom(Knobs({"MAX_JOBS": "1"})) is None

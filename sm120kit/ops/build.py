@@ -45,7 +45,7 @@ from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
 from ..errors import HostFailed, RecipeError
-from ..knobs import Knobs, resolve_knobs
+from ..knobs import Knobs, lowered_for_oom, resolve_knobs
 from ..output.report import print_explain
 from ..packing import pack_tree
 from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
@@ -68,6 +68,8 @@ PATCHED_MARKER = ".sm120kit-patched.json"
 
 #: A build may take hours on a small host (docs/stack-facts.md section 5); past this it is killed.
 DEFAULT_BUILD_TIMEOUT = 8 * 3600
+#: Rebuilds after an OOM kill, each with half the jobs (or threads); host var ``oom_retries``.
+DEFAULT_OOM_RETRIES = 1
 
 #: Seconds between two reads of the remote progress file.
 PROGRESS_POLL_SECONDS = 2.0
@@ -716,6 +718,68 @@ def _poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
         thread.join(timeout=35)
 
 
+def _build_paths(state: ProvisionState, name: str, key: str) -> dict[str, str]:
+    """Where a build of `name` works, writes its wheel, its progress and its log on the host."""
+    bdir = state.paths.build(name)
+    return {
+        "bdir": bdir,
+        "work": posixpath.join(bdir, "work"),
+        "out": posixpath.join(bdir, "out"),
+        "progress": posixpath.join(bdir, "progress.json"),
+        "log": posixpath.join(state.paths.logs, f"build-{name}-{key[:12]}.log"),
+    }
+
+
+def _build_once(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    tree: str,
+    knobs: Knobs,
+    cache_spec: dict[str, Any] | None,
+    key: str,
+) -> dict[str, Any]:
+    """One run of build_wheel.py in a fresh copy of `tree`: its JSON result."""
+    assert state.env is not None and state.toolkit is not None
+    where = _build_paths(state, name, key)
+    work, out, progress = where["work"], where["out"], where["progress"]
+    timeout = float(state.options.get("build_timeout") or DEFAULT_BUILD_TIMEOUT)
+    ctx.run(
+        f"rm -rf {_q(work)} {_q(out)} {_q(progress)} && mkdir -p {_q(where['bdir'])} && "
+        f"cp -a {_q(tree)} {_q(work)}",
+        what=f"copy the {name} tree to build in",
+    )
+    pip_args = _private_dependency_copies(ctx, knobs.pip_args, work)
+    args = {
+        "src": work,
+        "python": state.env.python,
+        "env": build_env(state, knobs),
+        "pip_args": pip_args,
+        "out_dir": out,
+        "log": where["log"],
+        "progress": progress,
+        "front_end": "pip",
+        "timeout": timeout,
+        "provenance": provenance_fields(state, name, key),
+    }
+    if cache_spec is not None:
+        args["compile_cache"] = cache_spec
+    # PATH is extended on the host: only there is its current value known.
+    cuda_bin = posixpath.join(state.toolkit.cuda_home, "bin")
+    command = f'PATH={_q(cuda_bin)}:"$PATH" ' + script_command(ctx.host.python, args)
+    ctx.log.info("build %s: %s", name, " ".join(build_command(args, out)))
+    with _poll_progress(ctx, f"wheel:{name}", progress):
+        res = ctx.conn.run(command, stdin=script_bundle("build_wheel"), timeout=timeout + 300)
+    doc = parse_last_json(res.stdout)
+    if doc is None:
+        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+        raise HostFailed(f"{name}: the build script failed (exit {res.exit_code}): {tail[0]}")
+    ctx.log.info("build %s result: %s", name, json.dumps(doc)[:4000])
+    if doc.get("compile_cache") is not None:
+        state.packages.setdefault(name, {})["compile_cache"] = _cache_counts(doc["compile_cache"])
+    return doc
+
+
 def make_builder(
     ctx: HostContext,
     state: ProvisionState,
@@ -727,12 +791,8 @@ def make_builder(
     """The closure `WheelCache.obtain` runs on a miss: build_wheel.py in a fresh copy of `tree`."""
 
     def build() -> BuiltWheel:
-        assert state.env is not None and state.toolkit is not None
-        bdir = state.paths.build(name)
-        work, out = posixpath.join(bdir, "work"), posixpath.join(bdir, "out")
-        progress = posixpath.join(bdir, "progress.json")
-        log = posixpath.join(state.paths.logs, f"build-{name}-{key[:12]}.log")
-        timeout = float(state.options.get("build_timeout") or DEFAULT_BUILD_TIMEOUT)
+        where = _build_paths(state, name, key)
+        work, log = where["work"], where["log"]
         from .cmake_check import cmake_checked, configure_targets, require_arch
 
         if cmake_checked(state, name):
@@ -740,52 +800,33 @@ def make_builder(
             # must carry code for the recipe's arch.
             configured = configure_targets(ctx, state, name, tree, knobs)
             require_arch(name, configured.get("targets") or {}, list(state.arch_list))
-        ctx.run(
-            f"rm -rf {_q(work)} {_q(out)} {_q(progress)} && mkdir -p {_q(bdir)} && "
-            f"cp -a {_q(tree)} {_q(work)}",
-            what=f"copy the {name} tree to build in",
-        )
-        pip_args = _private_dependency_copies(ctx, knobs.pip_args, work)
         cache_spec = compile_cache_spec(ctx, state, name)
-        args = {
-            "src": work,
-            "python": state.env.python,
-            "env": build_env(state, knobs),
-            "pip_args": pip_args,
-            "out_dir": out,
-            "log": log,
-            "progress": progress,
-            "front_end": "pip",
-            "timeout": timeout,
-            "provenance": provenance_fields(state, name, key),
-        }
-        if cache_spec is not None:
-            args["compile_cache"] = cache_spec
-        # PATH is extended on the host: only there is its current value known.
-        cuda_bin = posixpath.join(state.toolkit.cuda_home, "bin")
-        command = f'PATH={_q(cuda_bin)}:"$PATH" ' + script_command(ctx.host.python, args)
-        ctx.log.info("build %s: %s", name, " ".join(build_command(args, out)))
-        with _poll_progress(ctx, f"wheel:{name}", progress):
-            res = ctx.conn.run(command, stdin=script_bundle("build_wheel"), timeout=timeout + 300)
-        doc = parse_last_json(res.stdout)
-        if doc is None:
-            tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
-            raise HostFailed(f"{name}: the build script failed (exit {res.exit_code}): {tail[0]}")
-        ctx.log.info("build %s result: %s", name, json.dumps(doc)[:4000])
-        if doc.get("compile_cache") is not None:
-            state.packages.setdefault(name, {})["compile_cache"] = _cache_counts(
-                doc["compile_cache"]
-            )
+        retries = int(state.host.vars.get("oom_retries", DEFAULT_OOM_RETRIES))
+        now = knobs
+        while True:
+            doc = _build_once(ctx, state, name, tree, now, cache_spec, key)
+            failure = doc.get("failure") or {}
+            lowered = lowered_for_oom(now) if failure.get("kind") == "oom" and retries else None
+            if doc.get("ok") or lowered is None:
+                break
+            retries -= 1
+            now, change = lowered
+            # The failed run's log stays beside the next one as <log>.1; with the compile
+            # cache, every unit that finished is a hit the second time.
+            ctx.log.warning("build %s was OOM-killed; retrying with %s", name, change)
+            ctx.runner.progress.step(ctx.host.name, f"wheel:{name}", f"OOM; retrying: {change}")
+            state.packages.setdefault(name, {}).setdefault("oom_retries", []).append(change)
         if not doc.get("ok"):
             _fetch_log(ctx, log, name)
-            failure = doc.get("failure") or {}
             tail = [ln.strip() for ln in doc.get("log_tail") or [] if ln.strip()]
             ctx.log.error("build %s failed; log tail:\n%s", name, "\n".join(tail))
             last = last_error_line(tail) or doc.get("error") or ""
+            retried = state.packages.get(name, {}).get("oom_retries")
             raise HostFailed(
                 f"{name}: build failed ({failure.get('kind', 'error')}): "
-                f"{failure.get('advice') or doc.get('error')}; log {log} on {ctx.host.name}, "
-                f"last line: {last}"
+                f"{failure.get('advice') or doc.get('error')}"
+                + (f" (after an OOM retry with {'; '.join(retried)})" if retried else "")
+                + f"; log {log} on {ctx.host.name}, last line: {last}"
             )
         ctx.conn.run(f"rm -rf {_q(work)}")
         return BuiltWheel(

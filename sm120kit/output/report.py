@@ -186,6 +186,7 @@ def render_build(console: Console, result: RunResult) -> None:
                         if rec.get("wheel_from") == "build" and rec.get("compile_cache")
                         else ""
                     )
+                    + "".join(f"; OOM, retried: {c}" for c in rec.get("oom_retries") or ())
                 ),
                 str(rec.get("key") or "")[:12],
                 f"{rec.get('seconds') or 0:.0f}",
