@@ -25,7 +25,7 @@ from sm120kit.ops.build import (
     package_knobs,
     target_explain,
 )
-from sm120kit.ops.cmake_check import ensure_prerequisites, require_arch
+from sm120kit.ops.cmake_check import ensure_prerequisites, link_driver, require_arch
 from sm120kit.ops.deps import ensure_dependencies
 from sm120kit.plan import PlanOptions, prepare
 from sm120kit.results import RunResult
@@ -192,3 +192,79 @@ def test_store_managed_sources_configure_on_the_host(
     assert steps(second, "sk")["deps:sgl-kernel"] == ("ok", "12 dependency trees present")
     assert second.hosts["sk"].data["deps"] == data["deps"]
     assert [p["state"] for p in second.hosts["sk"].data["patches"]] == ["already applied"]
+
+
+@pytest.mark.timeout(300)
+def test_minus_lcuda_links_on_a_driver_only_host(fleet: Fleet, tmp_path: Path) -> None:
+    """sgl-kernel links `cuda` by name (-lcuda), so the linker needs a file named libcuda.so;
+    a GPU host's driver has only libcuda.so.1. The prerequisites step puts a link directory
+    first on the build's LIBRARY_PATH (the host's value follows) and the build makes
+    libcuda.so there: a real g++ -shared ... -lcuda then links, against libcuda.so.1. The
+    driver library is a stub built here with the driver's soname (there is no GPU driver)."""
+    if shutil.which("gcc") is None or shutil.which("g++") is None:
+        pytest.skip("no gcc/g++")
+    driver_dir = tmp_path / "driver"
+    driver_dir.mkdir()
+    driver = Path(_stub_libcuda(driver_dir)).rename(driver_dir / "libcuda.so.1")
+    work = tmp_path / "dl" / "work"
+    sk = Host(
+        "dl",
+        vars={
+            **fleet.all_vars(fleet.by_name(SSH_HOST)),
+            "work_root": str(work),
+            **CROSS,
+            "cuda_driver_library": str(driver),
+        },
+    )
+    fake_cuda = tmp_path / "cuda"
+    (fake_cuda / "bin").mkdir(parents=True)
+    seen: dict[str, Any] = {}
+
+    def op(ctx: HostContext) -> None:
+        state = prepare(ctx, PlanOptions(packages=["sgl-kernel"]))
+        state.toolkit = Toolkit(
+            version="13.0.2",
+            release="13.0",
+            nvcc_version=None,
+            cuda_home=str(fake_cuda),
+            nvcc=str(fake_cuda / "bin" / "nvcc"),
+            source="work_root",
+        )
+        knobs = package_knobs(state, "sgl-kernel")
+        ensure_prerequisites(ctx, state, "sgl-kernel", knobs)
+        link_driver(ctx, knobs)
+        seen.update(
+            env=dict(knobs.env), explain=[e for e in knobs.explain if e[0] == "LIBRARY_PATH"]
+        )
+
+    runner = Runner(
+        RunOptions(
+            run_root=str(tmp_path / "runs"),
+            connect=ConnectOptions(known_hosts=str(fleet.known_hosts)),
+        )
+    )
+    result = runner.run("link-test", [sk], op)
+    assert result.hosts["dl"].status in ("ok", "changed"), result.hosts["dl"].error
+    link_dir = Path(seen["env"]["LIBRARY_PATH"])
+    assert link_dir == work / "build" / "sgl-kernel" / "work" / ".sm120kit-link"
+    assert os.readlink(link_dir / "libcuda.so") == str(driver)
+    assert "-lcuda" in seen["explain"][0][2]
+    obj = tmp_path / "ext.c"
+    obj.write_text("void cuInit(void);\nvoid use(void) { cuInit(); }\n")
+    out = tmp_path / "ext.so"
+    plain = subprocess.run(
+        ["g++", "-shared", "-fPIC", "-x", "c", str(obj), "-o", str(out), "-lcuda"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LIBRARY_PATH": ""},
+    )
+    assert plain.returncode != 0 and "cannot find -lcuda" in plain.stderr
+    linked = subprocess.run(
+        ["g++", "-shared", "-fPIC", "-x", "c", str(obj), "-o", str(out), "-lcuda"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LIBRARY_PATH": str(link_dir)},
+    )
+    assert linked.returncode == 0, linked.stderr
+    needed = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True).stdout
+    assert "Shared library: [libcuda.so.1]" in needed

@@ -749,6 +749,9 @@ def _build_once(
         f"cp -a {_q(tree)} {_q(work)}",
         what=f"copy the {name} tree to build in",
     )
+    from .cmake_check import link_driver
+
+    link_driver(ctx, knobs)
     pip_args = _private_dependency_copies(ctx, knobs.pip_args, work)
     args = {
         "src": work,

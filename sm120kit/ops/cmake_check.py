@@ -135,12 +135,53 @@ def ensure_prerequisites(
                 doc["cuda_driver"],
                 "CUDA::cuda_driver for mscclpp (only link steps read it)",
             )
+            knobs.set_env(
+                "LIBRARY_PATH",
+                driver_link_dir(state, name),
+                "common_ops, spatial_ops and deep_gemm_cpp link `cuda` by name (-lcuda; "
+                "sgl-kernel's CMakeLists.txt lines 421-422, 539, 555), which needs a file named "
+                f"libcuda.so on the linker's path: the build links one there to {doc['cuda_driver']} "
+                "(a driver-only host has libcuda.so.1 alone); the host's LIBRARY_PATH follows",
+            )
         if numa_planned:
             return doc  # keeps the step's "would install ..." message
         found = [str(doc.get("numa_header")), str(doc.get("cuda_driver") or "toolkit not yet")]
         message = "libnuma: {}; libcuda: {}".format(*found)
         step.message = ("installed libnuma; " + message) if step.status == "changed" else message
         return doc
+
+
+#: Directory (inside the build's copy of the tree) holding the libcuda.so link for -lcuda.
+DRIVER_LINK_DIR = ".sm120kit-link"
+
+
+def driver_link_dir(state: ProvisionState, name: str) -> str:
+    """Where `name`'s build finds ``libcuda.so`` (a link made after the tree is copied)."""
+    return posixpath.join(state.paths.build(name), "work", DRIVER_LINK_DIR)
+
+
+def driver_link(knobs: Knobs) -> tuple[str, str] | None:
+    """(directory, library) when `knobs` asks for a libcuda.so link, else None."""
+    prefix = "-Ccmake.define.CUDA_cuda_driver_LIBRARY="
+    library = next((a[len(prefix) :] for a in knobs.pip_args if a.startswith(prefix)), None)
+    directory = knobs.env.get("LIBRARY_PATH", "")
+    if not library or not directory.endswith("/" + DRIVER_LINK_DIR):
+        return None
+    return directory, library
+
+
+def link_driver(ctx: HostContext, knobs: Knobs) -> None:
+    """Make the ``libcuda.so`` link that the build's LIBRARY_PATH names (after the tree copy,
+    which replaces the directory it lives in)."""
+    link = driver_link(knobs)
+    if link is not None:
+        directory, library = link
+        target = posixpath.join(directory, "libcuda.so")
+        ctx.run(
+            f"mkdir -p {shlex.quote(directory)} && "
+            f"ln -sfn {shlex.quote(library)} {shlex.quote(target)}",
+            what="link libcuda.so for -lcuda",
+        )
 
 
 def cccl_cxx_flags(cuda_home: str) -> str:

@@ -265,9 +265,16 @@ def build_provenance(args, env):
 # -- the build ----------------------------------------------------------------------------
 
 
+# Search paths the build's env puts first; the host's own value, if any, still follows.
+_PREPENDED = ("LIBRARY_PATH",)
+
+
 def build_env(args):
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (args.get("env") or {}).items()})
+    for name in _PREPENDED:
+        if name in (args.get("env") or {}) and os.environ.get(name):
+            env[name] = env[name] + os.pathsep + os.environ[name]
     # Tools installed into the managed env (ninja, cmake) must win over the system's.
     bindir = os.path.dirname(args["python"])
     if bindir:
