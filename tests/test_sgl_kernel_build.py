@@ -28,6 +28,7 @@ from sm120kit.ops.build import (
 from sm120kit.ops.cmake_check import ensure_prerequisites, link_driver, require_arch
 from sm120kit.ops.deps import ensure_dependencies
 from sm120kit.plan import PlanOptions, prepare
+from sm120kit.remote.cmake_probe import DRIVER_API
 from sm120kit.results import RunResult
 from sm120kit.runner import HostContext, Runner, RunOptions
 from sm120kit.state import Toolkit
@@ -79,9 +80,10 @@ def test_explain_is_a_dry_run_from_the_recipe(fleet: Fleet, tmp_path: Path) -> N
 # ------------------------------------------------------------------------------- realsrc
 
 
-def _stub_libcuda(tmp: Path) -> str:
+def _stub_libcuda(tmp: Path, names: tuple[str, ...] = DRIVER_API) -> str:
+    """A libcuda.so with the driver's soname defining `names` (there is no GPU driver here)."""
     src = tmp / "stub.c"
-    src.write_text("void cuInit(void) {}\n")
+    src.write_text("".join(f"void {n}(void) {{}}\n" for n in names))
     out = tmp / "libcuda.so"
     subprocess.run(
         ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out), str(src)],
@@ -250,21 +252,40 @@ def test_minus_lcuda_links_on_a_driver_only_host(fleet: Fleet, tmp_path: Path) -
     assert os.readlink(link_dir / "libcuda.so") == str(driver)
     assert "-lcuda" in seen["explain"][0][2]
     obj = tmp_path / "ext.c"
-    obj.write_text("void cuInit(void);\nvoid use(void) { cuInit(); }\n")
+    obj.write_text("void cuMemCreate(void);\nvoid use(void) { cuMemCreate(); }\n")
     out = tmp_path / "ext.so"
-    plain = subprocess.run(
-        ["g++", "-shared", "-fPIC", "-x", "c", str(obj), "-o", str(out), "-lcuda"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "LIBRARY_PATH": ""},
-    )
+
+    def link(library_path: str) -> subprocess.CompletedProcess[str]:
+        # --as-needed explicitly: some distributions' gcc passes it by default, some not.
+        return subprocess.run(
+            ["g++", "-shared", "-fPIC", "-Wl,--as-needed", "-x", "c", str(obj), "-o", str(out)]
+            + ["-lcuda"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "LIBRARY_PATH": library_path},
+        )
+
+    plain = link("")
     assert plain.returncode != 0 and "cannot find -lcuda" in plain.stderr
-    linked = subprocess.run(
-        ["g++", "-shared", "-fPIC", "-x", "c", str(obj), "-o", str(out), "-lcuda"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "LIBRARY_PATH": str(link_dir)},
-    )
+    linked = link(str(link_dir))
     assert linked.returncode == 0, linked.stderr
     needed = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True).stdout
     assert "Shared library: [libcuda.so.1]" in needed
+
+    # A stub that defines too little links without an error, and --as-needed drops
+    # libcuda.so.1: the module would fail to load on a GPU host. prereqs refuses it.
+    thin_dir = tmp_path / "thin"
+    thin_dir.mkdir()
+    thin = Path(_stub_libcuda(thin_dir, ("cuInit",)))
+    (thin_dir / "link").mkdir()
+    (thin_dir / "link" / "libcuda.so").symlink_to(thin)
+    assert link(str(thin_dir / "link")).returncode == 0
+    needed = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True).stdout
+    assert "libcuda.so.1" not in needed
+    sk.vars["cuda_driver_library"] = str(thin)
+    refused = runner.run("link-test", [sk], op)
+    error = refused.hosts["dl"].error or ""
+    assert refused.hosts["dl"].status == "failed"
+    assert error.startswith("sgl-kernel: host prerequisites missing: ")
+    assert f"{thin} does not define the CUDA driver API (lacks cuDriverGetVersion, " in error
+    assert "--as-needed drops libcuda.so.1" in error

@@ -35,6 +35,7 @@ from sm120kit.knobs import resolve_knobs
 from sm120kit.recipes import load_recipes
 from sm120kit.remote import cmake_probe, script_bundle
 from sm120kit.remote import fetch_source as fs
+from sm120kit.remote.cmake_probe import DRIVER_API
 from tests.conftest import invoke_env, run_invoke
 from tests.support.sample_wheel import cuobjdump
 
@@ -144,7 +145,7 @@ def libcuda_stub(tmp: Path) -> str:
         if stub.exists():
             return str(stub)
     src = tmp / "stub.c"
-    src.write_text("void cuInit(void) {}\n")
+    src.write_text("".join(f"void {name}(void) {{}}\n" for name in DRIVER_API))
     out = tmp / "libcuda.so"
     subprocess.run(
         ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out), str(src)],

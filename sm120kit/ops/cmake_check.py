@@ -119,6 +119,15 @@ def ensure_prerequisites(
                 "system library directories, host var cuda_driver_library unset): mscclpp links "
                 "it; the runfile toolkit ships the stub, a GPU host's driver has libcuda.so.1"
             )
+        lacks = doc.get("cuda_driver_lacks") or []
+        if cuda_home and doc.get("cuda_driver") and lacks:
+            missing.append(
+                f"{doc['cuda_driver']} does not define the CUDA driver API (lacks "
+                f"{', '.join(lacks)}): linked against it, the linker's --as-needed drops "
+                "libcuda.so.1 from the modules, which then fail to load with 'undefined symbol "
+                "cu...'; point host var cuda_driver_library at the toolkit's "
+                "lib64/stubs/libcuda.so or the driver's libcuda.so.1"
+            )
         if missing:
             raise HostFailed(f"{name}: host prerequisites missing: " + "; ".join(missing))
         if cuda_home and state.env is not None and state.env.torch_cuda:

@@ -6,7 +6,9 @@ Operations (``"op"``):
 - ``prereqs``: ``{"cuda_home", "cuda_driver"}`` -> where the libnuma headers and library are
   (mscclpp calls ``find_package(NUMA REQUIRED)``) and a library for ``CUDA::cuda_driver``
   (`cuda_driver` when it exists, else the toolkit's ``lib64/stubs/libcuda.so``, else the
-  driver's ``libcuda.so`` / ``libcuda.so.1``), each null when missing.
+  driver's ``libcuda.so`` / ``libcuda.so.1``), each null when missing; for the library found,
+  ``cuda_driver_lacks``: the driver API entry points it does not define (a stub that defines
+  too few links without error, and ``--as-needed`` then drops ``libcuda.so.1`` from the module).
 - ``configure``: ``{"src", "build_dir", "cmake", "generator", "defines": {...}, "env": {...},
   "timeout"}`` -> runs ``cmake -S src -B build_dir -G Ninja -DX=Y ...`` (the build dir is
   emptied first) and reads ``compile_commands.json``: per target (from each output path
@@ -30,6 +32,8 @@ import shutil
 import subprocess
 import sys
 import time
+
+from sm120kit.remote.lib.elf import open_elf
 
 _TARGET = re.compile(r"CMakeFiles/([^/]+)\.dir/")
 _GENCODE = re.compile(
@@ -85,6 +89,20 @@ def _find(names, dirs):
     return None
 
 
+# Driver API entry points any libcuda (the toolkit's stub, a driver's libcuda.so.1) defines,
+# and that sgl-kernel's modules call (mscclpp's cuMemCreate, cuLaunchKernel, ...).
+DRIVER_API = ("cuInit", "cuDriverGetVersion", "cuMemCreate", "cuModuleLoadData", "cuLaunchKernel")
+
+
+def driver_api_lacks(path):
+    """The DRIVER_API names that the shared library at `path` does not define."""
+    elf = open_elf(path)
+    if elf is None:
+        return ["(not a readable ELF shared library)"]
+    defined = elf.symbols()[1]
+    return [name for name in DRIVER_API if name not in defined]
+
+
 def prereqs(args):
     cuda_home = args.get("cuda_home") or ""
     inc = ["/usr/include", "/usr/local/include"]
@@ -92,14 +110,14 @@ def prereqs(args):
     stubs = [os.path.join(cuda_home, d, "stubs") for d in ("lib64", "lib")] if cuda_home else []
     given = args.get("cuda_driver") or ""
     driver = given if given and os.path.exists(given) else None
+    # The toolkit's stub, else the driver's library (a GPU host has libcuda.so.1).
+    driver = driver or _find(["libcuda.so"], stubs + libs) or _find(["libcuda.so.1"], libs)
     return {
         "ok": True,
         "numa_header": _find(["numa.h"], inc),
         "numa_library": _find(["libnuma.so"], libs),
-        # The toolkit's stub, else the driver's library (a GPU host has libcuda.so.1).
-        "cuda_driver": driver
-        or _find(["libcuda.so"], stubs + libs)
-        or _find(["libcuda.so.1"], libs),
+        "cuda_driver": driver,
+        "cuda_driver_lacks": driver_api_lacks(driver) if driver else [],
     }
 
 
