@@ -135,6 +135,7 @@ def _build(c, package, f):
         f,
         packages=[package],
         explain=f["explain"],
+        rebuild=f["rebuild"],
         max_jobs=f["max_jobs"],
         nvcc_threads=f["nvcc_threads"],
     )

@@ -39,6 +39,11 @@ FLAGS: dict[str, Flag] = {
     "break_lock": Flag(False, "take over the per-host lock even if another run holds it"),
     "package": Flag(None, "package name from the recipe (e.g. minikernel, flash-attn, sgl-kernel)"),
     "explain": Flag(False, "print the resolved build env, flags and the reason for each"),
+    "rebuild": Flag(
+        False,
+        "build even when the installed wheel or a cached one has the key (replaces the "
+        "cached wheel; for a wheel found bad by something the key does not cover)",
+    ),
     "max_jobs": Flag(0, "override MAX_JOBS (parallel compile jobs) for this run"),
     "nvcc_threads": Flag(0, "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run"),
     "recheck": Flag(False, "run the smoke checks even where a remembered verdict still applies"),
@@ -77,7 +82,7 @@ COMMON = ("host", "inventory", "json", "forks", "accept_new_host_keys", "ask_pas
 #: The flags that pick a recipe without asking the host.
 RECIPE = ("driver", "arch", "recipe")
 #: `build` and `build-<package>`.
-BUILD = (*COMMON, *RECIPE, "break_lock", "explain", "max_jobs", "nvcc_threads")
+BUILD = (*COMMON, *RECIPE, "break_lock", "explain", "rebuild", "max_jobs", "nvcc_threads")
 
 
 def helps(names: Iterable[str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:

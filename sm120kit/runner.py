@@ -214,6 +214,8 @@ class Runner:
         self.options = options
         self.progress = progress or NullProgress()
         self.run_dir: Path | None = None
+        #: The hosts of the current run (what the wheel cache's election may wait for).
+        self.host_names: frozenset[str] = frozenset()
         #: What the host threads of this run share (settings, wheel cache, once-per-run values).
         self.shared = Run()
 
@@ -270,6 +272,7 @@ class Runner:
         """
         run_dir = self._make_run_dir(task)
         self.run_dir = run_dir
+        self.host_names = frozenset(h.name for h in hosts)
         results = {h.name: HostResult(h.name) for h in hosts}
         started: set[str] = set()
         interrupted: str | None = None

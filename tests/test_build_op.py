@@ -508,6 +508,59 @@ def test_oom_kill_is_retried_with_fewer_jobs(
     assert "OOM, retried: MAX_JOBS 4 -> 2; OOM, retried: MAX_JOBS 2 -> 1" in buf.getvalue()
 
 
+def test_rebuild_replaces_the_cached_wheel_once_per_key(
+    fleet: Fleet, tmp_path: Path, toolkit: Toolkit
+) -> None:
+    """--rebuild: a wheel installed and cached under the key is neither kept nor taken. Host
+    B builds first; then, with --rebuild and B's build_host set to A, A builds and B waits
+    for that wheel, dropping the one its own host store still holds; the stored entry is
+    replaced, and the next run without the flag changes nothing. MAX_JOBS (not a key input,
+    but recorded in the fake's wheel) tells the two wheels apart."""
+    base = "recipe.packages.flash-attn."
+    fa = {
+        base + "source.kind": "path",
+        base + "source.path": "tests/fixtures/fake_flash_attn",
+        base + "needs_cuda_torch": False,
+    }
+    envs = {n: make_env(tmp_path / f"env-{n}") for n in ("rb-a", "rb-b")}
+    a = host(fleet, tmp_path, "rb-a", **fa)
+    b = host(fleet, tmp_path, "rb-b", **fa)
+
+    def run(hosts: list[Host], **options: Any) -> dict[str, dict[str, Any]]:
+        def op(ctx: HostContext) -> None:
+            package_task("flash-attn", toolkit, envs[ctx.host.name], options)(ctx)
+
+        result = run_op(fleet, tmp_path, hosts, op)
+        assert_ok(result)
+        return {
+            n: {**r.data["packages"]["flash-attn"], "events": r.data.get("cache_events", [])}
+            for n, r in result.hosts.items()
+        }
+
+    def stored_meta() -> dict[str, Any]:
+        [meta] = (tmp_path / "controller-store").rglob("meta.json")
+        return json.loads(meta.read_text())
+
+    first = run([b], max_jobs=1)
+    assert first["rb-b"]["wheel_from"] == "build"
+    before = stored_meta()
+    b.vars["build_host"] = "rb-a"
+    again = run([a, b], max_jobs=2, rebuild=True)
+    assert again["rb-a"]["wheel_from"] == "build"
+    assert again["rb-b"]["wheel_from"] == "cache:local"
+    assert {r["key"] for r in again.values()} == {first["rb-b"]["key"]}
+    after = stored_meta()
+    assert after["run_id"] != before["run_id"] and after["builder_host"] == "rb-a"
+    assert after["sha256"] != before["sha256"]
+    assert {r["sha256"] for r in again.values()} == {after["sha256"]}
+    assert any("replaced wheel dropped from host" in e for e in again["rb-b"]["events"])
+    for rec in again.values():
+        with zipfile.ZipFile(rec["wheel"]) as zf:
+            assert json.loads(zf.read("fake_flash_attn/_build_seen.json"))["MAX_JOBS"] == "2"
+    settled = run([a, b], max_jobs=2)
+    assert {r["installed"] for r in settled.values()} == {"already"}
+
+
 def test_flash_attn_explain_of_the_real_recipe(fleet: Fleet, tmp_path: Path) -> None:
     """`invoke build --package flash-attn --explain` with the real recipe: the settings and
     why, in the JSON; a CPU torch cannot build it, so the host fails with that one line

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 COMMON = {"host", "inventory", "json", "forks", "accept-new-host-keys", "ask-pass"}
 RECIPE = {"driver", "arch", "recipe"}
-BUILD = COMMON | RECIPE | {"break-lock", "explain", "max-jobs", "nvcc-threads"}
+BUILD = COMMON | RECIPE | {"break-lock", "explain", "rebuild", "max-jobs", "nvcc-threads"}
 
 EXPECTED: dict[str, set[str]] = {
     "facts": COMMON,
@@ -58,6 +58,8 @@ HELP = {
     "break-lock": "take over the per-host lock even if another run holds it",
     "package": "package name from the recipe (e.g. minikernel, flash-attn, sgl-kernel)",
     "explain": "print the resolved build env, flags and the reason for each",
+    "rebuild": "build even when the installed wheel or a cached one has the key (replaces the "
+    "cached wheel; for a wheel found bad by something the key does not cover)",
     "max-jobs": "override MAX_JOBS (parallel compile jobs) for this run",
     "nvcc-threads": "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run",
     "recheck": "run the smoke checks even where a remembered verdict still applies",
@@ -90,6 +92,7 @@ BOOL_FLAGS = {
     "break-lock",
     "explain",
     "recheck",
+    "rebuild",
     "refresh",
 }
 

@@ -19,10 +19,13 @@ from ..results import HostResult
 
 
 class RunView(Protocol):
-    """The part of a Runner the cache uses: its progress display."""
+    """The part of a Runner the cache uses: its progress display and the run's hosts."""
 
     @property
     def progress(self) -> Progress: ...
+
+    @property
+    def host_names(self) -> frozenset[str]: ...
 
 
 class StateView(Protocol):

@@ -41,6 +41,7 @@ class _Published:
 
     host: str
     stores: list[str]
+    sha256: str = ""
 
 
 @dataclass
@@ -86,8 +87,16 @@ class Election:
         while True:
             with slot.cond:
                 seen = slot.finished
+                fresh = slot.published.sha256 if slot.published is not None else ""
             failed: set[str] = set()
-            got = self.lookup.find(req, failed)
+            # --rebuild: what the stores hold is what is being replaced, until this run's
+            # build of the key is published. A host whose build_host is outside this run
+            # takes what the cache has: nothing here will replace it.
+            replacing = req.rebuild and (may_build or designated in ctx.runner.host_names)
+            if replacing and not fresh:
+                got = None
+            else:
+                got = self.lookup.find(req, failed, sha256=fresh if replacing else "")
             if got is not None:
                 if waited_for:
                     got.events.append(f"{inputs.package}: waited for {waited_for}'s build")
@@ -201,6 +210,6 @@ class Election:
             slot.finished += 1
             slot.failure = None
             if got.wheel_from == "build":
-                slot.published = _Published(host, list(got.stored_in))
+                slot.published = _Published(host, list(got.stored_in), got.sha256)
             slot.cond.notify_all()
         return got

@@ -56,7 +56,7 @@ class LockedBuild:
             if got is not None:
                 return got
         try:
-            if held:
+            if held and not req.rebuild:
                 # Another run may have stored it between our lookup and the lock.
                 got = self.lookup.find(req)
                 if got is not None:

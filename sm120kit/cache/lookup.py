@@ -44,9 +44,13 @@ class Lookup:
                 return Obtained("", str(meta["sha256"]), f"cache:{src.name}", key)
         return Obtained("", "", "would build", key)
 
-    def find(self, req: WheelRequest, failed: set[str] | None = None) -> Obtained | None:
+    def find(
+        self, req: WheelRequest, failed: set[str] | None = None, sha256: str = ""
+    ) -> Obtained | None:
         """The wheel from the first store that has it, or None; ``failed`` collects the stores
-        whose lookup went wrong this time (a miss that says nothing)."""
+        whose lookup went wrong this time (a miss that says nothing). With `sha256` (a rebuild
+        of this run), only that wheel counts: another under the key is stale, and is dropped
+        from the host's own store so that later runs do not take it either."""
         ctx, key, events = req.ctx, req.key, req.events
         for src in req.sources:
             down = self.health.is_down(src.name)
@@ -57,6 +61,11 @@ class Lookup:
                 meta = src.store.get_meta(key)
                 self.health.mark_up(src.name, events)
                 if meta is None:
+                    continue
+                if sha256 and meta.get("sha256") != sha256:
+                    if src.host_root is not None:
+                        src.store.delete_blob(f"{entry_dir(key)}/{META_NAME}")
+                        add_event(events, f"{key[:12]}: replaced wheel dropped from {src.name}")
                     continue
                 if src.host_root is not None:
                     got = self._from_host_store(ctx, src, key, meta, req.dest_dir)

@@ -58,6 +58,7 @@ class WheelRequest:
     build: Callable[[], BuiltWheel]
     dest_dir: str
     sources: list[Source]
+    rebuild: bool = False  # stored wheels of the key are not taken until this run built one
     events: list[str] = field(default_factory=list)
 
     @property

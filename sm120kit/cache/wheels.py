@@ -92,16 +92,22 @@ class WheelCache:
         inputs: KeyInputs,
         build: Callable[[], BuiltWheel],
         dest_dir: str,
+        rebuild: bool = False,
     ) -> Obtained:
-        """The wheel for ``inputs`` in ``dest_dir`` on ctx's host, from a cache or a build."""
+        """The wheel for ``inputs`` in ``dest_dir`` on ctx's host, from a cache or a build.
+
+        `rebuild`: a wheel already stored under the key is not taken; this run builds it once
+        (one host per key, as for a miss) and replaces the stored one."""
         key = compute_key(inputs)
         sources = self._stores.sources(ctx)
         ctx.log.info(
             "wheel cache: %s key %s, stores %s", inputs.package, key, [s.name for s in sources]
         )
         if ctx.check_mode:
+            if rebuild:
+                return Obtained("", "", "would build", key)
             return self._lookup.peek(sources, key)
-        req = WheelRequest(ctx, inputs, key, build, dest_dir, sources)
+        req = WheelRequest(ctx, inputs, key, build, dest_dir, sources, rebuild=rebuild)
         try:
             return self._election.obtain(req)
         finally:

@@ -1070,7 +1070,10 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     marker_path = installed_marker(state, name)
     assert marker_path is not None
     installed = _read_json(ctx, marker_path)
-    already = bool(installed and installed.get("key") == key and installed.get("sha256"))
+    rebuild = bool(state.options.get("rebuild"))
+    already = bool(
+        installed and installed.get("key") == key and installed.get("sha256") and not rebuild
+    )
     with ctx.step(f"wheel:{name}") as step:
         if already and installed is not None:
             record.update(
@@ -1112,7 +1115,8 @@ def _obtain(
         built.update(seconds=wheel.seconds, log=wheel.log)
         return wheel
 
-    obtained = cache_for(ctx.runner).obtain(ctx, inputs, build, dest)
+    rebuild = bool(state.options.get("rebuild"))
+    obtained = cache_for(ctx.runner).obtain(ctx, inputs, build, dest, rebuild=rebuild)
     record.update(
         wheel=obtained.path or None,
         sha256=obtained.sha256 or None,
