@@ -93,6 +93,18 @@ def host(fleet: Fleet, tmp: Path, name: str, **extra: Any) -> Host:
     return Host(name, vars=vars_)
 
 
+def fake_flash_attn(**knobs: str) -> dict[str, Any]:
+    """Host vars that make flash-attn the fake package (a path source that compiles nothing),
+    with `knobs` as its recipe knobs (FAKE_FLASH_ATTN_FAIL, FAKE_FLASH_ATTN_SLEEP)."""
+    base = "recipe.packages.flash-attn."
+    return {
+        base + "source.kind": "path",
+        base + "source.path": "tests/fixtures/fake_flash_attn",
+        base + "needs_cuda_torch": False,
+        **{f"{base}knobs.{name}": value for name, value in knobs.items()},
+    }
+
+
 def run_op(
     fleet: Fleet,
     tmp: Path,
@@ -353,12 +365,7 @@ def test_fake_flash_attn_gets_its_knobs_and_is_shared_by_the_cache(
     FLASH_ATTN_CUDA_ARCHS=120 from the arch list, FLASH_ATTENTION_FORCE_BUILD=TRUE, MAX_JOBS and
     NVCC_THREADS from the run flags. A rerun is all "ok"; a second host takes the wheel from
     the controller store instead of building it again."""
-    base = "recipe.packages.flash-attn."
-    fa = {
-        base + "source.kind": "path",
-        base + "source.path": "tests/fixtures/fake_flash_attn",
-        base + "needs_cuda_torch": False,  # the fake compiles nothing
-    }
+    fa = fake_flash_attn()
     env = make_env(tmp_path / "env-a")
     options = {"max_jobs": 3, "nvcc_threads": 2, "explain": True}
     a = host(fleet, tmp_path, "fa-a", **fa)
@@ -423,14 +430,7 @@ def test_failed_build_names_the_cause_and_shows_progress(
     """A build the OOM killer stops (the fake prints what ninja and nvcc print then): one line
     naming the settings to lower and the log's last line; the full log is copied into the run
     directory; nothing is installed or cached. While it ran, the progress file was polled."""
-    base = "recipe.packages.flash-attn."
-    fa = {
-        base + "source.kind": "path",
-        base + "source.path": "tests/fixtures/fake_flash_attn",
-        base + "needs_cuda_torch": False,
-        base + "knobs.FAKE_FLASH_ATTN_FAIL": "oom",
-        base + "knobs.FAKE_FLASH_ATTN_SLEEP": "5",
-    }
+    fa = fake_flash_attn(FAKE_FLASH_ATTN_FAIL="oom", FAKE_FLASH_ATTN_SLEEP="5")
     env = make_env(tmp_path / "env")
     progress = Recorded()
     h = host(fleet, tmp_path, "oom", oom_retries=0, **fa)
@@ -465,13 +465,7 @@ def test_oom_kill_is_retried_with_fewer_jobs(
     retries are in the package record and the build table, and the failed run's log is kept
     as <log>.1. The fake flash-attn prints what an OOM-killed ninja build prints while
     MAX_JOBS is above 1 (no real OOM here: this machine's memory must stay usable)."""
-    base = "recipe.packages.flash-attn."
-    fa = {
-        base + "source.kind": "path",
-        base + "source.path": "tests/fixtures/fake_flash_attn",
-        base + "needs_cuda_torch": False,
-        base + "knobs.FAKE_FLASH_ATTN_FAIL": "oom-above-1-job",
-    }
+    fa = fake_flash_attn(FAKE_FLASH_ATTN_FAIL="oom-above-1-job")
     options = {"max_jobs": 4, "nvcc_threads": 2}
     env = make_env(tmp_path / "env")
     # One retry (the default): 4 -> 2 jobs is still too many; one line says both.
@@ -516,12 +510,7 @@ def test_rebuild_replaces_the_cached_wheel_once_per_key(
     for that wheel, dropping the one its own host store still holds; the stored entry is
     replaced, and the next run without the flag changes nothing. MAX_JOBS (not a key input,
     but recorded in the fake's wheel) tells the two wheels apart."""
-    base = "recipe.packages.flash-attn."
-    fa = {
-        base + "source.kind": "path",
-        base + "source.path": "tests/fixtures/fake_flash_attn",
-        base + "needs_cuda_torch": False,
-    }
+    fa = fake_flash_attn()
     envs = {n: make_env(tmp_path / f"env-{n}") for n in ("rb-a", "rb-b")}
     a = host(fleet, tmp_path, "rb-a", **fa)
     b = host(fleet, tmp_path, "rb-b", **fa)
