@@ -94,14 +94,19 @@ def plan(c, **f):
     cli.finish(s, s.run("plan", provision.plan_or_provision_op(opts)), report.render_plan)
 
 
-@task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "recheck")
+@task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "rebuild", "recheck")
 def provision(c, **f):
     """Toolkit, env, builds (through the wheel cache), smoke: in order, one run, one recap."""
     from sm120kit import provision
     from sm120kit.output import report
 
     opts = _plan_options(
-        c, f, max_jobs=f["max_jobs"], nvcc_threads=f["nvcc_threads"], recheck=f["recheck"]
+        c,
+        f,
+        max_jobs=f["max_jobs"],
+        nvcc_threads=f["nvcc_threads"],
+        rebuild=f["rebuild"],
+        recheck=f["recheck"],
     )
     s = _session(c, f, break_lock=f["break_lock"])
     opts.recipes()

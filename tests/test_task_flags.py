@@ -26,7 +26,7 @@ EXPECTED: dict[str, set[str]] = {
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
     "plan": COMMON | RECIPE | {"explain"},
-    "provision": COMMON | RECIPE | {"break-lock", "max-jobs", "nvcc-threads", "recheck"},
+    "provision": COMMON | RECIPE | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
