@@ -29,11 +29,11 @@ import re
 import resource
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 
 from sm120kit.remote.lib.elf import open_elf
+from sm120kit.remote.lib.proc import StepFailed, run
 
 _TARGET = re.compile(r"CMakeFiles/([^/]+)\.dir/")
 _GENCODE = re.compile(
@@ -122,18 +122,10 @@ def prereqs(args):
 
 
 def _run(argv, env, timeout, cwd=None):
+    """(exit code, merged output, seconds) of `argv`."""
     start = time.time()
-    proc = subprocess.run(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
-    )
-    text = proc.stdout.decode("utf-8", "replace")
-    return proc.returncode, text, round(time.time() - start, 3)
+    code, text, _ = run(argv, cwd=cwd, timeout=timeout, env=env)
+    return code, text, round(time.time() - start, 3)
 
 
 def configure(args):
@@ -224,7 +216,7 @@ def main(argv):
         result = OPS[args.get("op", "configure")](args)
     except KeyError as exc:
         result = {"ok": False, "error": f"unknown op or missing argument: {exc}"}
-    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+    except (OSError, ValueError, StepFailed) as exc:
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     sys.stdout.write(json.dumps(result) + "\n")
     return 0 if result.get("ok") else 1

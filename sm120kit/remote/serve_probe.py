@@ -22,12 +22,13 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from sm120kit.remote.lib.proc import StepFailed, run
 
 #: Command lines that look like an LLM server launch (used when nothing listens on the port).
 DEFAULT_PROCESS_MATCH = (
@@ -269,20 +270,14 @@ def _find_py_spy(explicit, pythons):
 
 
 def _run(argv, timeout):
+    """(stdout, None) of `argv`, or (None, why it failed)."""
     try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout}s"
-    except OSError as exc:
+        code, out, err = run(argv, timeout=timeout, merge=False)
+    except (StepFailed, OSError) as exc:
         return None, str(exc)
-    if proc.returncode != 0:
-        return None, (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")
-    return proc.stdout, None
+    if code != 0:
+        return None, (err.strip() or out.strip() or f"exit {code}")
+    return out, None
 
 
 def py_spy_dump(py_spy, pid, timeout):

@@ -19,16 +19,20 @@ def tail_of(text, lines=15):
 def run(argv, cwd=None, timeout=None, merge=True, env=None):
     """(exit code, stdout, stderr) of `argv`; stderr is merged into stdout when `merge`.
 
-    A missing program or a timeout raises StepFailed.
+    A missing program or a timeout raises StepFailed. Output that is not UTF-8 (a compiler
+    echoing a binary, a locale's quotes) is decoded with replacement characters, never an
+    error; the child's stdin is empty (a remote script's own stdin held its program).
     """
     try:
         p = subprocess.run(
             argv,
             cwd=cwd,
             env=env,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-            universal_newlines=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=timeout,
         )
     except FileNotFoundError:
