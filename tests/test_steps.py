@@ -282,6 +282,7 @@ def test_patch_steps_apply_all_or_leave_the_tree(tmp_path: Path) -> None:
 
 def test_bundles_carry_the_library_they_import() -> None:
     assert lib_closure(script_source("make_env")) == [
+        "sm120kit.remote.lib.download",
         "sm120kit.remote.lib.files",
         "sm120kit.remote.lib.proc",
         "sm120kit.remote.lib.steps",

@@ -22,7 +22,6 @@ Prints ``{"ok": bool, "changed": bool, "dest": dir, "identity": {...}, "tree_sha
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -32,6 +31,8 @@ import tempfile
 import urllib.parse
 import urllib.request
 
+from sm120kit.remote.lib.download import ChecksumMismatch, DownloadFailed
+from sm120kit.remote.lib.download import download as download_file
 from sm120kit.remote.lib.files import sha256_file
 from sm120kit.remote.lib.sourcetree import (
     DEFAULT_INDEX,
@@ -45,7 +46,6 @@ from sm120kit.remote.lib.sourcetree import (
     single_top,
     subdir_of,
     tree_hash,
-    unlink_quietly,
     unpack,
 )
 
@@ -80,27 +80,19 @@ def download(urls, sha256, cache_dir):
     errors = []
     for url in urls:
         fd, part = tempfile.mkstemp(dir=slot, prefix=".part-")
+        os.close(fd)
         try:
-            digest = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out:
-                with urllib.request.urlopen(url, timeout=120) as resp:
-                    for block in iter(lambda: resp.read(1 << 20), b""):
-                        digest.update(block)
-                        out.write(block)
-            actual = digest.hexdigest()
-            if actual != sha256:
-                raise FetchError(f"sha256 mismatch for {url}: expected {sha256}, got {actual}")
+            download_file(url, part, sha256, timeout=120)
             os.replace(part, final)
             return final, True
-        except FetchError:
-            unlink_quietly(part)
+        except ChecksumMismatch as exc:
             _rmdir_if_empty(slot)
-            raise  # a wrong file is not a reason to try the next mirror silently
-        except (OSError, ValueError) as exc:
-            unlink_quietly(part)
-            errors.append(f"{url}: {exc}")
+            # A wrong file is not a reason to try the next mirror silently.
+            raise FetchError(str(exc)) from None
+        except DownloadFailed as exc:
+            errors.append(str(exc))
     _rmdir_if_empty(slot)
-    raise FetchError("download failed: " + "; ".join(errors))
+    raise FetchError("; ".join(errors))
 
 
 def _rmdir_if_empty(path):

@@ -14,13 +14,13 @@ steps completed, "seconds", "log_tail"}`` plus what the ops recorded.
 """
 
 import glob
-import hashlib
 import os
 import signal
 import time
-import urllib.request
 
-from sm120kit.remote.lib.files import CHUNK, remove, write_atomic
+from sm120kit.remote.lib.download import DownloadFailed
+from sm120kit.remote.lib.download import download as fetch_url
+from sm120kit.remote.lib.files import remove, write_atomic
 from sm120kit.remote.lib.proc import StepFailed, run, tail_of
 
 
@@ -40,35 +40,10 @@ def trap_signals():
 
 def download(url, dest, sha256):
     """Fetch `url` to `dest`, checking `sha256` when given; the hex digest it had."""
-    parent = os.path.dirname(dest)
-    if parent and not os.path.isdir(parent):
-        os.makedirs(parent)
-    digest = hashlib.sha256()
     try:
-        # The .part file exists before the request goes out, so a run killed at any point of
-        # the download leaves a dot-named file the next run cleans up.
-        with open(dest, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-            expected = resp.headers.get("Content-Length")
-            total = 0
-            while True:
-                block = resp.read(CHUNK)
-                if not block:
-                    break
-                total += len(block)
-                digest.update(block)
-                out.write(block)
-        # http.client's read(n) returns b"" when the server hangs up early instead of raising:
-        # a dropped connection must not pass for a short file.
-        if expected is not None and total != int(expected):
-            raise OSError("connection closed after %d of %s bytes" % (total, expected))
-    except Exception as exc:  # urllib raises many types; all mean "no file"
-        remove(dest)
-        raise StepFailed("download of %s failed: %s: %s" % (url, type(exc).__name__, exc)) from None
-    got = digest.hexdigest()
-    if sha256 and got.lower() != sha256.lower():
-        remove(dest)
-        raise StepFailed("sha256 mismatch for %s: got %s, expected %s" % (url, got, sha256))
-    return got
+        return fetch_url(url, dest, sha256)
+    except DownloadFailed as exc:
+        raise StepFailed(str(exc)) from None
 
 
 def run_checked(argv, cwd=None, timeout=None):

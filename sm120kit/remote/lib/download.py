@@ -1,0 +1,53 @@
+"""One URL to one file on the host, checked: the download both the steps and the source
+fetcher use."""
+
+import hashlib
+import os
+import urllib.request
+
+from sm120kit.remote.lib.files import CHUNK, remove
+
+
+class DownloadFailed(Exception):
+    """No file: the request, the connection or the write failed (the message says which)."""
+
+
+class ChecksumMismatch(DownloadFailed):
+    """The whole file arrived and is not the one asked for (no other mirror should be tried)."""
+
+
+def download(url, dest, sha256="", timeout=60):
+    """Fetch `url` to `dest`, checking `sha256` when given; the hex digest it had.
+
+    `dest` is removed on any failure. The file exists before the request goes out, so a run
+    killed at any point leaves it for the caller's cleanup (callers name it as a part file).
+    """
+    parent = os.path.dirname(dest)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent)
+    digest = hashlib.sha256()
+    try:
+        with open(dest, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            expected = resp.headers.get("Content-Length")
+            total = 0
+            while True:
+                block = resp.read(CHUNK)
+                if not block:
+                    break
+                total += len(block)
+                digest.update(block)
+                out.write(block)
+        # http.client's read(n) returns b"" when the server hangs up early instead of raising:
+        # a dropped connection must not pass for a short file.
+        if expected is not None and total != int(expected):
+            raise OSError("connection closed after %d of %s bytes" % (total, expected))
+    except Exception as exc:  # urllib raises many types; all mean "no file"
+        remove(dest)
+        raise DownloadFailed(
+            "download of %s failed: %s: %s" % (url, type(exc).__name__, exc)
+        ) from None
+    got = digest.hexdigest()
+    if sha256 and got.lower() != sha256.lower():
+        remove(dest)
+        raise ChecksumMismatch("sha256 mismatch for %s: expected %s, got %s" % (url, sha256, got))
+    return got
