@@ -107,7 +107,9 @@ class LockedBuild:
                 req.ctx.log.info("cache lock %s held by %s; waiting", key[:12], who)
                 req.progress(f"another run builds it ({who})")
             time.sleep(self.config.poll_interval)
-            got = self.lookup.find(req)
+            # --rebuild waits for the lock itself: a wheel that shows up meanwhile may be the
+            # one being replaced.
+            got = None if req.rebuild else self.lookup.find(req)
             if got is not None:
                 got.events.append(f"{req.inputs.package}: waited for another run's build ({who})")
                 return False, got
