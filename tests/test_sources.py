@@ -5,6 +5,8 @@ real upstream trees are tests/test_sgl_kernel_real.py's."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -98,6 +100,9 @@ def git_daemon(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # `git daemon` runs git-daemon as its child: killing only the wrapper left the
+        # listener running after every test. Its own process group goes whole.
+        start_new_session=True,
     )
     try:
         for _ in range(200):
@@ -109,7 +114,7 @@ def git_daemon(tmp_path: Path) -> Iterator[tuple[str, Path]]:
                 time.sleep(0.05)
         yield f"git://127.0.0.1:{port}", served
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
 
