@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from .errors import RecipeError
 from .remote.lib.buildlog import PARALLEL_KNOBS
 from .remote.lib.buildlog import classify as _classify
+from .sglkernel import defines_from_pip_args
 
 KINDS = ("torch-ext", "flash-attn", "sgl-kernel")
 
@@ -597,23 +598,22 @@ def lowered_for_oom(knobs: Knobs) -> tuple[Knobs, str] | None:
     """
     lowered = Knobs(dict(knobs.env), list(knobs.pip_args), list(knobs.explain))
     why = "halved after the OOM killer stopped the build"
-    jobs = [(n, _positive(knobs.env.get(n))) for n in _JOB_KNOBS if n in knobs.env]
-    if any(v and v > 1 for _, v in jobs):
-        changes = []
-        for name, value in jobs:
-            if value and value > 1:
-                lowered.set_env(name, value // 2, why)
-                changes.append(f"{name} {value} -> {value // 2}")
+    changes = []
+    for name in _JOB_KNOBS:
+        value = _positive(knobs.env.get(name))
+        if value and value > 1:
+            lowered.set_env(name, value // 2, why)
+            changes.append(f"{name} {value} -> {value // 2}")
+    if changes:
         return lowered, ", ".join(changes)
     for name in _THREAD_KNOBS:
         value = _positive(knobs.env.get(name))
         if value and value > 1:
             lowered.set_env(name, value // 2, why)
             return lowered, f"{name} {value} -> {value // 2}"
+    defines = defines_from_pip_args(knobs.pip_args)
     for name in _THREAD_DEFINES:
-        prefix = f"-Ccmake.define.{name}="
-        arg = next((a for a in knobs.pip_args if a.startswith(prefix)), None)
-        value = _positive(arg[len(prefix) :]) if arg else None
+        value = _positive(defines.get(name))
         if value and value > 1:
             lowered.define(name, value // 2, why)
             return lowered, f"{name} {value} -> {value // 2}"

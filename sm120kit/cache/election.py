@@ -84,15 +84,15 @@ class Election:
         waited_for: str | None = None
         shown = ""
         strikes = 0  # looks in a row whose lookups failed after the designated host published
+        # --rebuild: what the stores hold is what is being replaced, until this run's build of
+        # the key is published. A host whose build_host is outside this run takes what the
+        # cache has: nothing here will replace it.
+        replacing = req.rebuild and (may_build or designated in ctx.runner.host_names)
         while True:
             with slot.cond:
                 seen = slot.finished
                 fresh = slot.published.sha256 if slot.published is not None else ""
             failed: set[str] = set()
-            # --rebuild: what the stores hold is what is being replaced, until this run's
-            # build of the key is published. A host whose build_host is outside this run
-            # takes what the cache has: nothing here will replace it.
-            replacing = req.rebuild and (may_build or designated in ctx.runner.host_names)
             if replacing and not fresh:
                 got = None
             else:

@@ -171,8 +171,7 @@ def driver_link_dir(state: ProvisionState, name: str) -> str:
 
 def driver_link(knobs: Knobs) -> tuple[str, str] | None:
     """(directory, library) when `knobs` asks for a libcuda.so link, else None."""
-    prefix = "-Ccmake.define.CUDA_cuda_driver_LIBRARY="
-    library = next((a[len(prefix) :] for a in knobs.pip_args if a.startswith(prefix)), None)
+    library = sglkernel.defines_from_pip_args(knobs.pip_args).get("CUDA_cuda_driver_LIBRARY")
     directory = knobs.env.get("LIBRARY_PATH", "")
     if not library or not directory.endswith("/" + DRIVER_LINK_DIR):
         return None
