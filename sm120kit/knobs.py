@@ -56,10 +56,13 @@ SGL_KERNEL_GB_PER_NVCC_THREAD = 16.0
 #: `-gencode arch=compute_N,code=sm_N` (90 with nvcc >= 11.8; 100 and 120 with nvcc >= 12.8).
 #: Any other entry (121, 86, 12.0, " 120") is dropped without a word, and when none is left
 #: its nvcc flags carry no arch, so torch's cpp_extension falls back to its own arch list.
-#: Releases not listed here are not checked.
+#: The 2.8.3.post2 sdist's setup.py is byte-identical to tag v2.8.3.post1's (commit
+#: a8aa52b1ab3e9ca574c8a33b3f35afc017ffa2e2), so the same list. A release not listed here was
+#: not read: its value is refused (flash_attn_arch_problem) rather than passed unchecked.
 FLASH_ATTN_ARCHS: dict[str, tuple[str, ...]] = {
     "2.8.3": ("80", "90", "100", "120"),
     "2.8.3.post1": ("80", "90", "100", "120"),
+    "2.8.3.post2": ("80", "90", "100", "120"),
 }
 
 #: sgl-kernel 0.3.21 under CUDA >= 13.0 compiles each file for sm_90, sm_100a, sm_120a, sm_103a
@@ -154,18 +157,25 @@ def flash_attn_archs(archs: list[Arch]) -> str:
 
 def flash_attn_arch_problem(version: str, value: str) -> str | None:
     """Why flash-attn `version`'s setup.py would not build FLASH_ATTN_CUDA_ARCHS=`value` as
-    asked, or None (also None for a release whose accepted list is not known here).
+    asked, or None.
 
     Its setup.py splits on ';' and matches exact strings (FLASH_ATTN_ARCHS): an entry it does
-    not know is skipped silently, and an empty result hands the arch choice to torch.
+    not know is skipped silently, and an empty result hands the arch choice to torch. A release
+    whose setup.py was not read here gets a problem too: its handling of the value is unknown,
+    and passing it unchecked would let a silent arch drop through.
     """
     try:
         base = str(Version(str(version)))
     except InvalidVersion:
-        return None
+        base = str(version)
     accepted = FLASH_ATTN_ARCHS.get(base)
     if accepted is None:
-        return None
+        return (
+            f"FLASH_ATTN_CUDA_ARCHS={value!r}: flash-attn {base}'s setup.py was not read by "
+            f"sm120kit, so whether it builds that value is unknown (read: "
+            f"{', '.join(FLASH_ATTN_ARCHS)}); pin one of those releases, or add the release's "
+            "accepted values to sm120kit.knobs.FLASH_ATTN_ARCHS after reading its setup.py"
+        )
     entries = str(value).split(";")
     unknown = [e for e in entries if e not in accepted]
     if not unknown:

@@ -5,12 +5,15 @@ A patch file is a unified diff (paths ``a/...``/``b/...`` relative to the packag
 root) preceded by a header of ``# Key: value`` lines::
 
     # Applies-To: >=0.3.17,<=0.3.21
+    # Applies-To-Torch: >=2.14     (optional: only with a torch the specifier admits)
     # Fixes: what is wrong without it, one line
     # Upstream: owner/repo@commit path (what the context lines were checked against)
     # Strip: 1
 
 ``Applies-To`` is a PEP 440 specifier set; the recipe declares its own specifier for each patch
-too, and a patch is used only when the version satisfies both. Before the tree is touched
+too, and a patch is used only when the version satisfies both. ``Applies-To-Torch`` gates a
+patch on the recipe's torch version (a fix that only a newer torch's headers need stays out of
+builds against an older torch, and out of their wheel-cache keys). Before the tree is touched
 every patch is classified "applies", "already applied" or "does not apply"; one that does
 not apply stops the build with the rejected hunk, tree unchanged.
 """
@@ -47,6 +50,7 @@ class Patch:
     text: str
     header: dict[str, str] = field(default_factory=dict)
     applies_to: SpecifierSet | None = None
+    torch: SpecifierSet | None = None
     strip: int = 1
 
     @property
@@ -95,11 +99,20 @@ def load_patch(path: str | Path) -> Patch:
     spec = None
     if "Applies-To" in header:
         spec = _specifier(header["Applies-To"], f"{path}: Applies-To")
+    torch = None
+    if "Applies-To-Torch" in header:
+        torch = _specifier(header["Applies-To-Torch"], f"{path}: Applies-To-Torch")
     strip = header.get("Strip", "1")
     if not strip.isdigit():
         raise RecipeError(f"{path}: Strip: '{strip}' is not a number")
     return Patch(
-        name=path.name, path=path, text=text, header=header, applies_to=spec, strip=int(strip)
+        name=path.name,
+        path=path,
+        text=text,
+        header=header,
+        applies_to=spec,
+        torch=torch,
+        strip=int(strip),
     )
 
 
@@ -138,20 +151,42 @@ def applicable(patch: Patch, version: str, recipe_spec: str | None = None) -> bo
 
 
 def select(
-    patches: list[Patch], version: str, recipe_specs: dict[str, str] | None = None
+    patches: list[Patch],
+    version: str,
+    recipe_specs: dict[str, str] | None = None,
+    *,
+    torch: str | None = None,
 ) -> tuple[list[Patch], list[tuple[Patch, str]]]:
-    """Split `patches` into those for `version` and the skipped ones with the reason."""
+    """Split `patches` into those for package `version` (and, for patches with an
+    ``Applies-To-Torch`` header, for `torch`) and the skipped ones with the reason."""
     recipe_specs = recipe_specs or {}
     chosen: list[Patch] = []
     skipped: list[tuple[Patch, str]] = []
     for patch in patches:
         spec = recipe_specs.get(patch.name)
-        if applicable(patch, version, spec):
-            chosen.append(patch)
-        else:
+        if not applicable(patch, version, spec):
             wanted = " and ".join(s for s in (str(patch.applies_to or ""), spec or "") if s)
             skipped.append((patch, f"version {version} is outside {wanted}"))
+        elif patch.torch is not None and not torch_admitted(patch, torch):
+            skipped.append((patch, f"torch {torch} is outside Applies-To-Torch {patch.torch}"))
+        else:
+            chosen.append(patch)
     return chosen, skipped
+
+
+def torch_admitted(patch: Patch, torch: str | None) -> bool:
+    """Whether `patch`'s ``Applies-To-Torch`` admits torch `torch` (a local version such as
+    ``2.14.1+cu130`` counts as its release). No header admits any torch; a header with the
+    torch unknown admits none, so a gated fix never lands by accident."""
+    if patch.torch is None:
+        return True
+    if not torch:
+        return False
+    try:
+        parsed = Version(torch)
+    except InvalidVersion:
+        raise RecipeError(f"patch {patch.name}: torch '{torch}' is not a version") from None
+    return patch.torch.contains(parsed.public if parsed.local else parsed, prereleases=True)
 
 
 @dataclass

@@ -28,7 +28,10 @@ otherwise they come from `sm120kit.drivers` (runfile names docs/stack-facts.md s
 repo root), ``{kind = "git", url, ref, subdir}`` (``ref = ""``: not pinned yet, so the package
 is listed in `ResolvedRecipe.problems`), ``{kind = "pypi", index, sha256}`` (``sha256`` pins the
 sdist file; without it the index's listed hash is trusted). Patches are paths under the repo's
-``patches/`` directory. A flash-attn whose FLASH_ATTN_CUDA_ARCHS (from ``arch`` or its knob)
+``patches/`` directory. A package may be listed once per torch range (``torch`` on every entry,
+no two admitting one version): the torch in force, after ``recipe.torch.version`` overrides,
+picks the entry (`Recipe.packages_for`), and ``recipe.packages.<name>.*`` overrides apply to
+it. A flash-attn whose FLASH_ATTN_CUDA_ARCHS (from ``arch`` or its knob)
 holds a value its setup.py would silently drop is listed in `ResolvedRecipe.problems`.
 
 Loading validates every file (unknown keys at any level, bad specifiers and versions, toolkits a
@@ -216,6 +219,21 @@ class Recipe:
     def admits_arch(self, arch: object) -> bool:
         return _arch_admitted(normalize_arch(arch), self.arch)
 
+    def packages_for(self, torch_version: str) -> list[PackageSpec]:
+        """One entry per package name, in recipe order: the entry whose ``torch`` admits
+        `torch_version`. A name listed once is that entry whatever the torch (the build layer
+        then names the mismatch as a problem); a name listed per torch range with none admitting
+        the torch falls back to its first entry, and the same problem says why."""
+        chosen: dict[str, PackageSpec] = {}
+        for pkg in self.packages:
+            current = chosen.get(pkg.name)
+            if current is None or (
+                not _torch_admits(current.torch, torch_version)
+                and _torch_admits(pkg.torch, torch_version)
+            ):
+                chosen[pkg.name] = pkg
+        return list(chosen.values())
+
 
 @dataclass
 class Selection:
@@ -250,13 +268,20 @@ class ResolvedRecipe:
     sources: dict[str, str]
     problems: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The recipe's package entries for the resolved torch (Recipe.packages_for); the recipe's
+    #: whole list when empty.
+    specs: list[PackageSpec] = field(default_factory=list)
 
     def rows(self) -> list[tuple[str, Any, str]]:
         """(key, value, source) for every value, sorted by key: what `plan` prints."""
         return [(k, self.values[k], self.sources.get(k, "")) for k in sorted(self.values)]
 
     def package_names(self) -> list[str]:
-        return [p.name for p in self.recipe.packages]
+        return [p.name for p in self.package_specs()]
+
+    def package_specs(self) -> list[PackageSpec]:
+        """The package entries these values came from, one per name."""
+        return self.specs or self.recipe.packages_for(str(self.values.get("torch.version", "")))
 
     def package(self, name: str) -> dict[str, Any]:
         """One package's values as a nested dict (``source`` and ``knobs`` as sub-dicts)."""
@@ -888,16 +913,7 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     if not isinstance(raw_packages, list):
         raise f.error(("packages",), "expected an array of tables ([[packages]])")
     packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
-    seen: set[str] = set()
-    for i, pkg in enumerate(packages):
-        if pkg.name in seen:
-            raise f.error((f"packages[{i}]", "name"), f"package {pkg.name!r} listed twice")
-        seen.add(pkg.name)
-        if pkg.torch is not None and not pkg.torch.contains(torch.version, prereleases=True):
-            raise f.error(
-                (f"packages[{i}]", "torch"),
-                f"torch {torch.version} is outside {pkg.name}'s torch '{spec_text(pkg.torch)}'",
-            )
+    _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
     return Recipe(
         name=name,
@@ -912,6 +928,54 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
         raw=data,
         patches_dir=patches_dir,
     )
+
+
+def _torch_admits(spec: SpecifierSet | None, torch_version: str) -> bool:
+    if spec is None:
+        return True
+    try:
+        version = Version(torch_version)
+    except InvalidVersion:
+        return False
+    return spec.contains(version.public, prereleases=True)
+
+
+def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:
+    """A name may be listed once, or once per torch range (each entry with a ``torch``
+    specifier, no two admitting the same torch); the recipe's own torch must be admitted by
+    the entry it selects."""
+    by_name: dict[str, list[int]] = {}
+    for i, pkg in enumerate(packages):
+        by_name.setdefault(pkg.name, []).append(i)
+    for name, idx in by_name.items():
+        if len(idx) > 1:
+            if any(packages[i].torch is None for i in idx):
+                raise f.error(
+                    (f"packages[{idx[1]}]", "name"),
+                    f"package {name!r} listed twice: list it once, or once per torch range "
+                    "with a 'torch' specifier on each entry",
+                )
+            for n, i in enumerate(idx):
+                for j in idx[n + 1 :]:
+                    a, b = packages[i].torch, packages[j].torch
+                    assert a is not None and b is not None
+                    for probe in _probes([a, b]):
+                        if a.contains(probe, prereleases=True) and b.contains(
+                            probe, prereleases=True
+                        ):
+                            raise f.error(
+                                (f"packages[{j}]", "torch"),
+                                f"{name}'s torch '{spec_text(b)}' overlaps packages[{i}]'s "
+                                f"'{spec_text(a)}' (both admit torch {probe})",
+                            )
+        if not any(_torch_admits(packages[i].torch, torch_version) for i in idx):
+            i = idx[0]
+            spec = packages[i].torch
+            assert spec is not None  # an entry without one admits every torch
+            raise f.error(
+                (f"packages[{i}]", "torch"),
+                f"torch {torch_version} is outside {name}'s torch '{spec_text(spec)}'",
+            )
 
 
 def _check_overlaps(recipes: Mapping[str, Recipe]) -> None:
@@ -1137,8 +1201,9 @@ def _gpu_caps(facts: Mapping[str, Any] | None) -> list[str]:
     return caps
 
 
-def _base_values(sel: Selection) -> tuple[dict[str, Any], dict[str, str]]:
-    """The selected recipe and choice as flat values with their sources."""
+def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The selected recipe and choice as flat values with their sources; `specs` are the
+    package entries for the torch in force (Recipe.packages_for)."""
     recipe, choice = sel.recipe, sel.cuda
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -1162,8 +1227,8 @@ def _base_values(sel: Selection) -> tuple[dict[str, Any], dict[str, str]]:
     put("torch.version", recipe.torch.version)
     put("torch.index", recipe.torch.index)
     put("torch.cuda", recipe.torch.cuda)
-    for i, pkg in enumerate(recipe.packages):
-        where = f"packages[{i}]"
+    for pkg in specs:
+        where = f"packages[{next(i for i, p in enumerate(recipe.packages) if p is pkg)}]"
         base = f"packages.{pkg.name}."
         put(base + "version", pkg.version, where)
         for k, v in pkg.source.items():
@@ -1405,8 +1470,13 @@ def _resolve(
             f"{TARGET_DRIVER_VAR} and {TARGET_ARCH_VAR} to cross-build on a box without a GPU"
         )
     sel = select_recipe(recipes, driver=driver, arch=arch, forced=forced)
-    values, sources = _base_values(sel)
-    packages = [p.name for p in sel.recipe.packages]
+    # The torch in force picks each package's entry before any package value is overridden,
+    # so recipe.packages.<name>.* applies to the entry that torch gets.
+    torch_override = overrides.get("torch.version")
+    torch_version = str(torch_override[0]) if torch_override else sel.recipe.torch.version
+    specs = sel.recipe.packages_for(torch_version)
+    values, sources = _base_values(sel, specs)
+    packages = [p.name for p in specs]
     overridden = _apply_overrides(values, sources, overrides, packages)
     _derive(values, sources, overridden)
     values["recipe"] = sel.recipe.name
@@ -1415,7 +1485,7 @@ def _resolve(
         values["target.driver"], sources["target.driver"] = driver, driver_src
     if sel.arch is not None:
         values["target.arch"], sources["target.arch"] = sel.arch, arch_src
-    resolved = ResolvedRecipe(sel.recipe, sel, values, sources)
+    resolved = ResolvedRecipe(sel.recipe, sel, values, sources, specs=specs)
     _check_resolved(resolved, driver, driver_src, sel.arch)
     gpu = _facts_gpu(facts)
     if driver_src == _FACTS_DRIVER and gpu.get("module") == "proprietary":

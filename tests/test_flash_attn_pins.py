@@ -60,10 +60,23 @@ def test_values_setup_py_would_drop_are_named(value: str, dropped: str, tail: st
     assert f"silently drops {dropped}" in problem and tail in problem
 
 
-def test_unknown_release_is_not_judged() -> None:
-    """Only releases whose setup.py was read are checked (main adds 110, for one)."""
-    assert flash_attn_arch_problem("2.9.0", "110") is None
-    assert flash_attn_arch_problem("not-a-version", "121") is None
+def test_v2_8_3_post2_accepts_the_same_strings() -> None:
+    """post2's setup.py is byte-identical to tag v2.8.3.post1's (tests read it in
+    test_flash_attn_cxx20.py's sdist), and its cuda_archs() is 2.8.3's."""
+    assert FLASH_ATTN_ARCHS["2.8.3.post2"] == ("80", "90", "100", "120")
+    assert flash_attn_arch_problem("2.8.3.post2", "120") is None
+    assert "silently drops '121'" in str(flash_attn_arch_problem("2.8.3.post2", "120;121"))
+
+
+@pytest.mark.parametrize("version", ["2.9.0", "2.8.2", "not-a-version"])
+def test_release_whose_setup_py_was_not_read_is_refused(version: str) -> None:
+    """Unreleased main adds 110, for one: a release nobody read is refused with one line
+    instead of being passed unchecked."""
+    problem = flash_attn_arch_problem(version, "120")
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith(f"FLASH_ATTN_CUDA_ARCHS='120': flash-attn {version}'s setup.py")
+    assert "was not read by sm120kit" in problem
+    assert "(read: 2.8.3, 2.8.3.post1, 2.8.3.post2)" in problem
 
 
 @pytest.mark.parametrize(
@@ -104,6 +117,67 @@ def test_recipes_pin_the_sdist_by_hash(recipes) -> None:  # type: ignore[no-unty
         assert (fa.version, fa.source) == ("2.8.3", {"kind": "pypi", "sha256": SDIST_SHA256})
     text = (REPO / "recipes" / "r580.toml").read_text()
     assert "060c9188beec3a8b62b33a3bfa6d5d2d44975fab" in text
+
+
+#: sha256 of flash_attn-2.8.3.post2.tar.gz (8,453,127 bytes) as PyPI lists it and as the
+#: downloaded file hashes (tests/test_flash_attn_cxx20.py fetches it with that pin).
+POST2_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
+CXX_PATCH = "flash-attn/0001-cxx-standard-from-torch.patch"
+
+
+def test_cuda13_recipes_pin_post2_for_torch_2_14(recipes) -> None:  # type: ignore[no-untyped-def]
+    """Torch 2.14 needs CUDA 13 (no 12.x builds after 2.11), so the CUDA 13 recipes carry
+    the patched 2.8.3.post2 entry for it; the CUDA 12 recipes keep 2.8.3 alone."""
+    for name, r in recipes.items():
+        entries = [p for p in r.packages if p.name == "flash-attn"]
+        if name in ("r570", "r575"):
+            assert [p.version for p in entries] == ["2.8.3"]
+            continue
+        old, new = entries
+        assert str(old.torch) == "<2.14,>=2.7"
+        assert (new.version, str(new.torch)) == ("2.8.3.post2", ">=2.14")
+        assert new.source == {"kind": "pypi", "sha256": POST2_SHA256}
+        assert new.patches == [CXX_PATCH]
+        assert "a8aa52b1ab3e9ca574c8a33b3f35afc017ffa2e2" in r.path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("torch", "version", "patches"),
+    [("2.9.1", "2.8.3", []), ("2.13.0", "2.8.3", []), ("2.14.1", "2.8.3.post2", [CXX_PATCH])],
+)
+def test_the_torch_in_force_picks_the_entry(recipes, torch, version, patches) -> None:  # type: ignore[no-untyped-def]
+    box = host()
+    box.vars["recipe.torch.version"] = torch
+    res = resolve_for_host(recipes, box, None)
+    pkg = res.package("flash-attn")
+    assert (pkg["version"], pkg["patches"]) == (version, patches)
+    assert res.package_names().count("flash-attn") == 1
+    assert "flash-attn" not in res.problems
+    # sgl-kernel 0.3.21 stays listed once, and says why it cannot take torch 2.14.
+    if torch == "2.14.1":
+        assert any("outside its torch '==2.9.1'" in p for p in res.problems["sgl-kernel"])
+
+
+def test_package_overrides_apply_to_the_entry_the_torch_picks(recipes) -> None:  # type: ignore[no-untyped-def]
+    box = host(FLASH_ATTN_CUDA_ARCHS="120;121")
+    box.vars["recipe.torch.version"] = "2.14.1"
+    res = resolve_for_host(recipes, box, None)
+    [problem] = res.problems["flash-attn"]
+    assert problem.startswith("FLASH_ATTN_CUDA_ARCHS='120;121': flash-attn 2.8.3.post2's")
+
+
+def test_entries_whose_torch_ranges_overlap_are_refused(tmp_path: Path) -> None:
+    text = (REPO / "recipes" / "r580.toml").read_text()
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "r580.toml").write_text(text.replace('torch = ">=2.14"', 'torch = ">=2.9"'))
+    (tmp_path / "patches").symlink_to(REPO / "patches")
+    with pytest.raises(RecipeError) as err:
+        load_recipes(folder)
+    msg = str(err.value)
+    assert "r580.toml:" in msg and "\n" not in msg
+    assert "packages[2].torch: flash-attn's torch '>=2.9' overlaps packages[1]'s " in msg
+    assert "(both admit torch 2.9)" in msg
 
 
 def host(**knobs: str) -> Host:

@@ -86,7 +86,7 @@ def declarations(
     if state is not None:
         recipe = state.resolved.recipe
         out = {}
-        for pkg in recipe.packages:
+        for pkg in state.resolved.package_specs():
             values = state.resolved.package(pkg.name)
             out[pkg.name] = _declaration(
                 recipe,
@@ -106,7 +106,7 @@ def declarations(
     fallback: dict[str, dict[str, Any]] = {}
     for name in sorted(recipes):
         recipe = recipes[name]
-        for pkg in recipe.packages:
+        for pkg in recipe.packages_for(recipe.torch.version):
             if pkg.name in fallback:
                 continue
             fallback[pkg.name] = _declaration(
