@@ -25,6 +25,7 @@ from rich.console import Console
 from sm120kit.output.checks import render_smoke
 from sm120kit.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
+from tests.support.real_wheels import real_wheel
 from tests.support.sample_wheel import cache_root
 
 VERSION = "0.3.21"
@@ -46,24 +47,9 @@ def _sha256(path: Path) -> str:
 def sgl_venv() -> Path:
     """A venv holding the PyPI sgl-kernel 0.3.21 wheel beside the suite's torch (cached)."""
     root = cache_root()
-    wheels = root / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    with open(root / ".sgl-kernel.lock", "w") as lock:
+    wheel = real_wheel("sgl-kernel", VERSION, WHEEL)
+    with open(root / ".sgl-kernel-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        wheel = wheels / WHEEL
-        if not wheel.exists():
-            proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps"]
-                + [f"sgl-kernel=={VERSION}", "-d", str(wheels)],
-                capture_output=True,
-                text=True,
-            )
-            if proc.returncode != 0 or not wheel.exists():
-                tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
-                pytest.fail(
-                    f"cannot download sgl-kernel=={VERSION} from PyPI into {wheels} "
-                    f"(pip exit {proc.returncode}): {' | '.join(tail)}"
-                )
         sha = _sha256(wheel)
         venv = root / f"venv-sgl-kernel-{VERSION}-{sha[:12]}"
         marker = venv / ".sm120kit-test.json"
