@@ -90,18 +90,11 @@ def _where(host: str, sources: Mapping[str, str], key: str) -> str:
 def number(
     value: Any, what: str, *, kind: type = int, minimum: float = 0, above: bool = False
 ) -> Any:
-    """`value` as an int/float >= minimum (> minimum with `above`); Sm120Error naming `what`."""
-    if isinstance(value, bool):
-        value = str(value)
-    try:
-        out = kind(value) if not isinstance(value, str) else kind(value.strip())
-    except (TypeError, ValueError):
-        noun = "a whole number" if kind is int else "a number"
-        raise Sm120Error(f"{what}: expected {noun}, got {value!r}") from None
-    if (out <= minimum) if above else (out < minimum):
-        rel = ">" if above else ">="
-        raise Sm120Error(f"{what}: must be {rel} {minimum:g}, got {value!r}")
-    return out
+    """`value` as a finite int/float >= minimum (> minimum with `above`); Sm120Error naming
+    `what`. The same parser as every setting's (`sm120kit.settings.parse_number`)."""
+    from .settings import parse_number
+
+    return parse_number(value, what, kind=kind, minimum=minimum, above=above)
 
 
 def parse_gcc_version(text: str) -> str | None:
