@@ -80,6 +80,22 @@ def check_host_vars(name: str, vars_: Mapping[str, Any], sources: Mapping[str, s
         check_work_root(vars_["work_root"], _where(name, sources, "work_root"))
     if vars_.get("nvcc_ccbin") not in (None, ""):
         check_ccbin(vars_["nvcc_ccbin"], _where(name, sources, "nvcc_ccbin"))
+    if isinstance(vars_.get("pip_args"), str):
+        check_pip_args(vars_["pip_args"], _where(name, sources, "pip_args"))
+
+
+def check_pip_args(value: str, where: str = "pip_args") -> list[str]:
+    """A string `pip_args` split like a shell would (ops/toolkit.py's `pip_args` does the
+    same); an unbalanced quote is an input error here, not a ValueError mid-run."""
+    import shlex
+
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise Sm120Error(
+            f"{where}: {value!r} does not split like shell words ({exc}); write it as a "
+            "list of strings"
+        ) from None
 
 
 def _where(host: str, sources: Mapping[str, str], key: str) -> str:
