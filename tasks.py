@@ -8,13 +8,18 @@ sm120kit/flags.py); its body gets them as keyword arguments (`**f`).
 
 from __future__ import annotations
 
-from typing import Any
+from sm120kit.interrupts import install as _install_interrupts
 
-from invoke import Collection
+# First, before the heavy imports: a signal while the rest loads is exit 3 and one line.
+_install_interrupts()
 
-from sm120kit import cli
-from sm120kit.cli import task
-from sm120kit.flags import BUILD, COMMON, RECIPE
+from typing import Any  # noqa: E402
+
+from invoke import Collection  # noqa: E402
+
+from sm120kit import cli  # noqa: E402
+from sm120kit.cli import task  # noqa: E402
+from sm120kit.flags import BUILD, COMMON, RECIPE  # noqa: E402
 
 
 def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:

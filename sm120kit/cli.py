@@ -26,7 +26,7 @@ import invoke.parser
 from invoke.exceptions import Exit
 from rich.console import Console
 
-from . import flags, validate
+from . import flags, interrupts, validate
 from . import settings as setting_table
 from .connection import ConnectOptions
 from .errors import Interrupted, Sm120Error, one_line
@@ -278,13 +278,19 @@ def finish(
         raise Exit(code=EXIT_HOST_FAILED)
 
 
-def fail(exc: BaseException, json_output: bool, code: int = EXIT_BAD_INPUT) -> None:
-    """Print an input error as one line (and one JSON document under --json); exit `code`."""
+def fail(
+    exc: BaseException,
+    json_output: bool,
+    code: int = EXIT_BAD_INPUT,
+    signal_name: str = "SIGINT",
+) -> None:
+    """Print an input error as one line (and one JSON document under --json); exit `code`.
+    With EXIT_INTERRUPTED the document says which signal (`signal_name`), as a run's does."""
     message = one_line(str(exc)) or type(exc).__name__
     if json_output:
         doc: dict[str, Any] = {"error": message, "hosts": {}}
         if code == EXIT_INTERRUPTED:
-            doc["interrupted"] = str(exc) or "SIGINT"
+            doc["interrupted"] = signal_name
         print_json(doc)
     print_error(message)
     raise Exit(code=code) from None
@@ -306,12 +312,18 @@ def guarded(json_flag: str = "json") -> Callable[[F], F]:
                 for sig in (signal.SIGTERM, signal.SIGHUP):
                     previous[sig] = signal.signal(sig, _interrupt)
             try:
-                return fn(*args, **kwargs)
+                with interrupts.body_running():
+                    return fn(*args, **kwargs)
             except Sm120Error as exc:
                 fail(exc, bool(kwargs.get(json_flag)))
             except (Interrupted, KeyboardInterrupt) as exc:
                 signame = str(exc) or "SIGINT"
-                fail(Interrupted(f"interrupted ({signame})"), bool(kwargs.get(json_flag)), 3)
+                fail(
+                    Interrupted(f"interrupted ({signame})"),
+                    bool(kwargs.get(json_flag)),
+                    EXIT_INTERRUPTED,
+                    signame,
+                )
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)

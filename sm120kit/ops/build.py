@@ -47,7 +47,7 @@ from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
-from ..errors import HostFailed, RecipeError
+from ..errors import HostFailed, Interrupted, RecipeError
 from ..knobs import Knobs, lowered_for_oom, resolve_knobs
 from ..output.report import print_explain
 from ..packing import pack_tree
@@ -706,7 +706,9 @@ def _poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
         while not stop.wait(PROGRESS_POLL_SECONDS):
             try:
                 res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true", timeout=30)
-            except Exception:  # a poll never fails the build; the build's own result decides
+            except (Exception, Interrupted):
+                # A poll never fails the build (the build's own result decides), and a
+                # cancelled run is reported by the main thread, not by a traceback here.
                 return
             ctx.runner.progress.step(
                 ctx.host.name, step, _progress_detail(res.stdout, time.monotonic() - start)
