@@ -8,13 +8,18 @@ sm120kit/flags.py); its body gets them as keyword arguments (`**f`).
 
 from __future__ import annotations
 
-from typing import Any
+from sm120kit.interrupts import install as _install_interrupts
 
-from invoke import Collection
+# First, before the heavy imports: a signal while the rest loads is exit 3 and one line.
+_install_interrupts()
 
-from sm120kit import cli
-from sm120kit.cli import task
-from sm120kit.flags import BUILD, COMMON, RECIPE
+from typing import Any  # noqa: E402
+
+from invoke import Collection  # noqa: E402
+
+from sm120kit import cli  # noqa: E402
+from sm120kit.cli import task  # noqa: E402
+from sm120kit.flags import BUILD, COMMON, RECIPE  # noqa: E402
 
 
 def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
@@ -49,6 +54,16 @@ def _plan_options(c, f, packages=None, **extra):
     return opts
 
 
+def _check_recipes(s: cli.Session, opts: Any) -> None:
+    """Load the recipes and check each selected host's `recipe.*` vars against them: a broken
+    recipe or a bad override is one error (exit 1) before any host is touched."""
+    from sm120kit.recipes import check_overrides
+
+    recipes = opts.recipes()
+    for h in s.hosts:
+        check_overrides(recipes, h)
+
+
 @task(*COMMON)
 def facts(c, **f):
     """Gather host facts (OS, CPU, RAM, disk, compilers, Pythons, driver, GPUs, CUDA), one command per host."""
@@ -78,7 +93,7 @@ def recipes(c, **f):
         show_document(catalog, f["json"], listings.recipes_table)
         return
     s = _session(c, f)
-    opts.recipes()  # a broken recipe is one error before any host is touched
+    _check_recipes(s, opts)
     cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
@@ -90,7 +105,7 @@ def plan(c, **f):
 
     opts = _plan_options(c, f, explain=f["explain"])
     s = _session(c, f, check_mode=True)
-    opts.recipes()
+    _check_recipes(s, opts)
     cli.finish(s, s.run("plan", provision.plan_or_provision_op(opts)), report.render_plan)
 
 
@@ -109,7 +124,7 @@ def provision(c, **f):
         recheck=f["recheck"],
     )
     s = _session(c, f, break_lock=f["break_lock"])
-    opts.recipes()
+    _check_recipes(s, opts)
     cli.finish(
         s, s.run("provision", provision.plan_or_provision_op(opts), lock=True), report.render_plan
     )
@@ -123,7 +138,7 @@ def install_cuda(c, **f):
 
     opts = _plan_options(c, f)
     s = _session(c, f, break_lock=f["break_lock"])
-    opts.recipes()
+    _check_recipes(s, opts)
     cli.finish(
         s, s.run("install-cuda", toolkit.install_cuda_op(opts), lock=True), report.render_plan
     )
@@ -144,8 +159,11 @@ def _build(c, package, f):
         max_jobs=f["max_jobs"],
         nvcc_threads=f["nvcc_threads"],
     )
+    known = sorted({p.name for r in opts.recipes().values() for p in r.packages})
+    if package not in known:
+        raise cli.Sm120Error(f"--package {package!r}: no recipe has it (have: {', '.join(known)})")
     s = _session(c, f, break_lock=f["break_lock"])
-    opts.recipes()
+    _check_recipes(s, opts)
     result = s.run(f"build:{package}", build_ops.build_op(opts, package, s.runner), lock=True)
     cli.finish(s, result, report.render_build)
 
@@ -184,8 +202,22 @@ def smoke(c, **f):
     package = f["package"]
     opts = _plan_options(c, f, packages=[package] if package else None)
     s = _session(c, f)
+    _check_recipes(s, opts)
     op = smoke_check.smoke_op(opts, package=package, python=f["python"], arch=f["arch"])
     cli.finish(s, s.run("smoke", op), checks.render_smoke)
+
+
+def _check_regex(pattern: str | None, flag: str) -> None:
+    """A regex flag compiled here, before any host: the host would compile it only after
+    waiting out the whole timeout."""
+    import re
+
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise cli.Sm120Error(f"{flag} {pattern!r}: not a regular expression ({exc})") from None
 
 
 @task(*COMMON, "url", "timeout", "pid", "process_match", name="serve-check")
@@ -194,6 +226,7 @@ def serve_check(c, **f):
     from sm120kit.ops import serve_check as serve_ops
     from sm120kit.output import checks
 
+    _check_regex(f["process_match"], "--process-match")
     s = _session(c, f)
     op = serve_ops.serve_check_op(
         f["url"], float(f["timeout"]), pid=f["pid"] or None, process_match=f["process_match"]
@@ -215,7 +248,7 @@ def cache_key(c, **f):
         raise cli.Sm120Error("--package is required")
     opts = _plan_options(c, f, packages=[package])
     s = _session(c, f)
-    opts.recipes()
+    _check_recipes(s, opts)
     cli.finish(s, s.run("cache.key", build_ops.key_op(opts, package)), report.render_key)
 
 

@@ -26,7 +26,8 @@ import invoke.parser
 from invoke.exceptions import Exit
 from rich.console import Console
 
-from . import flags, validate
+from . import flags, interrupts, validate
+from . import settings as setting_table
 from .connection import ConnectOptions
 from .errors import Interrupted, Sm120Error, one_line
 from .host import Host
@@ -37,29 +38,6 @@ from .output.report import inventory_table, recap
 from .results import RunResult
 from .runner import HostOp, Runner, RunOptions
 
-#: Documented defaults; invoke.yaml's `sm120kit:` section overrides them.
-DEFAULTS: dict[str, Any] = {
-    "inventory": "inventory/hosts.yaml",
-    "forks": 16,
-    "known_hosts": None,  # None: ssh_config's UserKnownHostsFile, else ~/.ssh/known_hosts
-    "accept_new_host_keys": False,
-    "connect_timeout": 10,
-    "connect_retries": 3,
-    "retry_backoff": 0.5,
-    "run_root": "~/.cache/sm120kit/runs",
-    "lock_stale_after": 300,
-    "recipes_dir": "recipes",
-}
-
-#: Numeric settings: (type, minimum, strictly above the minimum).
-NUMERIC_SETTINGS: dict[str, tuple[type, float, bool]] = {
-    "forks": (int, 1, False),
-    "connect_timeout": (float, 0, True),
-    "connect_retries": (int, 1, False),
-    "retry_backoff": (float, 0, False),
-    "lock_stale_after": (float, 0, True),
-}
-
 SSH_PASSWORD_ENV = "SM120KIT_SSH_PASSWORD"
 SUDO_PASSWORD_ENV = "SM120KIT_SUDO_PASSWORD"
 
@@ -68,27 +46,10 @@ EXIT_HOST_FAILED = 2
 EXIT_INTERRUPTED = 3
 
 
-def _take_bad_env() -> dict[str, str]:
-    """Numeric INVOKE_SM120KIT_* variables that do not parse, removed from the environment.
-
-    invoke casts an environment override to the type of the configured value and dies with
-    a traceback on `INVOKE_SM120KIT_FORKS=abc`, before any task runs; taken out here (when
-    tasks.py is loaded), the bad value is reported by the task as one line instead.
-    """
-    bad: dict[str, str] = {}
-    for key, (kind, _, _) in NUMERIC_SETTINGS.items():
-        var = f"INVOKE_SM120KIT_{key.upper()}"
-        raw = os.environ.get(var)
-        if raw is None:
-            continue
-        try:
-            kind(raw.strip())
-        except ValueError:
-            bad[key] = os.environ.pop(var)
-    return bad
-
-
-_BAD_ENV = _take_bad_env()
+#: The declared INVOKE_SM120KIT_* variables, taken out of the environment when tasks.py is
+#: loaded (before invoke reads it, which would turn "false" into true and die on "abc");
+#: `settings` parses them.
+_ENV = setting_table.take_env()
 
 #: Short flags for the common options (never -h: that is help).
 SHORT_FLAGS = {"host": "H", "inventory": "i"}
@@ -169,38 +130,39 @@ def task(
 
 
 def settings(c: invoke.Context) -> dict[str, Any]:
-    """DEFAULTS overlaid with invoke.yaml's `sm120kit:` section, numbers checked."""
-    merged = dict(DEFAULTS)
-    try:
-        section = c.config.get("sm120kit", {}) or {}
-    except AttributeError:
-        section = {}
-    merged.update({k: v for k, v in dict(section).items()})
-    for key, raw in _BAD_ENV.items():
-        raise Sm120Error(
-            f"setting {key} (INVOKE_SM120KIT_{key.upper()}={raw!r}): expected a number"
-        )
-    for key, (kind, minimum, above) in NUMERIC_SETTINGS.items():
-        merged[key] = validate.number(
-            merged.get(key),
-            f"setting {key} (invoke.yaml or INVOKE_SM120KIT_{key.upper()})",
-            kind=kind,
-            minimum=minimum,
-            above=above,
-        )
+    """Every declared setting (sm120kit.settings), parsed: its default, overlaid by invoke's
+    config files' `sm120kit:` sections, then by INVOKE_SM120KIT_* variables. A bad value,
+    whatever its source, is one Sm120Error naming the setting and the source, raised before
+    any host is touched (the cache block and its store specs are checked here too)."""
+    from .cache.config import CacheConfig
+
+    config = getattr(c, "config", None)
+    env = {**_ENV, **{k: v for k, v in os.environ.items() if k in _DECLARED_ENV}}
+    merged = setting_table.resolve(setting_table.config_layers(config), env)
+    CacheConfig.from_settings(merged)
     return merged
 
 
+_DECLARED_ENV = frozenset(s.env for s in setting_table.SETTINGS)
+
+
 def check_known_hosts(path: str | None) -> None:
-    """A configured known_hosts that exists but is not a file is a setting error."""
-    if not path:
-        return
-    full = Path(os.path.expanduser(str(path)))
+    """The known_hosts file (the setting, else the default ~/.ssh/known_hosts) must be a
+    file when it exists; a directory there is a setting error, said before any host."""
+    full = Path(os.path.expanduser(str(path or DEFAULT_KNOWN_HOSTS)))
     if full.exists() and not full.is_file():
-        raise Sm120Error(
-            f"setting known_hosts: {full} is not a file (a directory?); point it at a "
-            "known_hosts file"
+        what = (
+            "setting known_hosts"
+            if path
+            else "known_hosts (the default; setting known_hosts is null)"
         )
+        raise Sm120Error(
+            f"{what}: {full} is not a file (a directory?); point setting known_hosts "
+            "(invoke.yaml or INVOKE_SM120KIT_KNOWN_HOSTS) at a known_hosts file"
+        )
+
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 
 def check_run_root(path: str) -> None:
@@ -316,13 +278,19 @@ def finish(
         raise Exit(code=EXIT_HOST_FAILED)
 
 
-def fail(exc: BaseException, json_output: bool, code: int = EXIT_BAD_INPUT) -> None:
-    """Print an input error as one line (and one JSON document under --json); exit `code`."""
+def fail(
+    exc: BaseException,
+    json_output: bool,
+    code: int = EXIT_BAD_INPUT,
+    signal_name: str = "SIGINT",
+) -> None:
+    """Print an input error as one line (and one JSON document under --json); exit `code`.
+    With EXIT_INTERRUPTED the document says which signal (`signal_name`), as a run's does."""
     message = one_line(str(exc)) or type(exc).__name__
     if json_output:
         doc: dict[str, Any] = {"error": message, "hosts": {}}
         if code == EXIT_INTERRUPTED:
-            doc["interrupted"] = str(exc) or "SIGINT"
+            doc["interrupted"] = signal_name
         print_json(doc)
     print_error(message)
     raise Exit(code=code) from None
@@ -344,12 +312,18 @@ def guarded(json_flag: str = "json") -> Callable[[F], F]:
                 for sig in (signal.SIGTERM, signal.SIGHUP):
                     previous[sig] = signal.signal(sig, _interrupt)
             try:
-                return fn(*args, **kwargs)
+                with interrupts.body_running():
+                    return fn(*args, **kwargs)
             except Sm120Error as exc:
                 fail(exc, bool(kwargs.get(json_flag)))
             except (Interrupted, KeyboardInterrupt) as exc:
                 signame = str(exc) or "SIGINT"
-                fail(Interrupted(f"interrupted ({signame})"), bool(kwargs.get(json_flag)), 3)
+                fail(
+                    Interrupted(f"interrupted ({signame})"),
+                    bool(kwargs.get(json_flag)),
+                    EXIT_INTERRUPTED,
+                    signame,
+                )
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)

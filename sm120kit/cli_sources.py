@@ -4,6 +4,7 @@ for --package/--recipe, output.listings prints)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from . import sources as src
@@ -57,7 +58,11 @@ def fetch_command(
     conf = settings(c)
     store = src.store_dir(conf)
     wanted = package_entries(package, conf.get("recipes_dir"), recipe)
+    given = mirror
     mirror = mirror or src.mirror_setting(conf)
+    if mirror and not os.path.isdir(os.path.expanduser(mirror)):
+        what = "--mirror" if given else "setting sources_mirror"
+        raise RecipeError(f"{what} {mirror}: not a directory (it should hold <dir>/ per source)")
     rows = []
     for record, changed in src.fetch_all(store, wanted, mirror or None, refresh):
         rows.append({**record, "changed": changed})

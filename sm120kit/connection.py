@@ -320,10 +320,16 @@ class SSHConnection(Connection):
             user=self.host.user,
             port=self.host.port,
             config=config,
-            connect_timeout=int(self.options.connect_timeout),
+            connect_timeout=self.options.connect_timeout,
             connect_kwargs=connect_kwargs,
         )
         known = self._known_hosts_file(conn)
+        if known.exists() and not known.is_file():
+            # Not a connect error worth retrying: the same file is read on every attempt.
+            raise HostKeyError(
+                f"known_hosts {known} is not a file (a directory?); point setting known_hosts "
+                "(or ssh_config's UserKnownHostsFile) at a known_hosts file"
+            )
         client = conn.client
         if known.exists():
             # Loaded as "system" keys so paramiko never rewrites the file behind our back.

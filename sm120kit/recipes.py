@@ -1305,6 +1305,19 @@ def _apply_overrides(
     return done
 
 
+def check_overrides(recipes: Mapping[str, Recipe], host: Host) -> None:
+    """The ``recipe.*`` vars of `host`, checked before any host is touched: each must name a
+    recipe value (of some recipe's package) and have that value's type. Which recipe the host
+    gets is known only from its facts; a value that suits no recipe is refused now, with the
+    same one-line RecipeError the run would give (`resolve_for_host` checks it again against
+    the chosen recipe)."""
+    packages = sorted({p.name for r in recipes.values() for p in r.packages})
+    try:
+        _apply_overrides({}, {}, _collect_overrides(host), packages)
+    except RecipeError as e:
+        raise RecipeError(f"host {host.name}: {e}") from None
+
+
 def _derive(values: dict[str, Any], sources: dict[str, str], overridden: set[str]) -> None:
     """Fill values that follow from others: toolkit files and URLs, torch.cuda from its index."""
     version = values["cuda.version"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import controller
+from . import controller, disk
 from .connection import (
     CommandResult,
     Connection,
@@ -343,6 +343,7 @@ class Runner:
             result.status, result.error = "unreachable", one_line(str(exc))
         except Sm120Error as exc:
             result.status, result.error = "failed", one_line(str(exc))
+            result.error = disk.out_of_space_note(ctx, result.error) + result.error
         except Interrupted as exc:
             result.status, result.error = "interrupted", f"interrupted ({exc})"
         except (
@@ -351,6 +352,7 @@ class Runner:
             result.status = "failed"
             result.error = one_line(f"internal error: {type(exc).__name__}: {exc}")
             log.error("%s", traceback.format_exc())
+            result.error = disk.out_of_space_note(ctx, result.error) + result.error
         finally:
             if heartbeat is not None:
                 heartbeat.stop()

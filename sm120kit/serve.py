@@ -237,7 +237,10 @@ def judge(diag: dict[str, Any]) -> tuple[str, str, str | None]:
 
 
 def _validate(url: str, timeout: float, interval: float, request_timeout: float) -> None:
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise Sm120Error(f"--url {url!r}: {exc}; expected http://HOST:PORT") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Sm120Error(f"--url {url!r}: expected http://HOST:PORT as the host sees it")
     try:

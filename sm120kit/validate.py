@@ -80,6 +80,22 @@ def check_host_vars(name: str, vars_: Mapping[str, Any], sources: Mapping[str, s
         check_work_root(vars_["work_root"], _where(name, sources, "work_root"))
     if vars_.get("nvcc_ccbin") not in (None, ""):
         check_ccbin(vars_["nvcc_ccbin"], _where(name, sources, "nvcc_ccbin"))
+    if isinstance(vars_.get("pip_args"), str):
+        check_pip_args(vars_["pip_args"], _where(name, sources, "pip_args"))
+
+
+def check_pip_args(value: str, where: str = "pip_args") -> list[str]:
+    """A string `pip_args` split like a shell would (ops/toolkit.py's `pip_args` does the
+    same); an unbalanced quote is an input error here, not a ValueError mid-run."""
+    import shlex
+
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise Sm120Error(
+            f"{where}: {value!r} does not split like shell words ({exc}); write it as a "
+            "list of strings"
+        ) from None
 
 
 def _where(host: str, sources: Mapping[str, str], key: str) -> str:
@@ -90,18 +106,11 @@ def _where(host: str, sources: Mapping[str, str], key: str) -> str:
 def number(
     value: Any, what: str, *, kind: type = int, minimum: float = 0, above: bool = False
 ) -> Any:
-    """`value` as an int/float >= minimum (> minimum with `above`); Sm120Error naming `what`."""
-    if isinstance(value, bool):
-        value = str(value)
-    try:
-        out = kind(value) if not isinstance(value, str) else kind(value.strip())
-    except (TypeError, ValueError):
-        noun = "a whole number" if kind is int else "a number"
-        raise Sm120Error(f"{what}: expected {noun}, got {value!r}") from None
-    if (out <= minimum) if above else (out < minimum):
-        rel = ">" if above else ">="
-        raise Sm120Error(f"{what}: must be {rel} {minimum:g}, got {value!r}")
-    return out
+    """`value` as a finite int/float >= minimum (> minimum with `above`); Sm120Error naming
+    `what`. The same parser as every setting's (`sm120kit.settings.parse_number`)."""
+    from .settings import parse_number
+
+    return parse_number(value, what, kind=kind, minimum=minimum, above=above)
 
 
 def parse_gcc_version(text: str) -> str | None:

@@ -151,6 +151,8 @@ def export_doc(
     stores = command_stores(settings, store)
     try:
         result = manage.export_dir(stores, directory)
+    except OSError as exc:
+        raise CacheError(f"cache.export {directory}: {_os_reason(exc)}") from None
     finally:
         close_all(stores)
 
@@ -182,6 +184,14 @@ def import_doc(
     [target] = command_stores(settings, store or CONTROLLER_STORE)
     try:
         result = manage.import_dir(directory, target)
+    except OSError as exc:
+        raise CacheError(f"cache.import {directory}: {_os_reason(exc)}") from None
     finally:
         close_all([target])
     return {"directory": str(Path(directory).resolve()), "store": target.name, **result}
+
+
+def _os_reason(exc: OSError) -> str:
+    """An OSError as the user's words: what failed on which path (no errno noise)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or type(exc).__name__}{where}"

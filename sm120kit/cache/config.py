@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import Sm120Error
+from ..settings import BY_NAME, parse, parse_bool
 from .registry import make_store
 from .store import CacheError, LocalStore, default_local_root
 
@@ -50,27 +52,20 @@ class CacheConfig:
                 f"{where}: unknown key {unknown[0]!r} (known: {', '.join(CACHE_DEFAULTS)})"
             )
         merged = {**CACHE_DEFAULTS, **dict(section)}
-        controller = merged["controller"]
-        if isinstance(controller, str) and controller.strip().lower() in ("", "default", "null"):
-            controller = None
-        elif isinstance(controller, str) and controller.strip().lower() in ("false", "off", "no"):
-            controller = False  # as set from the environment (INVOKE_SM120KIT_CACHE_...)
-        if controller is not None and not isinstance(controller, (str, bool)):
-            raise CacheError(f"{where}.controller: expected a path, null or false")
-        if controller is True:
-            controller = None
-        numbers = {}
-        for name in ("wait_timeout", "stale_lock_after", "poll_interval"):
-            try:
-                numbers[name] = float(merged[name])
-            except (TypeError, ValueError):
-                raise CacheError(f"{where}.{name}: {merged[name]!r} is not a number") from None
-            if numbers[name] <= 0:
-                raise CacheError(f"{where}.{name}: must be > 0, got {merged[name]!r}")
+        # The same parser as every other setting's: "false" is false, "abc" and nan refused.
+        try:
+            controller = parse(BY_NAME["cache.controller"], merged["controller"], where)
+            host_store = parse(BY_NAME["cache.host_store"], merged["host_store"], where)
+            numbers = {
+                name: parse(BY_NAME[f"cache.{name}"], merged[name], where)
+                for name in ("wait_timeout", "stale_lock_after", "poll_interval")
+            }
+        except Sm120Error as exc:
+            raise CacheError(str(exc)) from None
         stores = check_store_specs(merged["stores"], f"{where}.stores")
         return cls(
             controller=controller,
-            host_store=truthy(merged["host_store"]),
+            host_store=host_store,
             stores=stores,
             **numbers,
         )
@@ -84,10 +79,12 @@ class CacheConfig:
 
 
 def truthy(value: Any) -> bool:
-    """A setting or host var as a bool; strings like "0", "false", "no", "off" are false."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("0", "false", "no", "off", "")
-    return bool(value)
+    """A setting or host var as a bool: only true/false/yes/no/1/0 (any case); anything else
+    is a CacheError rather than a guess."""
+    try:
+        return parse_bool(value, "wheel cache setting")
+    except Sm120Error as exc:
+        raise CacheError(str(exc)) from None
 
 
 def store_name(spec: Mapping[str, Any]) -> str:

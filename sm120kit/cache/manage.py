@@ -202,10 +202,15 @@ def import_dir(src: str | os.PathLike[str], store: Store) -> dict[str, list[str]
     except (ValueError, KeyError, TypeError) as exc:
         raise CacheError(f"{index_path}: unreadable index ({exc})") from None
     result: dict[str, list[str]] = {"imported": [], "present": [], "corrupt": []}
-    for row in entries:
-        key = check_key(str(row["key"]))
-        meta = dict(row["meta"])
-        wheel = root / Path(str(row["filename"])).name
+    if not isinstance(entries, list):
+        raise CacheError(f"{index_path}: unreadable index (entries is not a list)")
+    for i, row in enumerate(entries):
+        try:
+            key = check_key(str(row["key"]))
+            meta = dict(row["meta"])
+            wheel = root / Path(str(row["filename"])).name
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CacheError(f"{index_path}: unreadable entry {i} ({exc!r})") from None
         if not wheel.is_file() or file_sha256(wheel) != meta.get("sha256"):
             result["corrupt"].append(wheel.name)
             continue

@@ -297,7 +297,12 @@ class Store(ABC):
             reason = f"unreadable meta.json: {type(exc).__name__}: {exc}"
             self.quarantine(key, reason)
             raise CorruptEntry(self.name, key, reason) from None
-        meta["key"] = key
+        reason = key_unproven(meta, key)
+        if reason:
+            # An entry copied (or written) under another key's directory would otherwise be
+            # served for that key: a wheel built from other inputs, with a matching sha256.
+            self.quarantine(key, reason)
+            raise CorruptEntry(self.name, key, reason)
         return meta
 
     def keys(self) -> list[str]:
@@ -563,6 +568,26 @@ def _parse_lock(raw: bytes) -> dict[str, Any]:
     except (ValueError, TypeError):
         pass
     return {"time": 0.0}
+
+
+def key_unproven(meta: Mapping[str, Any], key: str) -> str:
+    """Why `meta` does not prove it belongs under `key` ("" when it does): its own ``key``
+    must be `key`, and its recorded ``inputs`` must hash to `key`."""
+    from .key import KeyInputs, compute_key
+
+    named = meta.get("key")
+    if named != key:
+        return f"meta.json names key {str(named)[:12]}, found under {key[:12]}"
+    inputs = meta.get("inputs")
+    if not isinstance(inputs, Mapping):
+        return "meta.json records no inputs to prove its key"
+    try:
+        hashed = compute_key(KeyInputs.from_dict(inputs))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"meta.json's inputs are unreadable ({type(exc).__name__}: {exc})"
+    if hashed != key:
+        return f"meta.json's inputs hash to {hashed[:12]}, not to its key {key[:12]}"
+    return ""
 
 
 def _mismatch(meta: Mapping[str, Any], sha256: str, size: int) -> str:

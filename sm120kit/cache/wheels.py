@@ -150,9 +150,11 @@ def discover_settings() -> dict[str, Any]:
     project = os.path.dirname(os.path.abspath(tasks_file)) if tasks_file else os.getcwd()
     config = invoke.Config(project_location=project)  # type: ignore[arg-type]
     config.load_project()
-    config.load_shell_env()
-    section = config.get("sm120kit", {}) or {}
-    return {k: v for k, v in dict(section).items()}
+    # The environment through the tool's own parser, not invoke's (which reads "false" as
+    # true): the same values the CLI would use.
+    from ..settings import config_layers, resolve
+
+    return resolve(config_layers(config), os.environ)
 
 
 __all__ = ["BuiltWheel", "CacheConfig", "Obtained", "WheelCache", "cache_for", "discover_settings"]

@@ -16,7 +16,10 @@
   cache key; `WheelCache.obtain` finds the wheel in a store or runs the build (in a throwaway
   copy ``build/<pkg>/work``, log under ``work_root/logs``, progress polled every 2 s).
 - ``install:<pkg>``: ``pip install --no-deps --force-reinstall --no-index`` into the env,
-  skipped when ``<env>/.sm120kit/installed/<pkg>.json`` already records this key and wheel.
+  skipped when ``<env>/.sm120kit/installed/<pkg>.json`` already records this key and wheel
+  and the env still holds that install (``remote/installed_dist.py``: present, all files of
+  its RECORD there, the recorded version and RECORD); otherwise the wheel is fetched again
+  (from the cache) and reinstalled, and the step says why.
 
 In check mode (`invoke plan`) every step only probes and records what it would run.
 """
@@ -44,7 +47,7 @@ from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
-from ..errors import HostFailed, RecipeError
+from ..errors import HostFailed, Interrupted, RecipeError
 from ..knobs import Knobs, lowered_for_oom, resolve_knobs
 from ..output.report import print_explain
 from ..packing import pack_tree
@@ -705,7 +708,9 @@ def _poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
         while not stop.wait(PROGRESS_POLL_SECONDS):
             try:
                 res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true", timeout=30)
-            except Exception:  # a poll never fails the build; the build's own result decides
+            except (Exception, Interrupted):
+                # A poll never fails the build (the build's own result decides), and a
+                # cancelled run is reported by the main thread, not by a traceback here.
                 return
             ctx.runner.progress.step(
                 ctx.host.name, step, _progress_detail(res.stdout, time.monotonic() - start)
@@ -1076,6 +1081,12 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     already = bool(
         installed and installed.get("key") == key and installed.get("sha256") and not rebuild
     )
+    # The record says what was installed; the env says what is there now (a `pip uninstall`
+    # or another build by hand). A record the env no longer matches is repaired, not trusted.
+    drift = env_drift(ctx, state, name, installed) if already and installed else ""
+    if drift:
+        already = False
+        record["reinstall_reason"] = drift
     with ctx.step(f"wheel:{name}") as step:
         if already and installed is not None:
             record.update(
@@ -1093,8 +1104,51 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
             step.message = f"{name} {version} installed ({key[:12]})"
             record["installed"] = "already"
         else:
-            _install(ctx, state, name, record, marker_path, step)
+            _install(ctx, state, name, record, marker_path, step, why=drift)
     return record
+
+
+def env_drift(ctx: HostContext, state: ProvisionState, name: str, installed: dict[str, Any]) -> str:
+    """Why the env no longer holds the install `installed` records ("" when it does): the
+    distribution gone, files of it gone, another version, or another build (RECORD)."""
+    assert state.env is not None
+    if installed.get("dist_present") is False:
+        return ""  # its distribution is named otherwise: nothing to compare with
+    env = state.env.path
+    dist_name, wheel_version = _wheel_name(str(installed.get("wheel") or ""))
+    dist = str(installed.get("dist") or dist_name or name)
+    found = ctx.script("installed_dist", {"env": env, "name": dist}, timeout=120)
+    if not found.get("present"):
+        return f"{name} is not installed in {env} (removed by hand?)"
+    if found.get("missing"):
+        return f"files of {name} are gone from the env: {', '.join(found['missing'][:3])}"
+    want = installed.get("dist_version") or wheel_version
+    have = str(found.get("version") or "")
+    if want and have and not _same_version(want, have):
+        return f"the env has {name} {have}, the install record {want}"
+    if installed.get("dist_record") and found.get("record") != installed["dist_record"]:
+        return f"the env's {name} {have} is another build than the recorded install"
+    return ""
+
+
+def _wheel_name(wheel: str) -> tuple[str, str]:
+    """(distribution name, version) from a wheel's file name; ("", "") if it is not one."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        parsed = parse_wheel_filename(os.path.basename(wheel))
+    except (InvalidWheelFilename, ValueError):
+        return "", ""
+    return str(parsed[0]), str(parsed[1])
+
+
+def _same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
 
 
 def _obtain(
@@ -1152,13 +1206,15 @@ def _install(
     record: dict[str, Any],
     marker_path: str,
     step: StepResult,
+    why: str = "",
 ) -> None:
     assert state.env is not None
     wheel = record.get("wheel") or f"<{name} wheel>"
     pip = (
         f"{_q(state.env.python)} -m pip install --no-deps --force-reinstall --no-index {_q(wheel)}"
     )
-    if not ctx.may_act(step, f"install {os.path.basename(wheel)} into {state.env.path}", [pip]):
+    verb = f"reinstall ({why}):" if why else "install"
+    if not ctx.may_act(step, f"{verb} {os.path.basename(wheel)} into {state.env.path}", [pip]):
         return
     doc = {
         "package": name,
@@ -1171,6 +1227,15 @@ def _install(
         "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     ctx.run(pip, timeout=1800, what=f"pip install {os.path.basename(wheel)}")
+    # What pip left in the env, for the next run's drift check (env_drift).
+    dist = _wheel_name(str(wheel))[0] or name
+    found = ctx.script("installed_dist", {"env": state.env.path, "name": dist}, timeout=120)
+    doc.update(
+        dist=dist,
+        dist_present=bool(found.get("present")),
+        dist_version=found.get("version"),
+        dist_record=found.get("record"),
+    )
     ctx.run(
         f"mkdir -p {_q(posixpath.dirname(marker_path))} && "
         f"printf '%s' {_q(json.dumps(doc, sort_keys=True))} > {_q(marker_path)}",

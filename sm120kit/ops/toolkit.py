@@ -55,6 +55,7 @@ from ..errors import HostFailed
 from ..state import ProvisionState, Toolkit
 from ..steps import Step
 from ..steps import commands as render_commands
+from ..validate import check_pip_args
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
@@ -130,7 +131,7 @@ def pip_args(host_vars: Mapping[str, Any]) -> list[str]:
         out += ["--cache-dir", str(cache)]
     extra = host_vars.get("pip_args")
     if isinstance(extra, str):
-        out += shlex.split(extra)
+        out += check_pip_args(extra)
     elif isinstance(extra, list):
         out += [str(a) for a in extra]
     return out

@@ -143,11 +143,24 @@ def inventory_table(path: Any, doc: dict[str, Any]) -> Table:
     for name, entry in doc["hosts"].items():
         sources = entry.get("var_sources", {})
         lines = [
-            f"{k} = {v!r}  [dim]({sources.get(k, '?')})[/]"
+            f"{escape(str(k))} = {escape(short_value(v))}  [dim]({escape(str(sources.get(k, '?')))})[/]"
             for k, v in sorted(entry["vars"].items())
         ]
-        table.add_row(name, ", ".join(entry["groups"]), "\n".join(lines))
+        table.add_row(escape(name), escape(", ".join(entry["groups"])), "\n".join(lines))
     return table
+
+
+#: Longest var value `invoke inventory` shows whole to people (--json always has it whole).
+SHORT_VALUE_CHARS = 200
+
+
+def short_value(value: Any, limit: int = SHORT_VALUE_CHARS) -> str:
+    """A var's value as people read it (repr), cut to `limit` characters with its full length
+    said: a 10 MB value would take a minute to lay out and flood the terminal."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}... ({len(text)} characters; --json shows it whole)"
 
 
 # Builds on several hosts explain at once: one table at a time on stderr.
