@@ -176,7 +176,7 @@ def test_entries_whose_torch_ranges_overlap_are_refused(tmp_path: Path) -> None:
         load_recipes(folder)
     msg = str(err.value)
     assert "r580.toml:" in msg and "\n" not in msg
-    assert "packages[2].torch: flash-attn's torch '>=2.9' overlaps packages[1]'s " in msg
+    assert "packages[3].torch: flash-attn's torch '>=2.9' overlaps packages[1]'s " in msg
     assert "(both admit torch 2.9)" in msg
 
 
