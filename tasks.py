@@ -201,6 +201,22 @@ def serve_check(c, **f):
     cli.finish(s, s.run("serve-check", op), checks.render_serve)
 
 
+@task(*COMMON, "python", "launch", *RECIPE)
+def preflight(c, **f):
+    """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
+    combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
+    from sm120kit import launch
+    from sm120kit.ops import preflight_check
+    from sm120kit.output import checks
+
+    words = launch.launch_words(f["launch"])
+    parsed = launch.parse_launch(words)
+    opts = _plan_options(c, f)
+    s = _session(c, f)
+    op = preflight_check.preflight_op(opts, parsed, python=f["python"])
+    cli.finish(s, s.run("preflight", op), checks.render_preflight)
+
+
 # -- cache.* -----------------------------------------------------------------------------------
 
 
@@ -317,6 +333,7 @@ ns = Collection(
     build_flash_attn,
     smoke,
     serve_check,
+    preflight,
     cache,
     sources,
 )

@@ -151,3 +151,33 @@ def render_serve_result(result: dict[str, Any]) -> Any:
 
 def _fmt(value: Any) -> str:
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def render_preflight(console: Console, result: RunResult) -> None:
+    """Per host: every preflight check with its verdict and fix, then one line per failure."""
+    for name, host in result.hosts.items():
+        doc = host.data.get("preflight")
+        head = Text(name, style="bold")
+        if not isinstance(doc, dict):
+            console.print(head)
+            console.print(Text(f"  {host.status}: {host.error}", style="red"))
+            continue
+        attention = doc.get("attention") or {}
+        head.append(
+            f"  GPU {doc.get('arch') or '?'}; attention prefill {attention.get('prefill')}, "
+            f"decode {attention.get('decode')} ({attention.get('how')})",
+            style="dim",
+        )
+        console.print(head)
+        table = Table(show_header=True, show_lines=False, box=None, pad_edge=False)
+        for column in ("check", "status", "reason / fix"):
+            table.add_column(column, overflow="fold")
+        for item in doc.get("checks") or []:
+            status = item.get("status", "?")
+            text = Text(item.get("reason") or "")
+            if item.get("fix") and status in ("fail", "warn"):
+                text.append(f"\nfix: {item['fix']}", style="cyan")
+            table.add_row(item.get("check", "?"), Text(status, style=_STYLE.get(status, "")), text)
+        console.print(table)
+        for line in doc.get("failed") or []:
+            console.print(Text(f"FAILED {line}", style="red"))
