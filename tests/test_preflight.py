@@ -1,0 +1,271 @@
+"""`invoke preflight` over the real SSH fleet, against the real sglang 0.5.23, sglang-kernel
+0.4.10 and flashinfer-python 0.7.2 wheels installed --no-deps in a venv (tests/support/
+sglang_env.py).
+
+Only the GPU is simulated: each fleet host's stub `nvidia-smi` prints real-format output for
+its profile (gpu1: two RTX PRO 6000, compute capability 12.0), and for the GPU-memory test a
+profile with another process holding memory. The fatbins read are the wheels' own, the port is
+a real socket bound on the host's address, the model path a real directory on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sm120kit.errors import Sm120Error
+from sm120kit.launch import launch_words, parse_launch
+from tests.conftest import invoke_env, json_of, run_invoke
+from tests.support.fleet import PROFILES, Fleet
+from tests.support.sglang_env import sglang_venv
+
+LAUNCHER = ["python", "-m", "sglang.launch_server"]
+
+
+@pytest.fixture(scope="module")
+def venv() -> Path:
+    """The venv holding the real wheels (built once, cached across sessions)."""
+    return sglang_venv()
+
+
+@pytest.fixture()
+def model(tmp_path: Path) -> Path:
+    """A local model directory with an MHA config.json and a 1 MiB weights file."""
+    path = tmp_path / "Llama-tiny"
+    path.mkdir()
+    (path / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    )
+    (path / "model.safetensors").write_bytes(b"\0" * (1 << 20))
+    return path
+
+
+def free_port(address: str) -> int:
+    """A port nothing listens on at `address` right now."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def preflight(
+    fleet: Fleet, tmp: Path, host: str, venv: Path, *args: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`invoke preflight -H host --python venv --json -- python -m sglang.launch_server ARGS`."""
+    argv = ["preflight", "-H", host, "--python", str(venv), "--json", "--", *LAUNCHER, *args]
+    proc = run_invoke(argv, invoke_env(fleet, tmp), timeout=300)
+    return proc, json_of(proc)
+
+
+def checks_of(doc: dict[str, Any], host: str) -> dict[str, dict[str, Any]]:
+    """The host's preflight checks by name."""
+    pre = doc["hosts"][host]["preflight"]
+    return {c["check"]: c for c in pre["checks"]}
+
+
+def test_fa3_on_sm120_is_refused_citing_flash_ops_archs(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """FA3 on gpu1 (simulated 12.0 GPUs): refused from the wheel's own flash_ops fatbin."""
+    port = free_port("127.0.0.1")
+    proc, doc = preflight(
+        fleet, tmp_path, "gpu1", venv,
+        "--model-path", str(model), "--attention-backend", "fa3", "--tp", "2",
+        "--port", str(port),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    checks = checks_of(doc, "gpu1")
+    attn = checks["attention_backend"]
+    assert attn["status"] == "fail"
+    assert "sgl_kernel/flash_ops.abi3.so" in attn["reason"]
+    assert "sm_80, sm_86, sm_90a" in attn["reason"]
+    assert attn["fix"].startswith("--attention-backend flashinfer")
+    files = attn["evidence"]["files"]
+    assert [f["sass"] for f in files] == [["sm_80", "sm_86", "sm_90a"]]
+    rule = checks["rule:fa3-no-sm120"]
+    assert rule["status"] == "fail" and "sglang 0.5.23" in rule["evidence"]["scope"]
+    assert "flash_ops.abi3.so" in rule["evidence"]["source"]
+    # Everything else about this launch is fine: only the FA3 verdicts fail.
+    failed = {name for name, c in checks.items() if c["status"] == "fail"}
+    assert failed == {"attention_backend", "rule:fa3-no-sm120"}
+    assert doc["hosts"]["gpu1"]["error"].startswith("attention_backend: ")
+
+
+def test_flashinfer_passes(fleet: Fleet, venv: Path, model: Path, tmp_path: Path) -> None:
+    """The same launch with FlashInfer on gpu1 (simulated 12.0 GPUs) passes every check."""
+    port = free_port("127.0.0.1")
+    proc, doc = preflight(
+        fleet, tmp_path, "gpu1", venv,
+        "--model-path", str(model), "--attention-backend", "flashinfer", "--tp", "2",
+        "--port", str(port), "--mem-fraction-static", "0.85",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    checks = checks_of(doc, "gpu1")
+    assert {c["status"] for c in checks.values()} <= {"pass", "skip"}
+    assert checks["attention_backend"]["status"] == "pass"
+    assert "flashinfer" in checks["attention_backend"]["reason"]
+    assert "sglang 0.5.23" in checks["serving_env"]["reason"]
+    assert checks["gpus"]["reason"] == "tp 2 needs 2 of 2 GPU(s)"
+    assert checks["model_path"]["status"] == "pass" and "2 file(s)" in checks["model_path"]["reason"]
+
+
+def test_default_backend_is_computed_from_the_model_config(
+    fleet: Fleet, venv: Path, tmp_path: Path
+) -> None:
+    """No --attention-backend, an MLA config.json (kv_lora_rank) on gpu2 (simulated 5090):
+    sglang 0.5.23's default for 12.x MLA models is triton."""
+    path = tmp_path / "DeepSeek-tiny"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "kv_lora_rank": 512}))
+    proc, doc = preflight(
+        fleet, tmp_path, "gpu2", venv, "--model-path", str(path),
+        "--port", str(free_port("127.0.0.1")),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    attention = doc["hosts"]["gpu2"]["preflight"]["attention"]
+    assert attention["prefill"] == attention["decode"] == "triton"
+    assert attention["how"] == "sglang default"
+    assert "get_default_attn_backend" in attention["note"]
+
+
+def test_tp_larger_than_the_gpus_is_refused(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """--tp 8 on gpu1, whose stub nvidia-smi lists two GPUs."""
+    proc, doc = preflight(
+        fleet, tmp_path, "gpu1", venv,
+        "--model-path", str(model), "--attention-backend", "flashinfer", "--tp", "8",
+        "--port", str(free_port("127.0.0.1")),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    gpus = checks_of(doc, "gpu1")["gpus"]
+    assert gpus["status"] == "fail"
+    assert gpus["reason"] == "tp 8 needs 8 GPUs, the host has 2"
+    assert gpus["evidence"] == {"needed": 8, "present": 2}
+    assert doc["hosts"]["gpu1"]["error"] == "gpus: tp 8 needs 8 GPUs, the host has 2"
+
+
+def test_port_in_use_is_refused(fleet: Fleet, venv: Path, model: Path, tmp_path: Path) -> None:
+    """A real socket listening on gpu1's address (127.0.0.2) and the launch's --port."""
+    address = fleet.by_name("gpu1").address
+    with socket.socket() as server:
+        server.bind((address, 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        proc, doc = preflight(
+            fleet, tmp_path, "gpu1", venv,
+            "--model-path", str(model), "--attention-backend", "triton",
+            "--host", address, "--port", str(port),
+        )  # fmt: skip
+    assert proc.returncode == 2
+    check = checks_of(doc, "gpu1")["port"]
+    assert check["status"] == "fail"
+    assert check["reason"].startswith(f"port {address}:{port} is already in use")
+
+
+def test_gpu_memory_held_by_another_process_is_named(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """gpu8's stub nvidia-smi lists an old server (pid 4242) holding 70 GiB on GPU 1, and a
+    --mem-fraction-static that no longer fits there."""
+    profile = json.loads(json.dumps(PROFILES["pro6000x2"]))
+    profile["gpus"][1]["used"] = 71800
+    profile["apps"] = [
+        {"bus": profile["gpus"][1]["bus"], "pid": 4242, "name": "sglang::scheduler", "mem": 71680}
+    ]
+    with fleet.gpu_profile("gpu8", profile):
+        proc, doc = preflight(
+            fleet, tmp_path, "gpu8", venv,
+            "--model-path", str(model), "--tp", "2", "--mem-fraction-static", "0.88",
+            "--port", str(free_port("127.0.0.1")),
+        )  # fmt: skip
+    assert proc.returncode == 2
+    checks = checks_of(doc, "gpu8")
+    held = checks["gpu_memory"]
+    assert held["status"] == "fail"
+    assert held["reason"] == "GPU memory already held: GPU1: pid 4242 sglang::scheduler (71680 MiB)"
+    frac = checks["mem_fraction"]
+    assert frac["status"] == "fail" and "GPU1: 0.88 x 97887 MiB" in frac["reason"]
+    assert checks["gpus"]["status"] == "pass"  # the other checks still judge normally
+
+
+def test_human_output_has_one_line_per_failed_check(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """Without --json: the checks table, then FAILED lines, exit 2 (gpu1, simulated GPUs)."""
+    argv = [
+        "preflight", "-H", "gpu1", "--python", str(venv), "--", *LAUNCHER,
+        "--model-path", str(model), "--attention-backend", "fa3", "--tp", "8",
+        "--port", str(free_port("127.0.0.1")),
+    ]  # fmt: skip
+    proc = run_invoke(argv, invoke_env(fleet, tmp_path), timeout=300)
+    assert proc.returncode == 2
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+    assert [line.split(":")[0] for line in failed] == [
+        "FAILED attention_backend",
+        "FAILED rule",
+        "FAILED gpus",
+    ]
+
+
+def test_launch_option_and_bad_input(fleet: Fleet, venv: Path, tmp_path: Path) -> None:
+    """--launch "..." works like the words after --; a bad value is one line, exit 1 (no host
+    is touched, nothing simulated)."""
+    proc = run_invoke(
+        ["preflight", "-H", "gpu1", "--python", str(venv), "--json", "--launch",
+         "python -m sglang.launch_server --model-path m --tp two"],
+        invoke_env(fleet, tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert json_of(proc)["error"] == "launch option --tp 'two': expected an integer"
+    assert "Traceback" not in proc.stderr
+    proc = run_invoke(["preflight", "-H", "gpu1", "--json"], invoke_env(fleet, tmp_path))
+    assert proc.returncode == 1 and "no launch command" in json_of(proc)["error"]
+
+
+# ------------------------------------------------------------------ launch parsing (no host)
+
+
+def test_parse_launch_reads_sglang_spellings() -> None:
+    """Spellings and defaults of sglang 0.5.23's server args (nothing simulated)."""
+    launch = parse_launch(
+        ["python3", "-m", "sglang.launch_server", "--model", "m", "--tensor-parallel-size=4",
+         "--dp", "2", "--enable-dp-attention", "--decode-attention-backend", "triton",
+         "--trust-remote-code", "--mem-fraction-static", "0.9"]
+    )  # fmt: skip
+    assert (launch.model_path, launch.tp, launch.dp, launch.port) == ("m", 4, 2, 30000)
+    assert launch.gpus_needed() == 4  # DP attention runs inside the TP group
+    assert launch.decode_attention_backend == "triton" and launch.mem_fraction_static == 0.9
+    assert parse_launch(["sglang", "serve", "--tp", "2", "--dp", "2"]).gpus_needed() == 4
+    assert parse_launch(["--model-path", "m"]).host == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--port", "70000"], "launch option --port 70000: not a TCP port"),
+        (["--mem-fraction-static", "1.5"], "launch option --mem-fraction-static 1.5: must be"),
+        (["--tp"], "launch option --tp: missing its value"),
+        (["vllm", "serve", "m"], "launch command 'vllm serve m'"),
+        ([], "no launch command"),
+    ],
+)
+def test_parse_launch_bad_input(words: list[str], message: str) -> None:
+    """Each mistake is one Sm120Error line naming the option (nothing simulated)."""
+    with pytest.raises(Sm120Error) as err:
+        parse_launch(words)
+    assert str(err.value).startswith(message)
+
+
+def test_launch_words_keep_the_shell_split() -> None:
+    """Words after -- come from argv as the shell split them (a path with a space stays one)."""
+    argv = ["invoke", "preflight", "-H", "h", "--", "sglang", "serve", "--model-path", "/m x"]
+    assert launch_words(None, argv) == ["sglang", "serve", "--model-path", "/m x"]
+    assert launch_words("sglang serve --model-path '/m x'", ["invoke"]) == argv[5:]
+    with pytest.raises(Sm120Error, match="both given"):
+        launch_words("sglang serve", argv)
