@@ -111,7 +111,9 @@ def test_flashinfer_passes(fleet: Fleet, venv: Path, model: Path, tmp_path: Path
     assert "flashinfer" in checks["attention_backend"]["reason"]
     assert "sglang 0.5.23" in checks["serving_env"]["reason"]
     assert checks["gpus"]["reason"] == "tp 2 needs 2 of 2 GPU(s)"
-    assert checks["model_path"]["status"] == "pass" and "2 file(s)" in checks["model_path"]["reason"]
+    assert (
+        checks["model_path"]["status"] == "pass" and "2 file(s)" in checks["model_path"]["reason"]
+    )
 
 
 def test_default_backend_is_computed_from_the_model_config(
@@ -121,7 +123,9 @@ def test_default_backend_is_computed_from_the_model_config(
     sglang 0.5.23's default for 12.x MLA models is triton."""
     path = tmp_path / "DeepSeek-tiny"
     path.mkdir()
-    (path / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "kv_lora_rank": 512}))
+    (path / "config.json").write_text(
+        json.dumps({"model_type": "deepseek_v3", "kv_lora_rank": 512})
+    )
     proc, doc = preflight(
         fleet, tmp_path, "gpu2", venv, "--model-path", str(path),
         "--port", str(free_port("127.0.0.1")),

@@ -63,7 +63,9 @@ def test_module_claims_match_the_wheels_sources(site: Path) -> None:
     assert "from sgl_kernel import flash_ops" in _text(site, "sgl_kernel/flash_attn.py")
     mla = _text(site, "sglang/srt/layers/attention/flashmla_backend.py")
     assert "from sglang.kernels.ops.attention.flash_mla_interface import" in mla
-    assert "import flash_mla\n" in _text(site, "sglang/kernels/ops/attention/flash_mla_interface.py")
+    assert "import flash_mla\n" in _text(
+        site, "sglang/kernels/ops/attention/flash_mla_interface.py"
+    )
     assert "from sgl_kernel import flashmla_ops" in _text(site, "sgl_kernel/flash_mla.py")
     metadata = next(site.glob("sglang-0.5.23.dist-info")) / "METADATA"
     assert "Requires-Dist: sgl-flash-mla==1.0.0" in metadata.read_text()
