@@ -36,6 +36,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], type]] = {
     "kv_cache_dtype": (("--kv-cache-dtype",), str),
     "quantization": (("--quantization",), str),
     "mem_fraction_static": (("--mem-fraction-static",), float),
+    "base_gpu_id": (("--base-gpu-id",), int),
+    "gpu_id_step": (("--gpu-id-step",), int),
 }
 FLAGS = {"--enable-dp-attention": "enable_dp_attention"}
 _SPELLING = {s: name for name, (spellings, _) in OPTIONS.items() for s in spellings}
@@ -63,12 +65,19 @@ class Launch:
     quantization: str | None = None
     mem_fraction_static: float | None = None
     enable_dp_attention: bool = False
+    base_gpu_id: int = 0
+    gpu_id_step: int = 1
     given: set[str] = field(default_factory=set)
 
     def gpus_needed(self) -> int:
         """GPUs one node needs: tp x pp, times dp unless DP attention runs inside the TP group."""
         total = self.tp * self.pp * (1 if self.enable_dp_attention else self.dp)
         return max(1, -(-total // max(1, self.nnodes)))
+
+    def gpu_indices(self) -> list[int]:
+        """The GPU indices this node's ranks take (--base-gpu-id, --gpu-id-step), as sglang
+        assigns them when CUDA_VISIBLE_DEVICES does not narrow the devices."""
+        return [self.base_gpu_id + i * self.gpu_id_step for i in range(self.gpus_needed())]
 
     def to_dict(self) -> dict[str, Any]:
         """The launch as JSON (the words and every setting preflight read)."""
@@ -155,9 +164,12 @@ def _convert(name: str, value: str, kind: type) -> Any:
 
 
 def _check(launch: Launch) -> None:
-    for key in ("tp", "dp", "pp", "nnodes"):
+    if launch.base_gpu_id < 0:
+        raise Sm120Error(f"launch option --base-gpu-id {launch.base_gpu_id}: must be >= 0")
+    for key in ("tp", "dp", "pp", "nnodes", "gpu_id_step"):
         if getattr(launch, key) < 1:
-            raise Sm120Error(f"launch option --{key}: must be at least 1")
+            name = "--" + key.replace("_", "-")
+            raise Sm120Error(f"launch option {name}: must be at least 1")
     if not 0 < launch.port < 65536:
         raise Sm120Error(f"launch option --port {launch.port}: not a TCP port")
     frac = launch.mem_fraction_static

@@ -368,6 +368,12 @@ def _gpus(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list(gpu.get("gpus") or []) if gpu.get("present") else []
 
 
+def _used_gpus(launch: Launch, facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The GPUs the launch's ranks take (those that exist)."""
+    gpus = _gpus(facts)
+    return [gpus[i] for i in launch.gpu_indices() if i < len(gpus)]
+
+
 def gpu_count_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
     """TP x PP (x DP) against the GPUs the host has."""
     gpus = _gpus(facts)
@@ -377,7 +383,7 @@ def gpu_count_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
         parts += " (dp attention inside tp)" if launch.enable_dp_attention else f" x dp {launch.dp}"
     if launch.nnodes > 1:
         parts += f" over {launch.nnodes} nodes"
-    evidence = {"needed": need, "present": len(gpus)}
+    evidence: dict[str, Any] = {"needed": need, "present": len(gpus)}
     if not gpus:
         reason = (facts.get("gpu") or {}).get("error") or "no GPU found"
         return check("gpus", "fail", f"{parts} needs {need} GPU(s); {reason}", evidence)
@@ -389,12 +395,23 @@ def gpu_count_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
             evidence,
             f"--tp {len(gpus)} (or fewer), or a host with {need} GPUs",
         )
+    indices = launch.gpu_indices()
+    if indices[-1] >= len(gpus):
+        evidence["indices"] = indices
+        return check(
+            "gpus",
+            "fail",
+            f"{parts} from --base-gpu-id {launch.base_gpu_id} (step {launch.gpu_id_step}) "
+            f"takes GPUs {', '.join(map(str, indices))}; the host has 0-{len(gpus) - 1}",
+            evidence,
+            "a lower --base-gpu-id / --gpu-id-step",
+        )
     return check("gpus", "pass", f"{parts} needs {need} of {len(gpus)} GPU(s)", evidence)
 
 
 def gpu_memory_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
     """GPU memory already held, and by which process (an old server not yet gone)."""
-    gpus = _gpus(facts)[: launch.gpus_needed()]
+    gpus = _used_gpus(launch, facts)
     held, idle_used = [], []
     for g in gpus:
         for p in g.get("processes") or []:
@@ -433,7 +450,7 @@ def gpu_memory_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
 def mem_fraction_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
     """--mem-fraction-static of each GPU's total must fit in what is free on it now."""
     frac = launch.mem_fraction_static
-    gpus = _gpus(facts)[: launch.gpus_needed()]
+    gpus = _used_gpus(launch, facts)
     if frac is None:
         return check(
             "mem_fraction", "skip", "--mem-fraction-static not given: sglang sizes it at start"

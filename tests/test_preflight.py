@@ -273,3 +273,73 @@ def test_launch_words_keep_the_shell_split() -> None:
     assert launch_words("sglang serve --model-path '/m x'", ["invoke"]) == argv[5:]
     with pytest.raises(Sm120Error, match="both given"):
         launch_words("sglang serve", argv)
+
+
+@pytest.mark.parametrize(
+    ("args", "failed"),
+    [
+        (["--attention-backend", "trtllm_mla"], "rule:trtllm-mla-sm120"),
+        (
+            ["--prefill-attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"],
+            "rule:trtllm-mha-fp8-kv-sm120",
+        ),
+        (["--attention-backend", "cutedsl_mla"], "rule:cutedsl-mla-sm100-only"),
+        (["--attention-backend", "aiter"], "rule:amd-or-other-platform"),
+        (["--moe-runner-backend", "deep_gemm"], "rule:deep-gemm-sm120"),
+    ],
+)
+def test_known_bad_combinations_are_refused(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path, args: list[str], failed: str
+) -> None:
+    """Each rule fires on gpu2 (simulated RTX 5090, 12.0) with the real wheels' versions."""
+    port = str(free_port("127.0.0.1"))
+    proc, doc = preflight(
+        fleet, tmp_path, "gpu2", venv, "--model-path", str(model), "--port", port, *args
+    )
+    assert proc.returncode == 2
+    rule = checks_of(doc, "gpu2")[failed]
+    assert rule["status"] == "fail" and rule["fix"] and rule["evidence"]["source"]
+
+
+def test_flashmla_reads_flashmla_ops_and_names_the_missing_package(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """FlashMLA on gpu2 (simulated 12.0): flashmla_ops' archs from the real sglang-kernel
+    wheel, and sgl-flash-mla (not in the venv) named as not installed."""
+    proc, doc = preflight(
+        fleet, tmp_path, "gpu2", venv, "--model-path", str(model),
+        "--attention-backend", "flashmla", "--port", str(free_port("127.0.0.1")),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    attn = checks_of(doc, "gpu2")["attention_backend"]
+    assert "flash_mla (sgl-flash-mla) not installed" in attn["reason"]
+    assert (
+        "sgl_kernel/flashmla_ops.abi3.so (sglang-kernel 0.4.10) has sm_90a, sm_100f, sm_103a"
+        in (attn["reason"])
+    )
+
+
+def test_hub_id_is_not_checked_and_both_defaults_are_judged(
+    fleet: Fleet, venv: Path, tmp_path: Path
+) -> None:
+    """A hub id on gpu2 (simulated 12.0): no config.json to read, so sglang's two defaults for
+    12.x (flashinfer for MHA, triton for MLA) are both judged; the path is a skip, not a fail."""
+    proc, doc = preflight(
+        fleet, tmp_path, "gpu2", venv, "--model-path", "Qwen/Qwen3-8B",
+        "--port", str(free_port("127.0.0.1")),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    checks = doc["hosts"]["gpu2"]["preflight"]["checks"]
+    backends = [c for c in checks if c["check"] == "attention_backend"]
+    assert [c["evidence"]["backend"] for c in backends] == ["flashinfer", "triton"]
+    assert all("cannot be told without the model's config" in c["reason"] for c in backends)
+    model_check = next(c for c in checks if c["check"] == "model_path")
+    assert model_check["status"] == "skip" and "hub id" in model_check["reason"]
+
+
+def test_base_gpu_id_picks_the_gpus() -> None:
+    """--base-gpu-id / --gpu-id-step as sglang assigns ranks to GPUs (nothing simulated)."""
+    launch = parse_launch(["--tp", "2", "--base-gpu-id", "1", "--gpu-id-step", "2"])
+    assert launch.gpu_indices() == [1, 3]
+    with pytest.raises(Sm120Error, match="--gpu-id-step: must be at least 1"):
+        parse_launch(["--gpu-id-step", "0"])

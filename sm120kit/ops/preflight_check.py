@@ -15,7 +15,7 @@ from ..plan import PlanOptions, prepare
 from ..preflight import judge, probe_request
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext, HostOp
-from .smoke_check import _managed_python, choose_arch
+from .smoke_check import choose_arch, managed_python
 
 #: Seconds for the probe: the env's interpreter lists its distributions, fatbin headers are read.
 PROBE_TIMEOUT = 300.0
@@ -29,7 +29,7 @@ def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> t
         state = prepare(ctx, opts)
     except RecipeError as exc:
         raise RecipeError(f"{exc}; or pass --python PATH of the env sglang runs in") from None
-    py, label, _env = _managed_python(state)
+    py, label, _env = managed_python(state)
     return py, label
 
 
