@@ -39,7 +39,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], type]] = {
     "base_gpu_id": (("--base-gpu-id",), int),
     "gpu_id_step": (("--gpu-id-step",), int),
 }
-FLAGS = {"--enable-dp-attention": "enable_dp_attention"}
+FLAGS = {
+    "--enable-dp-attention": "enable_dp_attention",
+    "--disable-custom-all-reduce": "disable_custom_all_reduce",
+}
 _SPELLING = {s: name for name, (spellings, _) in OPTIONS.items() for s in spellings}
 _PROGRAMS = ("sglang.launch_server", "sglang.launch_server.py")
 
@@ -65,6 +68,7 @@ class Launch:
     quantization: str | None = None
     mem_fraction_static: float | None = None
     enable_dp_attention: bool = False
+    disable_custom_all_reduce: bool = False
     base_gpu_id: int = 0
     gpu_id_step: int = 1
     given: set[str] = field(default_factory=set)

@@ -262,6 +262,22 @@ RULES: tuple[Rule, ...] = (
         "sgl-project/sglang#24047; sgl-project/sglang#30272",
     ),
     Rule(
+        "custom-all-reduce-two-pcie-gpus",
+        "warn",
+        {"tp": ("2",), "disable_custom_all_reduce": ("False",)},
+        (12,),
+        (("sglang", "==0.5.23"),),
+        "with a TP group of 2, sglang uses its custom all-reduce (P2P between the two GPUs; "
+        "it turns itself off only for more than two PCIe-only GPUs); on consumer boards "
+        "whose P2P does not work it fails ('peer access is not supported') or hangs after "
+        "the weights load",
+        "--disable-custom-all-reduce (NCCL all-reduce; add NCCL_P2P_DISABLE=1 if NCCL hangs too)",
+        f"{SGLANG_WHEEL}: sglang/srt/distributed/device_communicators/custom_all_reduce.py "
+        "(_SUPPORTED_WORLD_SIZES [2, 4, 6, 8]) and custom_all_reduce_utils.py "
+        "can_use_custom_all_reduce_with_nvlink (world_size > 2 and not full_nvlink: "
+        "disabled); sgl-project/sglang#4814 (RTX 4090, TP 2)",
+    ),
+    Rule(
         "amd-or-other-platform",
         "fail",
         {"attention": ("aiter", "wave", "intel_amx", "ascend", "intel_xpu")},

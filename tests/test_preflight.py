@@ -106,7 +106,10 @@ def test_flashinfer_passes(fleet: Fleet, venv: Path, model: Path, tmp_path: Path
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     checks = checks_of(doc, "gpu1")
-    assert {c["status"] for c in checks.values()} <= {"pass", "skip"}
+    # A warning does not fail the host: TP 2 on two PCIe boards runs sglang's custom all-reduce.
+    warned = {name for name, c in checks.items() if c["status"] == "warn"}
+    assert warned == {"rule:custom-all-reduce-two-pcie-gpus"}
+    assert {c["status"] for c in checks.values()} <= {"pass", "skip", "warn"}
     assert checks["attention_backend"]["status"] == "pass"
     assert "flashinfer" in checks["attention_backend"]["reason"]
     assert "sglang 0.5.23" in checks["serving_env"]["reason"]

@@ -94,6 +94,10 @@ def test_rule_quotes_are_in_sglang_and_flashinfer(site: Path) -> None:
     assert "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x)" in overrides
     runner = _text(site, "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh")
     assert "mSM == kSM_100 || mSM == kSM_103 || mSM == kSM_107" in runner
+    comm = "sglang/srt/distributed/device_communicators/"
+    assert "_SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]" in _text(site, comm + "custom_all_reduce.py")
+    utils = _text(site, comm + "custom_all_reduce_utils.py")
+    assert "if world_size > 2 and not full_nvlink:" in utils
     choices = _text(site, "sglang/srt/arg_groups/choices.py")
     assert '"hpc_ops",  # HPC-Ops (https://github.com/Tencent/hpc-ops), Hopper (SM90) only' in (
         choices
