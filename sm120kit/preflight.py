@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .drivers import MINOR_COMPAT_MIN_DRIVER, SM120_MIN_DRIVER, min_driver, parse_driver_version
 from .launch import Launch
 from .preflight_rules import (
     A2A_BACKENDS,
@@ -557,6 +560,107 @@ def env_check(probe: Mapping[str, Any], python_source: str) -> Check:
     return check("serving_env", "pass", f"{probe.get('python')}: {listed}", versions)
 
 
+#: sglang's pins whose mismatch breaks the launch (extension ABI / API), and those that only
+#: might (torch: sgl_kernel is built against one torch; smoke tells).
+_PINNED_FAIL = ("sglang-kernel", "flashinfer-python")
+_PINNED_WARN = ("torch",)
+
+
+def _pins(requires: Iterable[str]) -> dict[str, SpecifierSet]:
+    """Unconditional Requires-Dist pins by canonical name (markers and extras dropped)."""
+    pins: dict[str, SpecifierSet] = {}
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None:
+            continue
+        pins[canonicalize_name(req.name)] = req.specifier
+    return pins
+
+
+def _satisfies(version: str, spec: SpecifierSet) -> bool:
+    try:
+        return Version(version) in spec
+    except InvalidVersion:
+        return False
+
+
+def _torch_cuda(version: str) -> str | None:
+    """CUDA X.Y of a torch build from its local version (2.9.1+cu130 -> 13.0), "cpu", or None."""
+    local = version.partition("+")[2]
+    if local == "cpu":
+        return "cpu"
+    if local.startswith("cu") and local[2:].isdigit() and len(local) >= 5:
+        digits = local[2:]
+        return f"{int(digits[:-1])}.{digits[-1]}"
+    return None
+
+
+def stack_check(probe: Mapping[str, Any], facts: Mapping[str, Any], cc: CC | None) -> Check:
+    """The env's kernel stack against sglang's own pins, and torch's CUDA against the driver."""
+    dists = probe.get("dists") or {}
+    sglang = dists.get("sglang") or {}
+    if not sglang.get("installed"):
+        return check("kernel_stack", "skip", "no sglang in the env (see serving_env)")
+    pins = _pins(sglang.get("requires") or [])
+    problems: list[tuple[str, str]] = []
+    evidence: dict[str, Any] = {"pins": {k: str(v) for k, v in pins.items()}}
+    for name in (*_PINNED_FAIL, *_PINNED_WARN):
+        spec = pins.get(name)
+        have = (dists.get(name) or {}).get("version")
+        status = "fail" if name in _PINNED_FAIL else "warn"
+        if spec is None:
+            continue
+        if have is None:
+            problems.append(
+                (status, f"{name} not installed (sglang {sglang['version']} pins {spec})")
+            )
+        elif not _satisfies(have, spec):
+            problems.append((status, f"{name} {have}, sglang {sglang['version']} pins {spec}"))
+    torch = (dists.get("torch") or {}).get("version")
+    driver = (facts.get("gpu") or {}).get("driver_version")
+    cuda = _torch_cuda(torch) if torch else None
+    evidence.update(torch=torch, torch_cuda=cuda, driver=driver)
+    if cuda == "cpu":
+        problems.append(("fail", f"torch {torch} is a CPU build: no CUDA at all"))
+    elif cuda and driver:
+        major = int(cuda.split(".")[0])
+        floor = MINOR_COMPAT_MIN_DRIVER.get(major)
+        if cc is not None and cc[0] == 12:
+            floor = max(floor or SM120_MIN_DRIVER, SM120_MIN_DRIVER, key=parse_driver_version)
+        try:
+            strict = min_driver(cuda)
+        except (ValueError, KeyError):
+            strict = None
+        have_driver = parse_driver_version(driver)
+        if floor and have_driver < parse_driver_version(floor):
+            problems.append(
+                ("fail", f"torch {torch} (CUDA {cuda}) needs driver >= {floor}; host has {driver}")
+            )
+        elif strict and have_driver < parse_driver_version(strict):
+            problems.append(
+                (
+                    "warn",
+                    f"torch {torch} (CUDA {cuda}) runs on driver {driver} only through minor-"
+                    f"version compatibility (no PTX JIT; NVIDIA's table: >= {strict})",
+                )
+            )
+    if not problems:
+        what = f"torch {torch} (CUDA {cuda}) on driver {driver}; " if torch else ""
+        return check("kernel_stack", "pass", f"{what}matches sglang's pins", evidence)
+    worst = "fail" if any(s == "fail" for s, _ in problems) else "warn"
+    return check(
+        "kernel_stack",
+        worst,
+        "; ".join(text for _, text in problems),
+        evidence,
+        "install what sglang pins (pip install sglang==VERSION with its dependencies), or a "
+        "torch build whose CUDA the driver runs",
+    )
+
+
 def judge(
     launch: Launch,
     facts: Mapping[str, Any],
@@ -568,7 +672,7 @@ def judge(
     env = env_check(probe, python_source)
     versions = {k: (v or {}).get("version") for k, v in (probe.get("dists") or {}).items()}
     sglang = versions.get("sglang")
-    checks = [env]
+    checks = [env, stack_check(probe, facts, cc)]
     attention, phases = attention_checks(launch, probe, cc, sglang)
     checks += attention
     checks += moe_checks(launch, probe, cc)

@@ -108,7 +108,9 @@ def test_flashinfer_passes(fleet: Fleet, venv: Path, model: Path, tmp_path: Path
     checks = checks_of(doc, "gpu1")
     # A warning does not fail the host: TP 2 on two PCIe boards runs sglang's custom all-reduce.
     warned = {name for name, c in checks.items() if c["status"] == "warn"}
-    assert warned == {"rule:custom-all-reduce-two-pcie-gpus"}
+    assert warned == {"rule:custom-all-reduce-two-pcie-gpus", "kernel_stack"}
+    # The venv holds the wheels without their dependencies: no torch, and it says so.
+    assert checks["kernel_stack"]["reason"] == ("torch not installed (sglang 0.5.23 pins ==2.14.1)")
     assert {c["status"] for c in checks.values()} <= {"pass", "skip", "warn"}
     assert checks["attention_backend"]["status"] == "pass"
     assert "flashinfer" in checks["attention_backend"]["reason"]
@@ -346,3 +348,39 @@ def test_base_gpu_id_picks_the_gpus() -> None:
     assert launch.gpu_indices() == [1, 3]
     with pytest.raises(Sm120Error, match="--gpu-id-step: must be at least 1"):
         parse_launch(["--gpu-id-step", "0"])
+
+
+@pytest.mark.parametrize(
+    ("torch", "kernel", "driver", "status", "reason"),
+    [
+        ("2.14.1+cu130", "0.4.10", "580.95.05", "pass", "torch 2.14.1+cu130 (CUDA 13.0) on"),
+        ("2.14.1+cu130", "0.4.10", "570.124.06", "fail", "needs driver >= 580; host has 570"),
+        ("2.14.1+cu128", "0.4.10", "570.124.06", "pass", "(CUDA 12.8) on driver 570.124.06"),
+        ("2.14.1+cpu", "0.4.10", "580.95.05", "fail", "torch 2.14.1+cpu is a CPU build"),
+        ("2.14.1+cu130", "0.4.9", "580.95.05", "fail", "sglang-kernel 0.4.9, sglang 0.5.23 pins"),
+    ],
+)
+def test_kernel_stack_against_sglangs_pins_and_the_driver(
+    torch: str, kernel: str, driver: str, status: str, reason: str
+) -> None:
+    """The stack check on the pins of the real sglang 0.5.23 METADATA (read from the wheel's
+    dist-info in the venv) and a host whose facts report `driver` on a 12.0 GPU; nothing else
+    is simulated."""
+    from importlib.metadata import PathDistribution
+
+    from sm120kit.preflight import stack_check
+    from tests.support.sglang_env import site_packages
+
+    dist_info = next(site_packages(sglang_venv()).glob("sglang-0.5.23.dist-info"))
+    requires = PathDistribution(dist_info).requires or []
+    probe = {
+        "dists": {
+            "sglang": {"installed": True, "version": "0.5.23", "requires": requires},
+            "torch": {"installed": True, "version": torch},
+            "sglang-kernel": {"installed": True, "version": kernel},
+            "flashinfer-python": {"installed": True, "version": "0.7.2"},
+        }
+    }
+    verdict = stack_check(probe, {"gpu": {"driver_version": driver}}, (12, 0))
+    assert verdict["status"] == status, verdict
+    assert reason in verdict["reason"]

@@ -17,7 +17,7 @@ Arguments (argv[1], JSON)::
 Output::
 
     {"python": path, "error": str | null,
-     "dists": {name: {"installed", "version", "location"}},
+     "dists": {name: {"installed", "version", "location", "requires"}},
      "modules": [{"dist", "prefix", "installed_dist", "files": [{"rel", "path", "sass", "ptx"}]}],
      "port": {"port", "host", "in_use", "detail"},
      "model": {"path", "local", "exists", "is_dir", "bytes", "files", "truncated",
@@ -157,6 +157,7 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
             "installed": bool(pkg.get("installed")),
             "version": pkg.get("version"),
             "location": pkg.get("location"),
+            "requires": pkg.get("requires") or [],
         }
     out["modules"] = [module_files(info, w) for w in args.get("modules") or []]
     return out
