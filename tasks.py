@@ -213,7 +213,7 @@ def preflight(c, **f):
     parsed = launch.parse_launch(words)
     opts = _plan_options(c, f)
     s = _session(c, f)
-    op = preflight_check.preflight_op(opts, parsed, python=f["python"])
+    op = preflight_check.preflight_op(opts, parsed, python=f["python"], arch=f["arch"])
     cli.finish(s, s.run("preflight", op), checks.render_preflight)
 
 

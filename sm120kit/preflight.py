@@ -139,6 +139,7 @@ def attention_phases(launch: Launch, model: Mapping[str, Any] | None) -> dict[st
     return {
         "prefill": prefill,
         "decode": decode,
+        "candidates": candidates,
         "how": how,
         "names": names,
         "note": default_note,
@@ -688,7 +689,7 @@ def judge(
     return {
         "ok": not failed,
         "arch": cc_text(cc) if cc else None,
-        "attention": {k: phases[k] for k in ("prefill", "decode", "how", "note")},
+        "attention": {k: phases[k] for k in ("prefill", "decode", "candidates", "how", "note")},
         "checks": checks,
         "failed": [f"{c['check']}: {c['reason']}" for c in failed],
     }

@@ -384,3 +384,23 @@ def test_kernel_stack_against_sglangs_pins_and_the_driver(
     verdict = stack_check(probe, {"gpu": {"driver_version": driver}}, (12, 0))
     assert verdict["status"] == status, verdict
     assert reason in verdict["reason"]
+
+
+def test_arch_flag_judges_a_host_without_a_gpu(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """gpu3 has no nvidia-smi at all (simulated GPU-less box): --arch 12.0 judges the modules
+    for 12.0, and the launch still fails for want of a GPU."""
+    argv = [
+        "preflight", "-H", "gpu3", "--python", str(venv), "--arch", "12.0", "--json", "--",
+        *LAUNCHER, "--model-path", str(model), "--attention-backend", "fa3",
+        "--port", str(free_port("127.0.0.1")),
+    ]  # fmt: skip
+    proc = run_invoke(argv, invoke_env(fleet, tmp_path), timeout=300)
+    assert proc.returncode == 2
+    doc = json_of(proc)
+    pre = doc["hosts"]["gpu3"]["preflight"]
+    assert (pre["arch"], pre["arch_source"]) == ("12.0", "--arch")
+    checks = checks_of(doc, "gpu3")
+    assert "sm_80, sm_86, sm_90a" in checks["attention_backend"]["reason"]
+    assert checks["gpus"]["reason"] == "tp 1 needs 1 GPU(s); nvidia-smi not found"

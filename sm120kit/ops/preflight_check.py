@@ -15,7 +15,7 @@ from ..plan import PlanOptions, prepare
 from ..preflight import judge, probe_request
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext, HostOp
-from .smoke_check import choose_arch, managed_python
+from .smoke_check import choose_arch, managed_python, normalize_cc
 
 #: Seconds for the probe: the env's interpreter lists its distributions, fatbin headers are read.
 PROBE_TIMEOUT = 300.0
@@ -33,10 +33,18 @@ def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> t
     return py, label
 
 
-def preflight_op(opts: PlanOptions, launch: Launch, *, python: str | None = None) -> HostOp:
-    """`invoke preflight`: judge `launch` on each host from its facts and its serving env."""
+def preflight_op(
+    opts: PlanOptions, launch: Launch, *, python: str | None = None, arch: str | None = None
+) -> HostOp:
+    """`invoke preflight`: judge `launch` on each host from its facts and its serving env.
+
+    `arch` (--arch) judges for that compute capability instead of the host's GPU (a host
+    without one: its target_arch host var, then the recipe's).
+    """
     if python is not None and not str(python).strip():
         raise Sm120Error("--python is empty: give an interpreter path or a venv directory")
+    if arch not in (None, "") and normalize_cc(arch) is None:
+        raise Sm120Error(f"--arch {arch!r}: not a compute capability like 12.0")
 
     def run(ctx: HostContext) -> None:
         facts = gather(ctx)
@@ -44,8 +52,8 @@ def preflight_op(opts: PlanOptions, launch: Launch, *, python: str | None = None
         with ctx.step("preflight") as step:
             ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
             doc = ctx.script("preflight_probe", probe_request(launch, py), timeout=PROBE_TIMEOUT)
-            arch, arch_source = choose_arch(None, facts, ctx.host.vars, None)
-            cc = parse_cc(arch) if arch else None
+            chosen, arch_source = choose_arch(arch, facts, ctx.host.vars, None)
+            cc = parse_cc(chosen) if chosen else None
             verdict = judge(launch, facts, doc, cc, label)
             verdict["arch_source"] = arch_source
             ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)

@@ -163,9 +163,10 @@ def render_preflight(console: Console, result: RunResult) -> None:
             console.print(Text(f"  {host.status}: {host.error}", style="red"))
             continue
         attention = doc.get("attention") or {}
+        either = " or ".join(attention.get("candidates") or []) or "?"
         head.append(
-            f"  GPU {doc.get('arch') or '?'}; attention prefill {attention.get('prefill')}, "
-            f"decode {attention.get('decode')} ({attention.get('how')})",
+            f"  GPU {doc.get('arch') or '?'}; attention prefill {attention.get('prefill') or either}"
+            f", decode {attention.get('decode') or either} ({attention.get('how')})",
             style="dim",
         )
         console.print(head)
