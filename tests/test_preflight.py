@@ -368,7 +368,7 @@ def test_kernel_stack_against_sglangs_pins_and_the_driver(
     is simulated."""
     from importlib.metadata import PathDistribution
 
-    from sm120kit.preflight import stack_check
+    from sm120kit.preflight_host import stack_check
     from tests.support.sglang_env import site_packages
 
     dist_info = next(site_packages(sglang_venv()).glob("sglang-0.5.23.dist-info"))
