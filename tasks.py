@@ -188,12 +188,41 @@ def smoke(c, **f):
     cli.finish(s, s.run("smoke", op), checks.render_smoke)
 
 
-@task(*COMMON, "url", "timeout", "pid", "process_match", name="serve-check")
+@task(
+    *COMMON,
+    "url",
+    "timeout",
+    "pid",
+    "process_match",
+    "launch",
+    "python",
+    *RECIPE,
+    name="serve-check",
+)
 def serve_check(c, **f):
-    """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks)."""
+    """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks).
+    With a launch (--launch or words after --): preflight it, start it, then watch it."""
+    from sm120kit import launch
     from sm120kit.ops import serve_check as serve_ops
     from sm120kit.output import checks
 
+    words = launch.launch_words(f["launch"])
+    if words:
+        from sm120kit.ops import serve_launch
+
+        if f["pid"] or f["process_match"]:
+            raise cli.Sm120Error(
+                "--pid / --process-match name a server started by other means; with a launch "
+                "the launched server is watched"
+            )
+        parsed = launch.parse_launch(words)
+        opts = _plan_options(c, f)
+        s = _session(c, f)
+        op = serve_launch.serve_launch_op(
+            opts, parsed, float(f["timeout"]), python=f["python"], arch=f["arch"]
+        )
+        cli.finish(s, s.run("serve-check", op), checks.render_serve_launch)
+        return
     s = _session(c, f)
     op = serve_ops.serve_check_op(
         f["url"], float(f["timeout"]), pid=f["pid"] or None, process_match=f["process_match"]

@@ -404,3 +404,47 @@ def test_arch_flag_judges_a_host_without_a_gpu(
     checks = checks_of(doc, "gpu3")
     assert "sm_80, sm_86, sm_90a" in checks["attention_backend"]["reason"]
     assert checks["gpus"]["reason"] == "tp 1 needs 1 GPU(s); nvidia-smi not found"
+
+
+def test_serve_check_launch_preflights_starts_and_watches(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """serve-check with a launch on gpu1 (simulated 12.0 GPUs): preflight passes, the real
+    sglang 0.5.23 launcher is started from the venv and exits (its dependencies, torch first,
+    are not installed), and the verdict names the exit with the server's own log."""
+    port = str(free_port("127.0.0.1"))
+    argv = [
+        "serve-check", "-H", "gpu1", "--python", str(venv), "--timeout", "5", "--json", "--",
+        *LAUNCHER, "--model-path", str(model), "--attention-backend", "flashinfer",
+        "--port", port,
+    ]  # fmt: skip
+    proc = run_invoke(argv, invoke_env(fleet, tmp_path), timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    host = json_of(proc)["hosts"]["gpu1"]
+    assert host["preflight"]["ok"] is True
+    launched = host["launched"]
+    assert launched["argv"][1:4] == ["-m", "sglang.launch_server", "--model-path"]
+    assert launched["argv"][0].startswith(str(venv))
+    serve_doc = host["serve"]
+    assert serve_doc["url"] == f"http://127.0.0.1:{port}"
+    assert serve_doc["verdict"] == "not_listening"
+    assert f"server process {launched['pid']} has exited" in serve_doc["reason"]
+    assert "ModuleNotFoundError" in serve_doc["log_tail"]
+    assert host["error"].endswith(f"(server log: {launched['log']})")
+
+
+def test_serve_check_launch_refused_by_preflight_starts_nothing(
+    fleet: Fleet, venv: Path, model: Path, tmp_path: Path
+) -> None:
+    """FA3 on gpu1 (simulated 12.0 GPUs): the preflight fails and no server is started."""
+    argv = [
+        "serve-check", "-H", "gpu1", "--python", str(venv), "--json", "--", *LAUNCHER,
+        "--model-path", str(model), "--attention-backend", "fa3",
+        "--port", str(free_port("127.0.0.1")),
+    ]  # fmt: skip
+    proc = run_invoke(argv, invoke_env(fleet, tmp_path), timeout=300)
+    assert proc.returncode == 2
+    host = json_of(proc)["hosts"]["gpu1"]
+    assert "launched" not in host and "serve" not in host
+    assert host["error"].startswith("attention_backend: ")
+    assert [s["name"] for s in host["steps"]][-1] == "preflight"

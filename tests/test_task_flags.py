@@ -32,7 +32,7 @@ EXPECTED: dict[str, set[str]] = {
     "build-sgl-kernel": BUILD,
     "build-flash-attn": BUILD,
     "smoke": COMMON | RECIPE | {"package", "python"},
-    "serve-check": COMMON | {"url", "timeout", "pid", "process-match"},
+    "serve-check": COMMON | RECIPE | {"url", "timeout", "pid", "process-match", "launch", "python"},
     "preflight": COMMON | RECIPE | {"python", "launch"},
     "cache.key": COMMON | RECIPE | {"package"},
     "cache.list": {"json", "store"},

@@ -8,6 +8,8 @@ line per failed check.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..launch import Launch
@@ -33,6 +35,42 @@ def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> t
     return py, label
 
 
+def check_flags(python: str | None, arch: str | None) -> None:
+    """Raise Sm120Error (one line naming the flag) before any host is touched."""
+    if python is not None and not str(python).strip():
+        raise Sm120Error("--python is empty: give an interpreter path or a venv directory")
+    if arch not in (None, "") and normalize_cc(arch) is None:
+        raise Sm120Error(f"--arch {arch!r}: not a compute capability like 12.0")
+
+
+def run_preflight(
+    ctx: HostContext,
+    opts: PlanOptions,
+    launch: Launch,
+    python: str | None = None,
+    arch: str | None = None,
+) -> dict[str, Any]:
+    """Judge `launch` on this host; record it (``preflight``, ``launch``, ``python``) and fail
+    the host with one ``check: reason`` per failed check. Returns the verdict, whose
+    ``python`` is the serving env's interpreter as the host resolved it."""
+    facts = gather(ctx)
+    py, label = serving_python(ctx, opts, python)
+    with ctx.step("preflight") as step:
+        ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
+        doc = ctx.script("preflight_probe", probe_request(launch, py), timeout=PROBE_TIMEOUT)
+        chosen, arch_source = choose_arch(arch, facts, ctx.host.vars, None)
+        cc = parse_cc(chosen) if chosen else None
+        verdict = judge(launch, facts, doc, cc, label)
+        verdict["arch_source"] = arch_source
+        verdict["python"] = doc.get("python") or py
+        ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)
+        counts = {s: sum(c["status"] == s for c in verdict["checks"]) for s in ("pass", "fail")}
+        step.message = f"{counts['pass']} passed, {counts['fail']} failed"
+        if verdict["failed"]:
+            raise HostFailed("; ".join(verdict["failed"]))
+    return verdict
+
+
 def preflight_op(
     opts: PlanOptions, launch: Launch, *, python: str | None = None, arch: str | None = None
 ) -> HostOp:
@@ -41,25 +79,9 @@ def preflight_op(
     `arch` (--arch) judges for that compute capability instead of the host's GPU (a host
     without one: its target_arch host var, then the recipe's).
     """
-    if python is not None and not str(python).strip():
-        raise Sm120Error("--python is empty: give an interpreter path or a venv directory")
-    if arch not in (None, "") and normalize_cc(arch) is None:
-        raise Sm120Error(f"--arch {arch!r}: not a compute capability like 12.0")
+    check_flags(python, arch)
 
     def run(ctx: HostContext) -> None:
-        facts = gather(ctx)
-        py, label = serving_python(ctx, opts, python)
-        with ctx.step("preflight") as step:
-            ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
-            doc = ctx.script("preflight_probe", probe_request(launch, py), timeout=PROBE_TIMEOUT)
-            chosen, arch_source = choose_arch(arch, facts, ctx.host.vars, None)
-            cc = parse_cc(chosen) if chosen else None
-            verdict = judge(launch, facts, doc, cc, label)
-            verdict["arch_source"] = arch_source
-            ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)
-            counts = {s: sum(c["status"] == s for c in verdict["checks"]) for s in ("pass", "fail")}
-            step.message = f"{counts['pass']} passed, {counts['fail']} failed"
-            if verdict["failed"]:
-                raise HostFailed("; ".join(verdict["failed"]))
+        run_preflight(ctx, opts, launch, python, arch)
 
     return run
