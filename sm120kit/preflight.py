@@ -201,6 +201,14 @@ def backend_verdict(
             evidence,
             f"pip install {missing[0]} into the env, or another backend",
         )
+    if entry.kind == "cubin":
+        return check(
+            f"{role}_backend",
+            "skip",
+            f"{label}: {entry.note}; its kernels are cubins loaded at run time, not read here "
+            "(what is known about them on this GPU is in the rules)",
+            evidence,
+        )
     if entry.kind in ("jit", "torch"):
         return check(
             f"{role}_backend",

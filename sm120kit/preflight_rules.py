@@ -18,8 +18,9 @@ KERNEL_WHEEL = "sglang-kernel 0.4.10 wheel"
 
 #: How a backend gets device code. "so": prebuilt extension modules whose fatbins are read;
 #: "jit": compiled for the GPU at first use (Triton, FlashInfer, CuTe DSL), nothing to read;
+#: "cubin": prebuilt kernels a package loads (or downloads) at run time, not read here;
 #: "torch": torch's own kernels; "platform": not an NVIDIA backend; "unknown": not modelled.
-KINDS = ("so", "jit", "torch", "platform", "unknown")
+KINDS = ("so", "jit", "cubin", "torch", "platform", "unknown")
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,13 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
         "jit", needs=_FLASHINFER, note="FlashInfer (LLaDA2 CFG variant)", source=_REG
     ),
     "trtllm_mha": Backend(
-        "jit",
+        "cubin",
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM kernels (trtllm_mha_backend.py imports flashinfer)",
         source=_REG,
     ),
     "trtllm_mla": Backend(
-        "jit",
+        "cubin",
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM MLA kernels (trtllm_mla_backend.py imports flashinfer)",
         source=_REG,
