@@ -207,31 +207,64 @@ def smoke(c, **f):
     cli.finish(s, s.run("smoke", op), checks.render_smoke)
 
 
-def _check_regex(pattern: str | None, flag: str) -> None:
-    """A regex flag compiled here, before any host: the host would compile it only after
-    waiting out the whole timeout."""
-    import re
-
-    if pattern is None:
-        return
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise cli.Sm120Error(f"{flag} {pattern!r}: not a regular expression ({exc})") from None
-
-
-@task(*COMMON, "url", "timeout", "pid", "process_match", name="serve-check")
+@task(
+    *COMMON,
+    "url",
+    "timeout",
+    "pid",
+    "process_match",
+    "launch",
+    "python",
+    *RECIPE,
+    name="serve-check",
+)
 def serve_check(c, **f):
-    """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks)."""
+    """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks).
+    With a launch (--launch or words after --): preflight it, start it, then watch it."""
+    from sm120kit import launch
     from sm120kit.ops import serve_check as serve_ops
     from sm120kit.output import checks
+    from sm120kit.validate import check_regex
 
-    _check_regex(f["process_match"], "--process-match")
+    check_regex(f["process_match"], "--process-match")
+    words = launch.launch_words(f["launch"])
+    if words:
+        from sm120kit.ops import serve_launch
+
+        if f["pid"] or f["process_match"]:
+            raise cli.Sm120Error(
+                "--pid / --process-match name a server started by other means; with a launch "
+                "the launched server is watched"
+            )
+        parsed = launch.parse_launch(words)
+        opts = _plan_options(c, f)
+        s = _session(c, f)
+        op = serve_launch.serve_launch_op(
+            opts, parsed, float(f["timeout"]), python=f["python"], arch=f["arch"]
+        )
+        cli.finish(s, s.run("serve-check", op), checks.render_serve_launch)
+        return
     s = _session(c, f)
     op = serve_ops.serve_check_op(
         f["url"], float(f["timeout"]), pid=f["pid"] or None, process_match=f["process_match"]
     )
     cli.finish(s, s.run("serve-check", op), checks.render_serve)
+
+
+@task(*COMMON, "python", "launch", *RECIPE)
+def preflight(c, **f):
+    """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
+    combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
+    from sm120kit import launch
+    from sm120kit.ops import preflight_check
+    from sm120kit.output import checks
+
+    words = launch.launch_words(f["launch"])
+    parsed = launch.parse_launch(words)
+    opts = _plan_options(c, f)
+    s = _session(c, f)
+    op = preflight_check.preflight_op(opts, parsed, python=f["python"], arch=f["arch"])
+    cli.finish(s, s.run("preflight", op), checks.render_preflight)
 
 
 # -- cache.* -----------------------------------------------------------------------------------
@@ -350,6 +383,7 @@ ns = Collection(
     build_flash_attn,
     smoke,
     serve_check,
+    preflight,
     cache,
     sources,
 )

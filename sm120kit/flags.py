@@ -60,6 +60,11 @@ FLAGS: dict[str, Flag] = {
         "regex on the server's whole command line (default: a process whose program or "
         "Python module/script is sglang/vllm/uvicorn-like)",
     ),
+    "launch": Flag(
+        None,
+        "the launch command as one string (python -m sglang.launch_server ARGS), "
+        "instead of the words after --",
+    ),
     # cache.*
     "older_than": Flag(0.0, "prune entries older than this many days"),
     "keep": Flag(0, "prune all but the newest N entries per package"),

@@ -113,6 +113,17 @@ def number(
     return parse_number(value, what, kind=kind, minimum=minimum, above=above)
 
 
+def check_regex(pattern: str | None, flag: str) -> None:
+    """A regex flag compiled on the controller, before any host: the host would compile it
+    only after waiting out the whole timeout."""
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise Sm120Error(f"{flag} {pattern!r}: not a regular expression ({exc})") from None
+
+
 def parse_gcc_version(text: str) -> str | None:
     """The version `gcc -dumpfullversion -dumpversion` printed (e.g. "14.2.0"), or None."""
     line = (text or "").strip().splitlines()[:1]

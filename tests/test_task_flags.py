@@ -32,7 +32,8 @@ EXPECTED: dict[str, set[str]] = {
     "build-sgl-kernel": BUILD,
     "build-flash-attn": BUILD,
     "smoke": COMMON | RECIPE | {"package", "python"},
-    "serve-check": COMMON | {"url", "timeout", "pid", "process-match"},
+    "serve-check": COMMON | RECIPE | {"url", "timeout", "pid", "process-match", "launch", "python"},
+    "preflight": COMMON | RECIPE | {"python", "launch"},
     "cache.key": COMMON | RECIPE | {"package"},
     "cache.list": {"json", "store"},
     "cache.verify": {"json", "store"},
@@ -69,6 +70,8 @@ HELP = {
     "pid": "the server's process id on the host (for the evidence when the port is not open)",
     "process-match": "regex on the server's whole command line (default: a process whose "
     "program or Python module/script is sglang/vllm/uvicorn-like)",
+    "launch": "the launch command as one string (python -m sglang.launch_server ARGS), "
+    "instead of the words after --",
     "older-than": "prune entries older than this many days",
     "keep": "prune all but the newest N entries per package",
     "max-size": "prune least recently used entries until the store is below this (e.g. 50G)",

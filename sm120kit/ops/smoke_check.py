@@ -189,7 +189,7 @@ def managed_env_path(state: ProvisionState) -> str:
     return EnvSpec.from_state(state).path
 
 
-def _managed_python(state: ProvisionState) -> tuple[str, str, str]:
+def managed_python(state: ProvisionState) -> tuple[str, str, str]:
     """(interpreter, its label, env directory) of the recipe's env."""
     if state.env is not None:
         return state.env.python, "provisioned env", state.env.path
@@ -344,7 +344,7 @@ def smoke_op(
                 raise RecipeError(
                     f"{exc}; or pass --python PATH to check an env built by other means"
                 ) from None
-            py, py_source, env = _managed_python(state)
+            py, py_source, env = managed_python(state)
         names: tuple[str, ...]
         if package:
             names, explicit = (package,), True
@@ -388,7 +388,7 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
     """
     if not names:
         return
-    py, py_source, env = _managed_python(state)
+    py, py_source, env = managed_python(state)
     cc, cc_source = choose_arch(None, state.facts, {}, state.arch_list, state.resolved.recipe.name)
     gpu = gpu_capability(state.facts) is not None
     target = Target(py, py_source, env, tuple(names), True, cc, cc_source, gpu, declarations(state))

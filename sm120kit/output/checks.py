@@ -1,4 +1,5 @@
-"""Check results for people: smoke verdicts per package and check, serve-check evidence."""
+"""Check results for people: smoke verdicts per package and check, serve-check evidence,
+preflight verdicts."""
 
 from __future__ import annotations
 
@@ -151,3 +152,56 @@ def render_serve_result(result: dict[str, Any]) -> Any:
 
 def _fmt(value: Any) -> str:
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def render_serve_launch(console: Console, result: RunResult) -> None:
+    """`serve-check --launch`: per host the preflight, then the launched server's verdict with
+    its evidence and the tail of its log."""
+    for name, host in result.hosts.items():
+        _render_preflight_host(console, name, host)
+        launched = host.data.get("launched")
+        doc = host.data.get("serve")
+        if isinstance(launched, dict):
+            console.print(Text(f"launched pid {launched.get('pid')}, log {launched.get('log')}"))
+        if isinstance(doc, dict):
+            console.print(render_serve_result(doc))
+            if doc.get("log_tail"):
+                console.print(
+                    Panel(Text(doc["log_tail"].rstrip()), title="server log", title_align="left")
+                )
+
+
+def render_preflight(console: Console, result: RunResult) -> None:
+    """Per host: every preflight check with its verdict and fix, then one line per failure."""
+    for name, host in result.hosts.items():
+        _render_preflight_host(console, name, host)
+
+
+def _render_preflight_host(console: Console, name: str, host: Any) -> None:
+    """One host's preflight: the GPU and attention choice, every check, then FAILED lines."""
+    doc = host.data.get("preflight")
+    head = Text(name, style="bold")
+    if not isinstance(doc, dict):
+        console.print(head)
+        console.print(Text(f"  {host.status}: {host.error}", style="red"))
+        return
+    attention = doc.get("attention") or {}
+    either = " or ".join(attention.get("candidates") or []) or "?"
+    head.append(
+        f"  GPU {doc.get('arch') or '?'}; attention prefill {attention.get('prefill') or either}"
+        f", decode {attention.get('decode') or either} ({attention.get('how')})",
+        style="dim",
+    )
+    console.print(head)
+    table = Table(show_header=True, show_lines=False, box=None, pad_edge=False)
+    for column in ("check", "status", "reason / fix"):
+        table.add_column(column, overflow="fold")
+    for item in doc.get("checks") or []:
+        status = item.get("status", "?")
+        text = Text(item.get("reason") or "")
+        if item.get("fix") and status in ("fail", "warn"):
+            text.append(f"\nfix: {item['fix']}", style="cyan")
+        table.add_row(item.get("check", "?"), Text(status, style=_STYLE.get(status, "")), text)
+    console.print(table)
+    for line in doc.get("failed") or []:
+        console.print(Text(f"FAILED {line}", style="red"))

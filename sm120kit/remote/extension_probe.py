@@ -62,7 +62,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -89,6 +88,7 @@ from sm120kit.remote.lib.targets import (
     LOADER_SRC,
     PROVENANCE_FILE,
     TORCH_SRC,
+    resolve_python,
     run_target,
 )
 
@@ -852,32 +852,6 @@ def not_for_arch(
                 out[lib["path"]] = str(why)
                 break
     return out
-
-
-def resolve_python(given: str | None) -> tuple[str, str | None]:
-    """(interpreter path, None) for a python path, a venv/prefix directory or a command name;
-    (what was given, one-line reason) when no interpreter is there."""
-    if not given:
-        return sys.executable, None
-    path = os.path.expanduser(given)
-    if os.sep not in path:
-        found = shutil.which(path)
-        if not found:
-            return given, f"no Python interpreter '{given}' on PATH"
-        path = found
-    if os.path.isdir(path):
-        for name in ("bin/python", "bin/python3"):
-            candidate = os.path.join(path, name)
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return candidate, None
-        if not os.path.exists(os.path.join(path, "bin")):
-            return given, f"{given} is a directory without bin/python (not a venv)"
-        return given, f"{given}/bin has no python executable"
-    if not os.path.exists(path):
-        return given, f"no Python interpreter at {given} (does not exist)"
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        return given, f"{given} is not an executable file"
-    return path, None
 
 
 def probe(args: dict[str, Any]) -> dict[str, Any]:

@@ -245,7 +245,46 @@ def proc_driver():
     }
 
 
-GPU_FIELDS = ["index", "name", "driver_version", "compute_cap", "memory.total", "pci.bus_id"]
+GPU_FIELDS = [
+    "index",
+    "name",
+    "driver_version",
+    "compute_cap",
+    "memory.total",
+    "memory.used",
+    "pci.bus_id",
+]
+APP_FIELDS = ["gpu_bus_id", "pid", "process_name", "used_memory"]
+
+
+def _mib(text):
+    try:
+        return int(float(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def compute_apps(smi):
+    """Processes holding GPU memory: [{"bus_id", "pid", "name", "memory_mib"}], or None."""
+    code, out, _err = sh(
+        [smi, "--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"]
+    )
+    if code != 0:
+        return None
+    apps = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(APP_FIELDS) or not parts[1].isdigit():
+            continue
+        apps.append(
+            {
+                "bus_id": parts[0],
+                "pid": int(parts[1]),
+                "name": parts[2],
+                "memory_mib": _mib(parts[3]),
+            }
+        )
+    return apps
 
 
 def gpus():
@@ -290,10 +329,7 @@ def gpus():
         if len(parts) != len(fields):
             continue
         row = dict(zip(fields, parts))
-        try:
-            mem = int(float(row["memory.total"]))
-        except ValueError:
-            mem = None
+        mem = _mib(row["memory.total"])
         cap = row.get("compute_cap")
         result["gpus"].append(
             {
@@ -301,11 +337,22 @@ def gpus():
                 "name": row["name"],
                 "compute_cap": cap if cap and cap not in ("[N/A]", "N/A") else None,
                 "memory_mib": mem,
+                "memory_used_mib": _mib(row.get("memory.used")),
                 "bus_id": row.get("pci.bus_id"),
             }
         )
         result["driver_version"] = row["driver_version"]
     result["present"] = bool(result["gpus"])
+    if result["present"]:
+        # The memory an old server (or anyone) still holds, by process: preflight names them.
+        apps = compute_apps(smi)
+        by_bus = {(g["bus_id"] or "").lower(): g for g in result["gpus"]}
+        for app in apps or []:
+            gpu = by_bus.get(app["bus_id"].lower())
+            if gpu is not None:
+                gpu.setdefault("processes", []).append(app)
+        for gpu in result["gpus"]:
+            gpu.setdefault("processes", [] if apps is not None else None)
     if (
         kernel
         and kernel["version"]

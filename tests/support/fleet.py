@@ -9,6 +9,7 @@ real-format output for the driver and GPUs of its profile, and a file standing i
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,16 @@ if d.get("broken"):
     sys.exit(9)
 query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
 fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")
+apps = next((a.split("=", 1)[1] for a in args if a.startswith("--query-compute-apps=")), None)
+if apps is not None:
+    # Processes holding GPU memory ("apps" of the profile: bus, pid, name, mem MiB).
+    for app in d.get("apps", []):
+        vals = {{
+            "gpu_bus_id": app["bus"], "pid": str(app["pid"]), "process_name": app["name"],
+            "used_memory": str(app["mem"]) + ("" if "nounits" in fmt else " MiB"),
+        }}
+        print(", ".join(vals[f.strip()] for f in apps.split(",")))
+    sys.exit(0)
 if query is None:
     if "--version" in args:
         print("NVIDIA-SMI version  : " + d["driver"])
@@ -105,7 +117,7 @@ for i, g in enumerate(d["gpus"]):
         "index": str(i), "name": g["name"], "driver_version": d["driver"],
         "compute_cap": g["cap"], "pci.bus_id": g["bus"],
         "memory.total": str(g["mem"]) + ("" if nounits else " MiB"),
-        "memory.used": "0" + ("" if nounits else " MiB"),
+        "memory.used": str(g.get("used", 0)) + ("" if nounits else " MiB"),
         "utilization.gpu": "0" + ("" if nounits else " %"),
         "uuid": "GPU-00000000-0000-0000-0000-00000000000" + str(i),
     }}
@@ -305,6 +317,17 @@ SetEnv {" ".join(f"{k}={v}" for k, v in env.items())}
                     return
             time.sleep(0.05)
         raise RuntimeError(f"sshd for {h.name} did not start")
+
+    @contextlib.contextmanager
+    def gpu_profile(self, name: str, profile: dict[str, Any]) -> Iterator[None]:
+        """Host `name`'s stub nvidia-smi prints `profile` inside the block, its own after."""
+        data = self.by_name(name).root / "gpu.json"
+        saved = data.read_text()
+        data.write_text(json.dumps(profile))
+        try:
+            yield
+        finally:
+            data.write_text(saved)
 
     def stop_host(self, name: str) -> None:
         h = self.by_name(name)

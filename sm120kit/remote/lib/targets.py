@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
+import sys
 from typing import Any
 
 from sm120kit.remote.lib.diagnosis import short_error
@@ -91,3 +94,29 @@ def run_target(
     if proc.returncode < 0:
         return None, f"killed by signal {-proc.returncode}"
     return None, short_error(proc.stderr or proc.stdout or f"exit {proc.returncode}")
+
+
+def resolve_python(given: str | None) -> tuple[str, str | None]:
+    """(interpreter path, None) for a python path, a venv/prefix directory or a command name;
+    (what was given, one-line reason) when no interpreter is there."""
+    if not given:
+        return sys.executable, None
+    path = os.path.expanduser(given)
+    if os.sep not in path:
+        found = shutil.which(path)
+        if not found:
+            return given, f"no Python interpreter '{given}' on PATH"
+        path = found
+    if os.path.isdir(path):
+        for name in ("bin/python", "bin/python3"):
+            candidate = os.path.join(path, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate, None
+        if not os.path.exists(os.path.join(path, "bin")):
+            return given, f"{given} is a directory without bin/python (not a venv)"
+        return given, f"{given}/bin has no python executable"
+    if not os.path.exists(path):
+        return given, f"no Python interpreter at {given} (does not exist)"
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return given, f"{given} is not an executable file"
+    return path, None

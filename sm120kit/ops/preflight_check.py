@@ -1,0 +1,87 @@
+"""The `preflight` operation: would an SGLang launch start on each host? Judged before it runs.
+
+Per host: the facts (GPUs, memory in use, the processes holding it), one run of the stdlib
+probe `remote/preflight_probe.py` against the serving env (--python, else the recipe's managed
+env), then the verdicts of sm120kit/preflight.py. Any failed check fails the host, with one
+line per failed check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import HostFailed, RecipeError, Sm120Error
+from ..facts import gather
+from ..launch import Launch
+from ..plan import PlanOptions, prepare
+from ..preflight import judge, probe_request
+from ..remote.lib.cudaarch import parse_cc
+from ..runner import HostContext, HostOp
+from .smoke_check import choose_arch, managed_python, normalize_cc
+
+#: Seconds for the probe: the env's interpreter lists its distributions, fatbin headers are read.
+PROBE_TIMEOUT = 300.0
+
+
+def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> tuple[str, str]:
+    """(interpreter, label): --python, else the env the tool provisioned for the host's recipe."""
+    if python:
+        return python, "--python"
+    try:
+        state = prepare(ctx, opts)
+    except RecipeError as exc:
+        raise RecipeError(f"{exc}; or pass --python PATH of the env sglang runs in") from None
+    py, label, _env = managed_python(state)
+    return py, label
+
+
+def check_flags(python: str | None, arch: str | None) -> None:
+    """Raise Sm120Error (one line naming the flag) before any host is touched."""
+    if python is not None and not str(python).strip():
+        raise Sm120Error("--python is empty: give an interpreter path or a venv directory")
+    if arch not in (None, "") and normalize_cc(arch) is None:
+        raise Sm120Error(f"--arch {arch!r}: not a compute capability like 12.0")
+
+
+def run_preflight(
+    ctx: HostContext,
+    opts: PlanOptions,
+    launch: Launch,
+    python: str | None = None,
+    arch: str | None = None,
+) -> dict[str, Any]:
+    """Judge `launch` on this host; record it (``preflight``, ``launch``, ``python``) and fail
+    the host with one ``check: reason`` per failed check. Returns the verdict, whose
+    ``python`` is the serving env's interpreter as the host resolved it."""
+    facts = gather(ctx)
+    py, label = serving_python(ctx, opts, python)
+    with ctx.step("preflight") as step:
+        ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
+        doc = ctx.script("preflight_probe", probe_request(launch, py), timeout=PROBE_TIMEOUT)
+        chosen, arch_source = choose_arch(arch, facts, ctx.host.vars, None)
+        cc = parse_cc(chosen) if chosen else None
+        verdict = judge(launch, facts, doc, cc, label)
+        verdict["arch_source"] = arch_source
+        verdict["python"] = doc.get("python") or py
+        ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)
+        counts = {s: sum(c["status"] == s for c in verdict["checks"]) for s in ("pass", "fail")}
+        step.message = f"{counts['pass']} passed, {counts['fail']} failed"
+        if verdict["failed"]:
+            raise HostFailed("; ".join(verdict["failed"]))
+    return verdict
+
+
+def preflight_op(
+    opts: PlanOptions, launch: Launch, *, python: str | None = None, arch: str | None = None
+) -> HostOp:
+    """`invoke preflight`: judge `launch` on each host from its facts and its serving env.
+
+    `arch` (--arch) judges for that compute capability instead of the host's GPU (a host
+    without one: its target_arch host var, then the recipe's).
+    """
+    check_flags(python, arch)
+
+    def run(ctx: HostContext) -> None:
+        run_preflight(ctx, opts, launch, python, arch)
+
+    return run

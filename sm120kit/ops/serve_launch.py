@@ -1,0 +1,91 @@
+"""`serve-check --launch`: preflight a launch, start it on each host, then watch it as serve-check.
+
+Per host: the preflight verdicts (sm120kit/ops/preflight_check.py: a failed check fails the
+host and nothing starts); then `remote/serve_launch.py` starts the server detached with the
+serving env's interpreter (``<env python> -m sglang.launch_server ARGS``), its output in
+``<work_root>/logs/serve-<port>-<time>.log``; then serve-check polls the launch's own URL
+(``--host``/``--port``; 0.0.0.0 and :: are polled on loopback) with the new pid as the server
+process. Anything but ready fails the host with the verdict, and the log's tail is kept. A
+server that is still starting at the deadline is left running.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from typing import Any
+
+from .. import serve
+from ..errors import HostFailed
+from ..launch import Launch, server_args
+from ..paths import HostPaths
+from ..plan import PlanOptions
+from ..runner import HostContext, HostOp
+from .preflight_check import check_flags, run_preflight
+
+#: Bytes of the server's log kept when it is not ready.
+LOG_TAIL_BYTES = 4000
+
+
+def launch_url(launch: Launch) -> str:
+    """The URL the launched server answers on, as the host sees it."""
+    host = launch.host
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host in ("::", "[::]"):
+        host = "[::1]"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{launch.port}"
+
+
+def server_argv(python: str, launch: Launch) -> list[str]:
+    """The env's interpreter running sglang's launcher with the launch's own arguments."""
+    return [python, "-m", "sglang.launch_server", *server_args(list(launch.words))]
+
+
+def serve_launch_op(
+    opts: PlanOptions,
+    launch: Launch,
+    timeout: float,
+    *,
+    python: str | None = None,
+    arch: str | None = None,
+) -> HostOp:
+    """Preflight `launch`, start it, wait up to `timeout` seconds for it to be ready."""
+    check_flags(python, arch)
+    url = launch_url(launch)
+    serve.check_arguments(url, timeout)
+
+    def run(ctx: HostContext) -> None:
+        verdict = run_preflight(ctx, opts, launch, python, arch)
+        facts = ctx.facts or {}
+        log = posixpath.join(
+            HostPaths(facts.get("work_root") or ctx.host.work_root).logs,
+            f"serve-{launch.port}-{time.strftime('%Y%m%d-%H%M%S')}.log",
+        )
+        argv = server_argv(verdict["python"], launch)
+        with ctx.step("launch") as step:
+            started = ctx.script("serve_launch", {"argv": argv, "log": log}, timeout=60)
+            if not started.get("started"):
+                raise HostFailed(f"could not start the server: {started.get('error')}")
+            step.message = f"pid {started['pid']}, log {started['log']}"
+            ctx.set(launched={"argv": argv, "pid": started["pid"], "log": started["log"]})
+        with ctx.step("serve-check") as step:
+            ctx.runner.progress.step(ctx.host.name, "serve-check", f"polling {url}")
+            result = serve.serve_check(ctx.conn, url, timeout, pid=int(started["pid"]))
+            if not result.get("ready"):
+                result["log_tail"] = _tail(ctx, started["log"])
+            ctx.set(serve=result)
+            step.message = f"{result['verdict']}: {result['reason']}"
+            if not result.get("ready"):
+                raise HostFailed(
+                    f"{result['verdict']}: {result['reason']} (server log: {started['log']})"
+                )
+
+    return run
+
+
+def _tail(ctx: HostContext, log: str) -> Any:
+    doc = ctx.script("serve_launch", {"mode": "tail", "log": log, "bytes": LOG_TAIL_BYTES})
+    return doc.get("tail")

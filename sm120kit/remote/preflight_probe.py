@@ -1,0 +1,173 @@
+"""Preflight probe: what an SGLang launch would meet on this host, read without starting it.
+
+Runs on the host with only a Python interpreter (stdlib only, Python 3.8+), bundled with the
+hosts' library. Nothing is imported from the serving env: its distributions and their
+extension modules are listed by the env's own interpreter (the smoke probe's inspect script),
+and each module's device code is read from its ``.nv_fatbin`` headers (the smoke probe's
+reader). Prints one JSON document.
+
+Arguments (argv[1], JSON)::
+
+    {"python": "/env/bin/python" | "/env" | null,
+     "dists": ["sglang", "sglang-kernel", ...],
+     "modules": [{"dist": ["sglang-kernel", "sgl-kernel"], "prefix": "sgl_kernel/flash_ops."}],
+     "port": 30000, "host": "127.0.0.1",
+     "model_path": "/models/x" | null, "timeout": 120}
+
+Output::
+
+    {"python": path, "error": str | null,
+     "dists": {name: {"installed", "version", "location", "requires"}},
+     "modules": [{"dist", "prefix", "installed_dist", "files": [{"rel", "path", "sass", "ptx"}]}],
+     "port": {"port", "host", "in_use", "detail"},
+     "model": {"path", "local", "exists", "is_dir", "bytes", "files", "truncated",
+               "config": {"architectures", "model_type", "kv_lora_rank"} | null}}
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+from sm120kit.remote.lib.fatbin import device_targets
+from sm120kit.remote.lib.targets import INSPECT_SRC, resolve_python, run_target
+
+#: Files counted when sizing a model directory (a checkpoint has hundreds, not millions).
+MAX_MODEL_FILES = 200000
+CONFIG_KEYS = ("architectures", "model_type", "kv_lora_rank", "num_attention_heads")
+
+
+def port_state(host: str, port: int) -> dict[str, Any]:
+    """Whether a server could bind `host`:`port` now (a real bind, released at once)."""
+    out: dict[str, Any] = {"port": port, "host": host, "in_use": False, "detail": ""}
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As uvicorn does: a port in TIME_WAIT is free, one somebody listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        out["detail"] = "free (bound and released)"
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            out["in_use"] = True
+            out["detail"] = "address already in use"
+        else:
+            out["detail"] = "cannot bind: %s" % (exc.strerror or exc)
+            out["error"] = True
+    finally:
+        sock.close()
+    return out
+
+
+def model_state(path: str) -> dict[str, Any]:
+    """A model path as the server would see it: local or a hub id, its size, its config."""
+    expanded = os.path.expanduser(path)
+    local = expanded.startswith(("/", ".")) or os.path.exists(expanded)
+    out: dict[str, Any] = {"path": path, "local": local, "exists": False}
+    if not local:
+        return out
+    out["exists"] = os.path.exists(expanded)
+    out["is_dir"] = os.path.isdir(expanded)
+    if not out["exists"]:
+        return out
+    total, files, truncated = 0, 0, False
+    if out["is_dir"]:
+        for root, _dirs, names in os.walk(expanded):
+            for name in names:
+                files += 1
+                try:
+                    total += os.path.getsize(os.path.join(root, name))
+                except OSError:
+                    pass
+                if files >= MAX_MODEL_FILES:
+                    truncated = True
+                    break
+            if truncated:
+                break
+    else:
+        total, files = os.path.getsize(expanded), 1
+    out.update(bytes=total, files=files, truncated=truncated, config=None)
+    config = os.path.join(expanded, "config.json")
+    if os.path.isfile(config):
+        try:
+            with open(config) as fh:
+                doc = json.load(fh)
+            text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else {}
+            out["config"] = {k: doc.get(k, text.get(k)) for k in CONFIG_KEYS}
+        except (OSError, ValueError, AttributeError) as exc:
+            out["config_error"] = "%s: %s" % (type(exc).__name__, exc)
+    return out
+
+
+def module_files(info: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """The extension modules of one wanted entry, with the device code each carries."""
+    entry = {"dist": wanted["dist"], "prefix": wanted["prefix"], "installed_dist": None}
+    entry["files"] = []
+    for name in wanted["dist"]:
+        pkg = (info.get("packages") or {}).get(name) or {}
+        if not pkg.get("installed"):
+            continue
+        entry["installed_dist"] = name
+        entry["version"] = pkg.get("version")
+        for lib in pkg.get("libraries") or []:
+            if not lib["rel"].startswith(wanted["prefix"]):
+                continue
+            sass, ptx, has_fatbin = device_targets(lib["path"])
+            entry["files"].append(
+                {
+                    "rel": lib["rel"],
+                    "path": lib["path"],
+                    "sass": sass,
+                    "ptx": ptx,
+                    "has_fatbin": has_fatbin,
+                }
+            )
+        break
+    return entry
+
+
+def probe(args: dict[str, Any]) -> dict[str, Any]:
+    """Everything preflight reads on the host; JSON-ready."""
+    out: dict[str, Any] = {"error": None, "dists": {}, "modules": []}
+    if args.get("port"):
+        out["port"] = port_state(args.get("host") or "127.0.0.1", int(args["port"]))
+    if args.get("model_path"):
+        out["model"] = model_state(str(args["model_path"]))
+    python, missing = resolve_python(args.get("python"))
+    out["python"] = python
+    if missing:
+        out["error"] = missing
+        return out
+    names = list(args.get("dists") or [])
+    for wanted in args.get("modules") or []:
+        names += [n for n in wanted["dist"] if n not in names]
+    info, err = run_target(
+        python, INSPECT_SRC, {"packages": names}, float(args.get("timeout") or 120)
+    )
+    if info is None:
+        out["error"] = "cannot inspect %s: %s" % (python, err)
+        return out
+    for name in names:
+        pkg = (info.get("packages") or {}).get(name) or {}
+        out["dists"][name] = {
+            "installed": bool(pkg.get("installed")),
+            "version": pkg.get("version"),
+            "location": pkg.get("location"),
+            "requires": pkg.get("requires") or [],
+        }
+    out["modules"] = [module_files(info, w) for w in args.get("modules") or []]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = json.loads(argv[1]) if len(argv) > 1 else {}
+    print(json.dumps(probe(args), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
