@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 from packaging.version import InvalidVersion, Version
 
+from .knobs import defines_from_pip_args
+
 #: Versions `predict_targets` knows the CMake of.
 KNOWN_VERSIONS = ("0.3.21",)
 
@@ -122,16 +124,6 @@ def cpu_torch_defines(cuda_version: str, cuda_home: str, extra_include: str = ""
         "CMAKE_CUDA_FLAGS": cuda_flags,
         "CMAKE_CXX_FLAGS": cxx,
     }
-
-
-def defines_from_pip_args(pip_args: Iterable[str]) -> dict[str, str]:
-    """The ``-Ccmake.define.X=Y`` arguments as a dict (what CMake gets as ``-DX=Y``)."""
-    out: dict[str, str] = {}
-    for arg in pip_args:
-        if arg.startswith("-Ccmake.define."):
-            name, _, value = arg[len("-Ccmake.define.") :].partition("=")
-            out[name] = value
-    return out
 
 
 def missing_arch(targets: dict[str, list[str]], want: Iterable[str]) -> list[str]:

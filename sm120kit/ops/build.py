@@ -1,7 +1,7 @@
 """Build one recipe package on a host: source -> patches -> knobs -> wheel (via the cache) -> install.
 
-`ensure_package(ctx, state, name)` is the operation `build`, `build-flash-attn`,
-`build-sgl-kernel` and `provision` share. Its steps, each "ok" when nothing had to be done:
+`ensure_package(ctx, state, name)` is the operation `build`, the per-package build tasks
+and `provision` share; what differs per package comes from its descriptor (`sm120kit.packages`). Its steps, each "ok" when nothing had to be done:
 
 - ``source:<pkg>``: the pinned source, unpacked under ``work_root/src/<pkg>-<ver>-<digest>``
   by ``remote/fetch_source.py`` (PyPI/mirror sdist with its index sha256 checked, a git commit,
@@ -47,6 +47,7 @@ from ..cache.wheels import cache_for
 from ..errors import HostFailed, RecipeError
 from ..knobs import Knobs, lowered_for_oom, resolve_knobs
 from ..output.report import print_explain
+from ..packages import registry
 from ..packing import pack_tree
 from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
 from ..plan import PlanOptions, package_names, prepare
@@ -59,9 +60,6 @@ from ..state import ProvisionState
 from ..steps import Step
 from ..steps import commands as render_commands
 from .deps import ensure_dependencies, store_record
-
-#: Build kind (knobs.KINDS) of the packages whose build front end is not a plain extension.
-KIND_BY_PACKAGE = {"flash-attn": "flash-attn", "sgl-kernel": "sgl-kernel"}
 
 #: Marker the patch step leaves in the patched copy: which source and patches it holds.
 PATCHED_MARKER = ".sm120kit-patched.json"
@@ -76,8 +74,8 @@ PROGRESS_POLL_SECONDS = 2.0
 
 
 def build_kind(name: str) -> str:
-    """knobs.py's build kind for a package: flash-attn, sgl-kernel, else a torch extension."""
-    return KIND_BY_PACKAGE.get(name, "torch-ext")
+    """The build kind (`resolve_knobs`) of recipe package `name`, from its descriptor."""
+    return registry.descriptor(name).kind
 
 
 def _q(text: str) -> str:
@@ -398,7 +396,7 @@ def _states(
 
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
     """Knobs for `name` on this host: recipe knobs, host vars max_jobs/nvcc_threads, run flags."""
-    kind = build_kind(name)
+    desc = registry.descriptor(name)
     pkg = state.resolved.package(name)
     overrides: dict[str, Any] = dict(pkg.get("knobs") or {})
     # Not a build setting: where compiles are cached changes no binary (compile_cache.py).
@@ -406,7 +404,6 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
     sources = {
         k: state.resolved.sources.get(f"packages.{name}.knobs.{k}", "the recipe") for k in overrides
     }
-    threads_name = {"flash-attn": "NVCC_THREADS", "sgl-kernel": "SGL_KERNEL_COMPILE_THREADS"}
     layers = [
         (state.host.vars.get("max_jobs"), state.host.vars.get("nvcc_threads"), "host var"),
         (state.options.get("max_jobs"), state.options.get("nvcc_threads"), "flag"),
@@ -417,14 +414,14 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
             sources["MAX_JOBS"] = (
                 "--max-jobs" if where == "flag" else state.host.var_sources.get("max_jobs", where)
             )
-        if threads and kind in threads_name:
-            overrides[threads_name[kind]] = threads
-            sources[threads_name[kind]] = (
+        if threads and desc.threads_knob:
+            overrides[desc.threads_knob] = threads
+            sources[desc.threads_knob] = (
                 "--nvcc-threads"
                 if where == "flag"
                 else state.host.var_sources.get("nvcc_threads", where)
             )
-    return resolve_knobs(name, kind, state.arch_list, state.facts, overrides, sources=sources)
+    return resolve_knobs(name, desc.kind, state.arch_list, state.facts, overrides, sources=sources)
 
 
 def toolchain_env(state: ProvisionState) -> list[tuple[str, str, str]]:
@@ -611,7 +608,7 @@ def target_explain(
     ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs, tree: str
 ) -> list[dict[str, str]]:
     """--explain rows: the gencodes of each target, from a real configure of `tree` when it
-    is on the host (sgl-kernel), else predicted from the recipe (known versions)."""
+    is on the host (a CMake-checked package), else predicted from the recipe (known versions)."""
     from .cmake_check import cmake_checked, configure_targets, target_rows
 
     if not cmake_checked(state, name):
@@ -859,7 +856,7 @@ def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> di
         state.env.path,
         name,
         stores,
-        cmake=build_kind(name) == "sgl-kernel",
+        cmake=registry.descriptor(name).cmake,
     )
     if "s3" in spec:
         profile = next((s.get("profile") for s in stores if s.get("type") == "s3"), None)
@@ -1181,7 +1178,7 @@ def _install(
 
 
 def build_op(opts: PlanOptions, package: str, runner: Runner | None = None) -> HostOp:
-    """`invoke build --package P` (and build-flash-attn / build-sgl-kernel)."""
+    """`invoke build --package P` (and the per-package build tasks)."""
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -1272,7 +1269,6 @@ def key_op(opts: PlanOptions, package: str) -> HostOp:
 
 
 __all__ = [
-    "KIND_BY_PACKAGE",
     "Patched",
     "Source",
     "SourcePlan",

@@ -1,4 +1,5 @@
-"""sgl-kernel's host prerequisites and its real configure, before a build starts.
+"""A CMake-built package's host prerequisites and its real configure, before a build starts
+(the packages whose descriptor sets ``cmake_checked``).
 
 - step ``prereqs:<pkg>``: the libnuma headers/library (mscclpp's ``find_package(NUMA
   REQUIRED)``) and a ``libcuda.so`` for ``CUDA::cuda_driver`` (mscclpp links it; the toolkit's
@@ -19,27 +20,30 @@ from typing import Any
 from .. import sglkernel
 from ..errors import HostFailed
 from ..knobs import Knobs, parse_arch_list
+from ..packages import registry
 from ..remote import parse_last_json, script_bundle, script_command
 from ..runner import HostContext
 from ..state import ProvisionState
 
-#: Packages whose build is sgl-kernel's CMake (prerequisites, configure check).
-CMAKE_CHECKED = frozenset({"sgl-kernel"})
-
 
 def cmake_checked(state: ProvisionState, name: str) -> bool:
-    """Whether `name` gets these checks: sgl-kernel built from the tool's own sources (its
-    recipe lists the FetchContent dependencies, so the tree is upstream's CMake build)."""
+    """Whether `name` gets these checks: its descriptor asks for them and it is built from the
+    tool's own sources (its recipe lists the FetchContent dependencies, so the tree is
+    upstream's CMake build)."""
     from .. import sources as srcstore
 
-    return name in CMAKE_CHECKED and srcstore.is_managed(state.resolved.package(name))
+    return registry.descriptor(name).cmake_checked and srcstore.is_managed(
+        state.resolved.package(name)
+    )
 
 
-NUMA_HINT = (
-    "the libnuma headers and library (Debian/Ubuntu: apt-get install libnuma-dev; "
-    "RHEL/Fedora: dnf install numactl-devel): mscclpp, built into sgl-kernel, runs "
-    "find_package(NUMA REQUIRED)"
-)
+def numa_hint(name: str) -> str:
+    """What a missing libnuma is, how to install it, and why package `name` needs it."""
+    return (
+        "the libnuma headers and library (Debian/Ubuntu: apt-get install libnuma-dev; "
+        f"RHEL/Fedora: dnf install numactl-devel): mscclpp, built into {name}, runs "
+        "find_package(NUMA REQUIRED)"
+    )
 
 
 #: os-release IDs whose package manager the tool drives for a missing prerequisite.
@@ -62,7 +66,7 @@ def numa_install_commands(facts: dict[str, Any], sudo: str) -> tuple[str, list[s
     return None
 
 
-def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
+def _install_numa(ctx: HostContext, state: ProvisionState, step: Any, name: str) -> bool:
     """Install libnuma's headers where the host allows it (host var install_prerequisites,
     default true; a known distro); False when it was not installed (check mode included)."""
     from .toolkit import sudo_prefix, sudo_stdin
@@ -85,7 +89,7 @@ def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
             tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or [""]
             raise HostFailed(
                 f"installing {package} failed (exit {res.exit_code}: {tail[0]}); "
-                + NUMA_HINT
+                + numa_hint(name)
                 + " (or set host var install_prerequisites: false and install it yourself)"
             )
     return True
@@ -107,12 +111,12 @@ def ensure_prerequisites(
         missing = []
         numa_planned = False
         if not (doc.get("numa_header") and doc.get("numa_library")):
-            if _install_numa(ctx, state, step):
+            if _install_numa(ctx, state, step, name):
                 doc = ctx.script("cmake_probe", args)
             else:
                 numa_planned = step.status == "changed"  # check mode: "would install"
             if not numa_planned and not (doc.get("numa_header") and doc.get("numa_library")):
-                missing.append(NUMA_HINT)
+                missing.append(numa_hint(name))
         if cuda_home and not doc.get("cuda_driver"):
             missing.append(
                 f"a libcuda.so for CUDA::cuda_driver (none in {cuda_home}/lib64/stubs or the "
@@ -148,7 +152,7 @@ def ensure_prerequisites(
                 "LIBRARY_PATH",
                 driver_link_dir(state, name),
                 "common_ops, spatial_ops and deep_gemm_cpp link `cuda` by name (-lcuda; "
-                "sgl-kernel's CMakeLists.txt lines 421-422, 539, 555), which needs a file named "
+                f"{name}'s CMakeLists.txt lines 421-422, 539, 555), which needs a file named "
                 f"libcuda.so on the linker's path: the build links one there to {doc['cuda_driver']} "
                 "(a driver-only host has libcuda.so.1 alone); the host's LIBRARY_PATH follows",
             )
