@@ -37,7 +37,7 @@ FLAGS: dict[str, Flag] = {
     ),
     "recipe": Flag(None, "force this recipe (file stem under recipes/, e.g. r580)"),
     "break_lock": Flag(False, "take over the per-host lock even if another run holds it"),
-    "package": Flag(None, "package name from the recipe (e.g. minikernel; see `invoke recipes`)"),
+    "package": Flag(None, "package name from the recipe (e.g. minikernel, flash-attn, sgl-kernel)"),
     "explain": Flag(False, "print the resolved build env, flags and the reason for each"),
     "rebuild": Flag(
         False,

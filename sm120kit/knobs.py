@@ -14,10 +14,10 @@ the host's available memory: an over-parallel CUDA build gets killed by the OOM 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cmake_defines import defines_from_pip_args
 from .errors import RecipeError
 from .packages import registry
 from .packages.base import DEFAULT_GB_PER_NVCC_THREAD, KnobRequest
@@ -63,16 +63,6 @@ class Knobs:
             shown = f"{name}={value}" if not name.startswith("-C") else name
             lines.append(f"{shown:<{width + 1}}  # {reason}")
         return "\n".join(lines)
-
-
-def defines_from_pip_args(pip_args: Iterable[str]) -> dict[str, str]:
-    """The ``-Ccmake.define.X=Y`` arguments as a dict (what CMake gets as ``-DX=Y``)."""
-    out: dict[str, str] = {}
-    for arg in pip_args:
-        if arg.startswith("-Ccmake.define."):
-            name, _, value = arg[len("-Ccmake.define.") :].partition("=")
-            out[name] = value
-    return out
 
 
 def parse_arch_list(arch_list: list[str] | str, where: str = "arch_list") -> list[Arch]:

@@ -153,7 +153,7 @@ def _from_git(entry: SourceEntry, store: Path, target: Path) -> str:
         raise HostFailed(
             f"{entry.package}: cannot fetch {entry.dir} ({entry.url}@{entry.ref}): {exc}; "
             "set sources_mirror to a directory holding "
-            f"{entry.dir}/ (docs/sgl-kernel.md)"
+            f"{entry.dir}/ (docs/{entry.package}.md)"
         ) from None
     return f"git {entry.url}@{resolved}"
 

@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import compile_cache, sglkernel
+from .. import compile_cache
 from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
+from ..cmake_defines import defines_from_pip_args, fetchcontent_defines
 from ..errors import HostFailed, RecipeError
 from ..knobs import Knobs, lowered_for_oom, resolve_knobs
 from ..output.report import print_explain
@@ -543,7 +544,7 @@ def add_dependency_defines(
     for fetchcontent, path in dirs:
         (define,) = [
             d
-            for d in sglkernel.fetchcontent_defines([(fetchcontent, path)])
+            for d in fetchcontent_defines([(fetchcontent, path)])
             if d != "FETCHCONTENT_FULLY_DISCONNECTED"
         ]
         knobs.define(define, path, reasons.get(fetchcontent, "the tool's copy of this dependency"))
@@ -617,19 +618,15 @@ def target_explain(
         doc = configure_targets(ctx, state, name, tree, knobs)
         how = f"from a real configure of {tree} ({doc.get('seconds', 0):.0f}s, compile commands)"
         return target_rows(name, doc.get("targets") or {}, how)
-    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
+    defines = defines_from_pip_args(knobs.pip_args)
     cuda = (
         state.toolkit.release
         if state.toolkit is not None
         else ".".join(str(state.resolved.values.get("cuda.version", "")).split(".")[:2])
     )
     version = str(state.resolved.package(name)["version"])
-    predicted = sglkernel.predict_targets(
-        version,
-        cuda,
-        defines.get("SGL_KERNEL_ONLY_ARCHS", ""),
-        defines.get("ENABLE_BELOW_SM90", "ON") != "OFF",
-    )
+    predict = registry.descriptor(name).predict_targets
+    predicted = predict(version, cuda, defines) if predict is not None else None
     if predicted is None:
         return [
             {

@@ -7,7 +7,7 @@
 - `configure_targets`: ``cmake -S <tree> -B <dir>`` with the exact defines the wheel build
   passes through scikit-build-core (plus what scikit-build-core adds itself, and, with a CPU
   torch, what a CUDA torch would have defined), then the compile commands per target
-  (``remote/cmake_probe.py``). `require_arch` refuses a build whose common_ops carries no code
+  (``remote/cmake_probe.py``). `require_arch` refuses a build whose main targets carry no code
   for the recipe's arch.
 """
 
@@ -17,7 +17,7 @@ import posixpath
 import shlex
 from typing import Any
 
-from .. import sglkernel
+from .. import cmake_defines
 from ..errors import HostFailed
 from ..knobs import Knobs, parse_arch_list
 from ..packages import registry
@@ -175,7 +175,7 @@ def driver_link_dir(state: ProvisionState, name: str) -> str:
 
 def driver_link(knobs: Knobs) -> tuple[str, str] | None:
     """(directory, library) when `knobs` asks for a libcuda.so link, else None."""
-    library = sglkernel.defines_from_pip_args(knobs.pip_args).get("CUDA_cuda_driver_LIBRARY")
+    library = cmake_defines.defines_from_pip_args(knobs.pip_args).get("CUDA_cuda_driver_LIBRARY")
     directory = knobs.env.get("LIBRARY_PATH", "")
     if not library or not directory.endswith("/" + DRIVER_LINK_DIR):
         return None
@@ -220,11 +220,13 @@ def configure_defines(
 ) -> dict[str, str]:
     """The defines of a configure equal to the wheel build's."""
     assert state.toolkit is not None and state.env is not None
-    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
-    defines.update(sglkernel.skbuild_defines(state.env.python, torch_dir, state.toolkit.cuda_home))
+    defines = cmake_defines.defines_from_pip_args(knobs.pip_args)
+    defines.update(
+        cmake_defines.skbuild_defines(state.env.python, torch_dir, state.toolkit.cuda_home)
+    )
     if not state.env.torch_cuda:
         cuda = ".".join(str(state.toolkit.version).split(".")[:2])
-        defines.update(sglkernel.cpu_torch_defines(cuda, state.toolkit.cuda_home))
+        defines.update(cmake_defines.cpu_torch_defines(cuda, state.toolkit.cuda_home))
     defines.update(extra or {})
     return defines
 
@@ -276,14 +278,17 @@ def configure_targets(
 
 
 def require_arch(name: str, targets: dict[str, Any], arch_list: list[str]) -> None:
-    """Refuse a build whose common_ops compile commands carry no code for an arch."""
+    """Refuse a build whose main targets (the descriptor's `arch_targets`) carry no code for
+    an arch in their compile commands."""
     sass = {t: list((info or {}).get("sass") or []) for t, info in targets.items()}
-    have = set(sass.get("common_ops_sm90_build", [])) | set(sass.get("common_ops_sm100_build", []))
+    main = registry.descriptor(name).arch_targets
+    have = {code for target in main for code in sass.get(target, [])}
     for arch, options in zip(arch_list, wanted_codes(arch_list), strict=True):
         if not have & set(options):
             raise HostFailed(
-                f"{name}: the configured build carries no code for arch {arch} (common_ops "
-                f"compiles {', '.join(sorted(have)) or 'nothing'}): refusing to start a build "
+                f"{name}: the configured build carries no code for arch {arch} "
+                f"({' and '.join(main) or 'its targets'} compile "
+                f"{', '.join(sorted(have)) or 'nothing'}): refusing to start a build "
                 "whose wheel cannot run there"
             )
 

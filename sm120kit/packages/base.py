@@ -47,7 +47,10 @@ class KnobRequest:
 #: Fills a Knobs from a request (env vars, CMake defines, explain-only notes).
 KnobFunction = Callable[["Knobs", KnobRequest], None]
 #: The arch knob's value for an arch list (``12.0a;9.0`` -> ``120;90``).
-ArchValue = Callable[[list], str]
+ArchValue = Callable[[list["Arch"]], str]
+#: (package version, CUDA X.Y, CMake defines) -> target -> SASS it compiles, or None when the
+#: version's CMake is not known.
+TargetPrediction = Callable[[str, str, Mapping[str, str]], "dict[str, list[str]] | None"]
 #: (package version, arch knob value) -> why the package's build would not honour it, or None.
 ArchValueCheck = Callable[[str, str], "str | None"]
 
@@ -70,11 +73,15 @@ class PackageDescriptor:
       (ops/cmake_check.py), when built from the tool's own sources;
     - `cuda_libraries`: the toolkit components its build needs (cuda_libraries.py);
     - `smoke_by_default`: checked by ``smoke`` when neither --package nor a recipe names one;
-    - `loader_variants`: whether its extension ships per-arch variant directories
-      (``sm90/``, ``sm100/``) a loader picks from (the smoke probe evaluates that choice);
     - `knobs`: how the arch list and the host's size become its build settings;
     - `arch_value`: the arch knob's value for an arch list (needed with `arch_value_problem`);
-    - `arch_value_problem`: why a value of `arch_knob` would not be built as asked, or None.
+    - `arch_value_problem`: why a value of `arch_knob` would not be built as asked, or None;
+    - `predict_targets`: a CMake build's targets and their SASS before any configure (the
+      dry-run answer of ``--explain``), None for a version it does not know;
+    - `arch_targets`: the configured targets whose SASS must cover every arch of the recipe
+      (a build without is refused before it starts);
+    - `build_task`: the help line of its own ``invoke build-<name>`` task ("" = none: ``invoke
+      build --package <name>`` builds it all the same).
     """
 
     name: str
@@ -92,9 +99,11 @@ class PackageDescriptor:
     cmake_checked: bool = False
     cuda_libraries: tuple[str, ...] = ()
     smoke_by_default: bool = False
-    loader_variants: bool = False
     arch_value: ArchValue | None = None
     arch_value_problem: ArchValueCheck | None = None
+    predict_targets: TargetPrediction | None = None
+    arch_targets: tuple[str, ...] = ()
+    build_task: str = ""
 
     def __post_init__(self) -> None:
         if self.front_end not in FRONT_ENDS:

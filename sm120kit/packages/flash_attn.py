@@ -11,6 +11,7 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from ..knobs import Knobs, plan_parallelism
+from ..remote.lib.arch import Arch
 from .base import KnobRequest, PackageDescriptor
 
 NAME = "flash-attn"
@@ -38,7 +39,7 @@ FLASH_ATTN_ARCHS: dict[str, tuple[str, ...]] = {
 }
 
 
-def flash_attn_archs(archs: list) -> str:
+def flash_attn_archs(archs: list[Arch]) -> str:
     """FLASH_ATTN_CUDA_ARCHS for an arch list: plain SM numbers, ``12.0a`` and ``12.0+PTX``
     becoming ``120`` (flash-attn compiles ``compute_N,code=sm_N`` itself)."""
     sms: list[str] = []
@@ -146,6 +147,7 @@ FLASH_ATTN = PackageDescriptor(
     # What its 2.8.3 sources reach of the toolkit's libraries was not checked here.
     cuda_libraries=(),
     smoke_by_default=True,
+    build_task="Build flash-attn for the recipe's arch (FLASH_ATTN_CUDA_ARCHS, forced source build).",
 )
 
 DESCRIPTORS = (FLASH_ATTN,)

@@ -5,16 +5,19 @@ Its CMake hard-codes its gencode list; only its CMake options can drop targets
 (``-Ccmake.define.X=Y``): ``ENABLE_BELOW_SM90`` upstream, ``SGL_KERNEL_ONLY_ARCHS`` with
 patches/sgl-kernel/0002-cmake-sm-only-build.patch (the SM-only build), plus
 ``SGL_KERNEL_COMPILE_THREADS`` (nvcc --threads) and the env's ``CMAKE_BUILD_PARALLEL_LEVEL``.
-What its CMake build does, known before a configure, is in `sm120kit.sglkernel`.
+What its CMake build does, known before a configure, is in `sgl_kernel_cmake`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..cuda_libraries import ATEN_CUDA
 from ..knobs import Knobs, plan_parallelism
+from ..remote.lib.arch import Arch
 from .base import KnobRequest, PackageDescriptor
+from .sgl_kernel_cmake import predict_targets
 
 NAME = "sgl-kernel"
 
@@ -31,7 +34,7 @@ SGL_KERNEL_GB_PER_NVCC_THREAD = 16.0
 SGL_KERNEL_NVCC_THREADS = 5
 
 
-def sm_only_archs(archs: list) -> str:
+def sm_only_archs(archs: list[Arch]) -> str:
     """``SGL_KERNEL_ONLY_ARCHS`` for an arch list: sgl-kernel's own spelling, one ``<sm>a``
     (architecture-specific SASS, as its CMake's ``compute_120a,code=sm_120a``) per arch;
     an explicit ``f`` suffix is kept."""
@@ -143,6 +146,18 @@ def sgl_kernel_knobs(knobs: Knobs, req: KnobRequest) -> None:
         knobs.define(str(name), value, origin(f"cmake_defines.{name}"))
 
 
+def sgl_kernel_targets(
+    version: str, cuda: str, defines: Mapping[str, str]
+) -> dict[str, list[str]] | None:
+    """Targets and their SASS from the SM-only and below-SM90 defines (sgl_kernel_cmake.py)."""
+    return predict_targets(
+        version,
+        cuda,
+        defines.get("SGL_KERNEL_ONLY_ARCHS", ""),
+        defines.get("ENABLE_BELOW_SM90", "ON") != "OFF",
+    )
+
+
 SGL_KERNEL = PackageDescriptor(
     name=NAME,
     kind=NAME,
@@ -164,7 +179,10 @@ SGL_KERNEL = PackageDescriptor(
     # curand_kernel.h.
     cuda_libraries=(*ATEN_CUDA, "curand", "nvrtc"),
     smoke_by_default=True,
-    loader_variants=True,
+    build_task="Build sgl-kernel for the recipe's arch (CMake defines, SM120 loader patch).",
+    predict_targets=sgl_kernel_targets,
+    # common_ops, built once per variant directory, is what the loader imports.
+    arch_targets=("common_ops_sm90_build", "common_ops_sm100_build"),
 )
 
 DESCRIPTORS = (SGL_KERNEL,)

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..knobs import Knobs, plan_parallelism
+from ..remote.lib.arch import Arch
 from .base import KnobRequest, PackageDescriptor
 
 
-def arch_list_value(archs: list) -> str:
+def arch_list_value(archs: list[Arch]) -> str:
     """TORCH_CUDA_ARCH_LIST for an arch list: the entries as given."""
     return ";".join(str(a) for a in archs)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from sm120kit.knobs import Knobs, plan_parallelism
 from sm120kit.packages.base import KnobRequest, PackageDescriptor
+from sm120kit.remote.lib.arch import Arch
 
 NAME = "mypkg"
 
 
-def mypkg_archs(archs: list) -> str:
+def mypkg_archs(archs: list[Arch]) -> str:
     """MYPKG_ARCHS for an arch list: SM numbers with their a/f suffix (``12.0a`` -> ``120a``);
     ``+PTX`` is dropped (the fixture builds SASS only)."""
     out: list[str] = []

@@ -6,7 +6,6 @@ Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sm120kit.remote.lib.arch import Arch
@@ -14,8 +13,14 @@ from sm120kit.remote.lib.arch import Arch
 
 def target_key(target: str) -> tuple[int, str]:
     """Sort key of a device-code target: ``sm_120a`` -> (120, "a")."""
-    m = re.match(r"^(?:sm|compute)_(\d+)([af]?)$", target)
-    return (int(m.group(1)), m.group(2)) if m else (0, target)
+    if target.startswith(("sm_", "compute_")):
+        try:
+            arch = Arch.parse(target)
+        except ValueError:
+            pass
+        else:
+            return arch.sm, arch.suffix
+    return 0, target
 
 
 def parse_cc(value: Any) -> tuple[int, int] | None:
