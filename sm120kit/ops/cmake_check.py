@@ -21,7 +21,6 @@ from .. import cmake_defines
 from ..errors import HostFailed
 from ..knobs import Knobs, parse_arch_list
 from ..packages import registry
-from ..remote import parse_last_json, script_bundle, script_command
 from ..runner import HostContext
 from ..state import ProvisionState
 
@@ -238,15 +237,16 @@ def configure_targets(
     ``{"targets": {target: {"units", "sass", "ptx"}}, "seconds"}``."""
     assert state.toolkit is not None and state.env is not None
     py = shlex.quote(state.env.python)
-    res = ctx.conn.run(
+    res = ctx.run(
         f"{py} -c 'import os, torch; "
-        'print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))\''
+        'print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))\'',
+        check=False,
     )
     torch_dir = (res.stdout.strip().splitlines() or [""])[-1]
     if res.exit_code != 0 or not torch_dir:
         raise HostFailed(f"{name}: cannot locate torch's CMake files in {state.env.python}")
     # A scratch dir outside work_root: plan (check mode) leaves nothing behind.
-    made = ctx.conn.run("mktemp -d -t sm120kit-configure-XXXXXX")
+    made = ctx.run("mktemp -d -t sm120kit-configure-XXXXXX", check=False)
     scratch = made.stdout.strip().splitlines()[-1] if made.exit_code == 0 else ""
     if not scratch:
         raise HostFailed(f"{name}: cannot create a scratch directory for the configure")
@@ -259,20 +259,18 @@ def configure_targets(
         "env": dict(knobs.env),
         "timeout": 900,
     }
-    path = ":".join(
-        [posixpath.join(state.toolkit.cuda_home, "bin"), posixpath.dirname(state.env.python)]
-    )
-    command = f'PATH={shlex.quote(path)}:"$PATH" ' + script_command(ctx.host.python, args)
+    path = [posixpath.join(state.toolkit.cuda_home, "bin"), posixpath.dirname(state.env.python)]
     try:
-        out = ctx.conn.run(command, stdin=script_bundle("cmake_probe"), timeout=1200)
+        doc = ctx.script("cmake_probe", args, path=path, timeout=1200)
+    except HostFailed as exc:
+        raise HostFailed(f"{name}: configuring {tree} failed: {exc}") from None
     finally:
-        ctx.conn.run(f"rm -rf {shlex.quote(scratch)}")
-    doc = parse_last_json(out.stdout) or {}
+        ctx.run(f"rm -rf {shlex.quote(scratch)}", check=False)
     if not doc.get("ok"):
         tail = "\n".join(doc.get("log_tail") or [])
         ctx.log.error("configure of %s failed:\n%s", name, tail)
         raise HostFailed(
-            f"{name}: configuring {tree} failed: {doc.get('error') or out.stderr.strip()[-200:]}"
+            f"{name}: configuring {tree} failed: {doc.get('error') or 'no error reported'}"
         )
     return doc
 
