@@ -82,6 +82,25 @@ def test_builtin_descriptors_answer_what_the_ops_ask() -> None:
     assert cuda_libraries.package_needs("flash-attn") == ()
 
 
+#: Outside its descriptor, a package's name stands only in help and error examples that
+#: tests assert verbatim (test_task_flags, test_inventory).
+NAMED_ELSEWHERE = {"flags.py", "hostvars.py"}
+
+
+@pytest.mark.parametrize("names", [("sgl-kernel", "sgl_kernel"), ("flash-attn", "flash_attn")])
+def test_only_the_descriptor_names_its_package(names: tuple[str, ...]) -> None:
+    """What is specific to a package lives in sm120kit/packages/: no op, knob or smoke module
+    names it."""
+    root = Path(__file__).resolve().parents[1] / "sm120kit"
+    naming = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if any(n in p.read_text(encoding="utf-8") for n in names)
+    )
+    outside = [p for p in naming if not p.startswith("packages/") and p not in NAMED_ELSEWHERE]
+    assert not outside, f"{names[0]} is named outside its descriptor: {outside}"
+
+
 def test_unregistered_kind_is_refused() -> None:
     with pytest.raises(RecipeError, match="build kind 'mypkg' is not one of"):
         resolve_knobs("mypkg", "mypkg", ["12.0"], FACTS, {})
