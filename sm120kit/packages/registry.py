@@ -9,6 +9,7 @@ outside the tool (a test fixture, a site's own kernel) is added with :func:`regi
 
 from __future__ import annotations
 
+import threading
 from importlib import import_module
 
 from .base import PackageDescriptor
@@ -25,14 +26,18 @@ DEFAULT_KIND = "torch-ext"
 
 _DESCRIPTORS: list[PackageDescriptor] = []
 _loaded = False
+_lock = threading.Lock()
 
 
 def _all() -> list[PackageDescriptor]:
     global _loaded
     if not _loaded:
-        _loaded = True
-        builtin = [d for m in BUILTIN_MODULES for d in import_module(m).DESCRIPTORS]
-        _DESCRIPTORS[:0] = builtin
+        # Host threads may ask first and at once: one loads, the others wait for all of it.
+        with _lock:
+            if not _loaded:
+                builtin = [d for m in BUILTIN_MODULES for d in import_module(m).DESCRIPTORS]
+                _DESCRIPTORS[:0] = builtin
+                _loaded = True
     return _DESCRIPTORS
 
 
