@@ -20,6 +20,7 @@ from invoke import Collection  # noqa: E402
 from sm120kit import cli  # noqa: E402
 from sm120kit.cli import task  # noqa: E402
 from sm120kit.flags import BUILD, COMMON, RECIPE  # noqa: E402
+from sm120kit.packages import registry  # noqa: E402
 
 
 def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
@@ -184,13 +185,10 @@ def _package_task(package, doc):
     return task(*BUILD, name=f"build-{package}")(body)
 
 
-build_sgl_kernel = _package_task(
-    "sgl-kernel", "Build sgl-kernel for the recipe's arch (CMake defines, SM120 loader patch)."
-)
-build_flash_attn = _package_task(
-    "flash-attn",
-    "Build flash-attn for the recipe's arch (FLASH_ATTN_CUDA_ARCHS, forced source build).",
-)
+#: `build-<package>` for each package whose descriptor asks for its own task.
+package_builds = [
+    _package_task(d.name, d.build_task) for d in registry.descriptors() if d.build_task
+]
 
 
 @task(*COMMON, "package", "python", "arch", "driver", "recipe")
@@ -379,8 +377,7 @@ ns = Collection(
     provision,
     install_cuda,
     build,
-    build_sgl_kernel,
-    build_flash_attn,
+    *package_builds,
     smoke,
     serve_check,
     preflight,

@@ -6,12 +6,9 @@ and for nvcc itself, not for a build that includes ATen's CUDA headers or links 
 needs what (checked against the real files):
 
 - torch 2.13.0's ``ATen/cuda/CUDAContextLight.h`` (reached from ``ATen/cuda/CUDAContext.h``)
-  includes ``cusparse.h``, ``cublas_v2.h``, ``cublasLt.h`` and ``cusolverDn.h``;
-- sgl-kernel 0.3.21 (sglang c86ca128) links ``cublas cublasLt`` into common_ops
-  (``CMakeLists.txt`` lines 421-422) and ``nvrtc`` into deep_gemm_cpp (line 555, which CMake's
-  FindCUDAToolkit resolves through ``CUDA_nvrtc_LIBRARY``: without libnvrtc the configure
-  stops with "CUDA_nvrtc_LIBRARY ... set to NOTFOUND"), and flashinfer's ``sampling.cuh``,
-  compiled into common_ops, includes ``curand_kernel.h``.
+  includes ``cusparse.h``, ``cublas_v2.h``, ``cublasLt.h`` and ``cusolverDn.h`` (`ATEN_CUDA`);
+- each package's own needs are in its descriptor (`PackageDescriptor.cuda_libraries`, with
+  the evidence beside it).
 
 Headers are looked for in ``<cuda_home>/include`` (and ``targets/*/include``), libraries as the
 unversioned ``.so`` a ``-l`` link needs in ``lib64``/``lib`` (and ``targets/*/lib``): the facts
@@ -26,9 +23,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .packages import registry
 from .remote.lib.cudalibs import COMPONENT_FILES
 
-__all__ = ["COMPONENTS", "PACKAGE_NEEDS", "Component", "describe", "meta_requirement", "needed"]
+__all__ = [
+    "ATEN_CUDA",
+    "COMPONENTS",
+    "Component",
+    "describe",
+    "meta_requirement",
+    "needed",
+    "package_needs",
+]
 
 
 @dataclass(frozen=True)
@@ -58,16 +64,15 @@ COMPONENTS: dict[str, Component] = {
 #: ATen's CUDA headers, which any torch CUDA extension including ATen/cuda/CUDAContext.h reads.
 ATEN_CUDA = ("cublas", "cusparse", "cusolver")
 
-#: Per recipe package: the components its build needs with a CUDA torch (see the module doc).
-#: flash-attn is not listed: what its 2.8.3 sources reach was not checked here.
-PACKAGE_NEEDS: dict[str, tuple[str, ...]] = {
-    "sgl-kernel": (*ATEN_CUDA, "curand", "nvrtc"),
-}
+
+def package_needs(name: str) -> tuple[str, ...]:
+    """The components recipe package `name`'s build needs with a CUDA torch (its descriptor)."""
+    return registry.descriptor(name).cuda_libraries
 
 
 def needed(packages: Iterable[str]) -> tuple[str, ...]:
     """The components the builds of `packages` need, in table order."""
-    want = {c for p in packages for c in PACKAGE_NEEDS.get(p, ())}
+    want = {c for p in packages for c in package_needs(p)}
     return tuple(name for name in COMPONENTS if name in want)
 
 

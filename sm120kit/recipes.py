@@ -17,7 +17,7 @@ One TOML file per NVIDIA driver branch lives in the repo's ``recipes/`` director
     [torch]
     version = "2.9.1"; index = "https://download.pytorch.org/whl/cu130"; cuda = "13.0"  # or "cpu"
     [[packages]]
-    name = "flash-attn"; version = "2.8.3"; source = { kind = "pypi" }
+    name = "mypkg"; version = "2.8.3"; source = { kind = "pypi" }
     patches = []; knobs = {}; torch = "<2.14"; needs_cuda_torch = true
 
 A choice inherits ``method`` and ``gcc_max`` from ``[cuda]``, and ``runfile``, ``sha256`` and
@@ -31,8 +31,9 @@ sdist file; without it the index's listed hash is trusted). Patches are paths un
 ``patches/`` directory. A package may be listed once per torch range (``torch`` on every entry,
 no two admitting one version): the torch in force, after ``recipe.torch.version`` overrides,
 picks the entry (`Recipe.packages_for`), and ``recipe.packages.<name>.*`` overrides apply to
-it. A flash-attn whose FLASH_ATTN_CUDA_ARCHS (from ``arch`` or its knob)
-holds a value its setup.py would silently drop is listed in `ResolvedRecipe.problems`.
+it. A package whose arch knob (from ``arch`` or the knob itself) holds a value
+its build would silently drop (its descriptor's ``arch_value_problem``, `sm120kit.packages`)
+is listed in `ResolvedRecipe.problems`.
 
 Loading validates every file (unknown keys at any level, bad specifiers and versions, toolkits a
 recipe's drivers cannot run, overlapping driver ranges, missing patch files) and raises one
@@ -56,8 +57,8 @@ precedence decides per key and ``plan`` can name the file each value came from::
     recipe.torch.version: 2.9.1                   # torch.cuda follows a /whl/cuXYZ|cpu index
     recipe.cuda.mirror: http://mirror.internal/cuda
     recipe.cuda.sha256: 0123...                   # pins the runfile download
-    recipe.packages.sgl-kernel.source.ref: 1a2b3c4
-    recipe.packages.flash-attn.knobs.MAX_JOBS: 2  # knobs may be added, not only changed
+    recipe.packages.mypkg.source.ref: 1a2b3c4
+    recipe.packages.mypkg.knobs.MAX_JOBS: 2       # knobs may be added, not only changed
 
 Overridable keys: ``description``, ``arch``, ``python``, ``cuda.{version, method, gcc_max,
 mirror, runfile, sha256, url, pip_packages, apt_packages}``, ``torch.{version, index, cuda}``,
@@ -85,6 +86,9 @@ from . import drivers as drv
 from . import knobs
 from .errors import RecipeError
 from .host import Host
+from .packages import registry
+from .packages.base import PackageDescriptor
+from .remote.lib.arch import Arch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -120,7 +124,6 @@ _SMOKE_KEYS = {"not_for_arch"}
 #: Choice fields that belong to one toolkit version only.
 _PER_VERSION = ("runfile", "sha256", "pip_packages")
 
-_ARCH_RE = re.compile(r"^\d+\.\d+[af]?(\+PTX)?$")
 _RUNFILE_RE = re.compile(r"^cuda_(\d+\.\d+\.\d+)_[\d.]+_linux\.run$")
 _INDEX_CUDA_RE = re.compile(r"/whl/(cpu|cu(\d+))/?$")
 
@@ -255,7 +258,7 @@ class Selection:
 class ResolvedRecipe:
     """A selected recipe with inventory overrides applied, as flat dotted keys.
 
-    `values` maps keys like ``"cuda.version"`` or ``"packages.flash-attn.knobs.MAX_JOBS"`` to
+    `values` maps keys like ``"cuda.version"`` or ``"packages.mypkg.knobs.MAX_JOBS"`` to
     values; `sources` maps the same keys to where each came from (``"recipes/r580.toml"``,
     ``"inventory/host_vars/gpu1.yaml (recipe.torch.index)"``, ``"--driver flag"``, ...).
     `problems` lists, per package, why it cannot be built with these values (the build layer
@@ -429,8 +432,10 @@ def _arch_list(value: Any) -> list[str]:
     out = []
     for item in items:
         s = str(item) if isinstance(item, float) else _str(item)
-        if not _ARCH_RE.match(s):
-            raise _Bad(f"{s!r} is not an arch like '12.0' (suffix a/f or +PTX allowed)")
+        try:
+            Arch.parse_entry(s)
+        except ValueError:
+            raise _Bad(f"{s!r} is not an arch like '12.0' (suffix a/f or +PTX allowed)") from None
         out.append(s)
     if not out:
         raise _Bad("must list at least one arch")
@@ -543,14 +548,7 @@ _PKG_CHECKS: dict[str, _Check] = {
 
 def normalize_arch(arch: object) -> str:
     """``12.0``, ``120``, ``sm_120``, ``sm_120a``, ``compute_120`` -> ``"12.0"``; ValueError else."""
-    s = str(arch).strip().lower()
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)[af]?", s)
-    if m:
-        return f"{int(m.group(1))}.{m.group(2)}"
-    m = re.fullmatch(r"(\d+)\.(\d+)[af]?(\+ptx)?", s)
-    if m:
-        return f"{int(m.group(1))}.{int(m.group(2))}"
-    raise ValueError(f"not a compute capability: {arch!r} (e.g. 12.0 or sm_120)")
+    return Arch.parse(arch).cc_text
 
 
 def _arch_admitted(arch: str, entries: Iterable[str]) -> bool:
@@ -1417,28 +1415,29 @@ def _check_package(resolved: ResolvedRecipe, name: str) -> None:
         problems.append("a CPU torch cannot build CUDAExtension code (CUDA_HOME is None)")
     if kind == "git" and not values.get(base + "source.ref"):
         problems.append(f"source.ref is not pinned (set recipe.{base}source.ref)")
-    if name == "flash-attn":
-        problems += _flash_attn_arch_problems(resolved, base)
+    problems += _arch_knob_problems(resolved, base, registry.descriptor(name))
     if problems:
         resolved.problems[name] = problems
 
 
-def _flash_attn_arch_problems(resolved: ResolvedRecipe, base: str) -> list[str]:
-    """flash-attn's setup.py silently drops FLASH_ATTN_CUDA_ARCHS entries it does not know:
-    refuse before any build, naming the value and where it came from."""
+def _arch_knob_problems(resolved: ResolvedRecipe, base: str, desc: PackageDescriptor) -> list[str]:
+    """A package whose build silently drops arch values it does not know (its descriptor's
+    `arch_value_problem`): refuse before any build, naming the value and where it came from."""
+    if desc.arch_value_problem is None or desc.arch_value is None:
+        return []
     values, sources = resolved.values, resolved.sources
-    key = base + "knobs.FLASH_ATTN_CUDA_ARCHS"
+    key = base + "knobs." + desc.arch_knob
     if key in values:
         value, where = str(values[key]), sources.get(key, "?")
-        if "FLASH_ATTN_CUDA_ARCHS" not in where:
+        if desc.arch_knob not in where:
             where = f"{key} in {where}"
     else:
         try:
-            value = knobs.flash_attn_archs(knobs.parse_arch_list(values["arch"]))
+            value = desc.arch_value(knobs.parse_arch_list(values["arch"]))
         except RecipeError as exc:
             return [str(exc)]
         where = f"derived from arch {values['arch']} ({sources.get('arch', '?')})"
-    problem = knobs.flash_attn_arch_problem(values[base + "version"], value)
+    problem = desc.arch_value_problem(values[base + "version"], value)
     return [f"{problem} ({where})"] if problem else []
 
 

@@ -169,12 +169,26 @@ class HostContext:
         *,
         python: str | None = None,
         timeout: float | None = None,
+        path: list[str] | None = None,
     ) -> dict[str, Any]:
-        """Run a stdlib-only remote script (sm120kit/remote/<name>.py) and return its JSON."""
+        """Run a stdlib-only remote script (sm120kit/remote/<name>.py) and return its JSON;
+        `path`: directories put in front of the host's PATH for it."""
         self.log.info("remote script %s %s", name, json.dumps(args or {}, sort_keys=True)[:4000])
-        doc = run_script(self.conn, name, args, python=python, timeout=timeout)
+        if path:
+            self.log.info("PATH prefix %s", ":".join(path))
+        doc = run_script(self.conn, name, args, python=python, timeout=timeout, path=path)
         self.log.info("-> %s", json.dumps(doc, sort_keys=True)[:20000])
         return doc
+
+    def put(self, local: str, remote: str) -> None:
+        """Copy a controller file to the host (logged like a command)."""
+        self.log.info("put %s -> %s", local, remote)
+        self.conn.put(local, remote)
+
+    def get(self, remote: str, local: str) -> None:
+        """Copy a host file to the controller (logged like a command)."""
+        self.log.info("get %s -> %s", remote, local)
+        self.conn.get(remote, local)
 
     def may_act(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
         """May the operation act now? Marks `step` changed; in check mode records what would run

@@ -294,7 +294,7 @@ def table_rows(report: SmokeReport) -> list[tuple[str, str, str, str]]:
 
 
 def torch_line(pkg: PackageResult) -> str:
-    """'built for torch 2.9.1 (recipe pin for sgl-kernel 0.3.21), this env has torch 2.13.0+cpu'."""
+    """'built for torch 2.9.1 (recipe pin for pkg 0.3.21), this env has torch 2.13.0+cpu'."""
     return str((pkg.torch or {}).get("summary") or "")
 
 

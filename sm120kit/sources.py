@@ -1,12 +1,12 @@
 """The controller's source store: a package's pinned source and every build dependency of it,
 fetched once on the controller and uploaded to hosts, so that no build host needs GitHub.
 
-A recipe package with ``dependencies`` (sgl-kernel: its CMake FetchContent trees) is
+A recipe package with ``dependencies`` (a CMake build's FetchContent trees) is
 "store-managed": its own source and each dependency are one `SourceEntry` each, identified by
 (package, directory name, ref). `fetch_entry` gets an entry into the store, from
 
 - the mirror (setting or host var ``sources_mirror``): a directory holding one directory per
-  entry, named by the entry's ``dir`` (``sgl-kernel``, ``cutlass``, ``deepgemm``, ...), each
+  entry, named by the entry's ``dir`` (the package's own, ``cutlass``, ``deepgemm``, ...), each
   the tree at the pinned commit (the package's own tree is its ``subdir``, not the whole
   repository). A ``MANIFEST.tsv`` in the mirror or its parent directory (columns ``name``,
   ``upstream_repo``, ``commit``, ...) is read when present: a listed commit that differs from
@@ -153,7 +153,7 @@ def _from_git(entry: SourceEntry, store: Path, target: Path) -> str:
         raise HostFailed(
             f"{entry.package}: cannot fetch {entry.dir} ({entry.url}@{entry.ref}): {exc}; "
             "set sources_mirror to a directory holding "
-            f"{entry.dir}/ (docs/sgl-kernel.md)"
+            f"{entry.dir}/ (docs/{entry.package}.md)"
         ) from None
     return f"git {entry.url}@{resolved}"
 

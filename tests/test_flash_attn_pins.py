@@ -15,12 +15,11 @@ import pytest
 
 from sm120kit.errors import RecipeError
 from sm120kit.host import Host
-from sm120kit.knobs import (
+from sm120kit.knobs import parse_arch_list, resolve_knobs
+from sm120kit.packages.flash_attn import (
     FLASH_ATTN_ARCHS,
     flash_attn_arch_problem,
     flash_attn_archs,
-    parse_arch_list,
-    resolve_knobs,
 )
 from sm120kit.recipes import load_recipes, resolve_for_host
 

@@ -9,7 +9,7 @@ CMake (>= 3.26) with Ninja, nvcc 13.0, the libnuma headers, the PyPI cuobjdump. 
 the real thing, and why:
 
 - torch is the CPU build, so the configure gets what a CUDA torch would define
-  (`sglkernel.cpu_torch_defines`); a full build needs the CUDA torch and is not run here.
+  (`cmake_defines.cpu_torch_defines`); a full build needs the CUDA torch and is not run here.
 - The CUDA install here has no ``lib64/stubs/libcuda.so``: a stub built with gcc stands in
   for ``CUDA::cuda_driver`` (only link steps read it; nothing here links).
 - The mirror's fast-hadamard-transform may be a stand-in for the pinned fork (the mirror's
@@ -30,8 +30,9 @@ from typing import Any
 
 import pytest
 
-from sm120kit import sglkernel
+from sm120kit import cmake_defines
 from sm120kit.knobs import resolve_knobs
+from sm120kit.packages import sgl_kernel_cmake as sglkernel
 from sm120kit.recipes import load_recipes
 from sm120kit.remote import cmake_probe, script_bundle
 from sm120kit.remote import fetch_source as fs
@@ -165,12 +166,12 @@ def tool_defines(trees: Path, knob_overrides: dict[str, Any], tmp: Path) -> dict
     knobs = resolve_knobs(
         "sgl-kernel", "sgl-kernel", recipe.arch, facts, {**pkg.knobs, **knob_overrides}
     )
-    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
+    defines = cmake_defines.defines_from_pip_args(knobs.pip_args)
     dirs = [(d["name"], str(trees / d["dir"])) for d in pkg.dependencies]
-    defines.update(sglkernel.fetchcontent_defines(dirs))
+    defines.update(cmake_defines.fetchcontent_defines(dirs))
     torch_dir = Path(torch.__file__).parent / "share" / "cmake" / "Torch"
-    defines.update(sglkernel.skbuild_defines(sys.executable, str(torch_dir), str(CUDA_HOME)))
-    defines.update(sglkernel.cpu_torch_defines("13.0", str(CUDA_HOME)))
+    defines.update(cmake_defines.skbuild_defines(sys.executable, str(torch_dir), str(CUDA_HOME)))
+    defines.update(cmake_defines.cpu_torch_defines("13.0", str(CUDA_HOME)))
     defines["CUDA_cuda_driver_LIBRARY"] = libcuda_stub(tmp)
     return defines
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import sglkernel
+from sm120kit import cmake_defines
 from sm120kit import sources as src
 from sm120kit.errors import HostFailed, RecipeError
+from sm120kit.packages import sgl_kernel_cmake as sglkernel
 from sm120kit.recipes import _Bad, _dependencies
 from sm120kit.remote import fetch_source as fs
 
@@ -248,7 +249,7 @@ def test_predicted_targets_follow_the_0321_cmake() -> None:
     assert "common_ops_sm90_build" not in only and "flash_ops" not in only
     assert sglkernel.missing_arch(only, ["sm_120a"]) == []
     assert sglkernel.predict_targets("0.4.0", "13.0") is None
-    assert sglkernel.fetchcontent_defines([("repo-flash-attention", "/s/fa")]) == {
+    assert cmake_defines.fetchcontent_defines([("repo-flash-attention", "/s/fa")]) == {
         "FETCHCONTENT_SOURCE_DIR_REPO-FLASH-ATTENTION": "/s/fa",
         "FETCHCONTENT_FULLY_DISCONNECTED": "ON",
     }

@@ -120,7 +120,7 @@ class KeyInputs:
     are kept in ``dropped_env`` for display only and are no part of the key.
     ``source_digest`` is a tagged string: ``sha256:<hex>`` (sdist), ``git:<commit>``, or
     ``tree:<hex>`` (an uploaded tree, see :func:`tree_digest`). ``dependencies`` holds
-    (directory name, ``tree:<hex>``) per build dependency the tool supplies (sgl-kernel's
+    (directory name, ``tree:<hex>``) per build dependency the tool supplies (a CMake package's
     FetchContent trees, `sm120kit.sources`); empty, it stays out of the hashed JSON, so keys
     of packages without dependencies are unchanged.
     """

@@ -1,7 +1,7 @@
 """Build one recipe package on a host: source -> patches -> knobs -> wheel (via the cache) -> install.
 
-`ensure_package(ctx, state, name)` is the operation `build`, `build-flash-attn`,
-`build-sgl-kernel` and `provision` share. Its steps, each "ok" when nothing had to be done:
+`ensure_package(ctx, state, name)` is the operation `build`, the per-package build tasks
+and `provision` share; what differs per package comes from its descriptor (`sm120kit.packages`). Its steps, each "ok" when nothing had to be done:
 
 - ``source:<pkg>``: the pinned source, unpacked under ``work_root/src/<pkg>-<ver>-<digest>``
   by ``remote/fetch_source.py`` (PyPI/mirror sdist with its index sha256 checked, a git commit,
@@ -41,15 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import compile_cache, sglkernel
+from .. import compile_cache
 from .. import sources as srcstore
 from ..cache.key import KeyInputs, compute_key, describe, patch_digests
 from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
+from ..cmake_defines import defines_from_pip_args, fetchcontent_defines
 from ..errors import HostFailed, Interrupted, RecipeError
 from ..knobs import Knobs, lowered_for_oom, resolve_knobs
 from ..output.report import print_explain
+from ..packages import registry
 from ..packing import pack_tree
 from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
 from ..plan import PlanOptions, package_names, prepare
@@ -62,9 +64,6 @@ from ..state import ProvisionState
 from ..steps import Step
 from ..steps import commands as render_commands
 from .deps import ensure_dependencies, store_record
-
-#: Build kind (knobs.KINDS) of the packages whose build front end is not a plain extension.
-KIND_BY_PACKAGE = {"flash-attn": "flash-attn", "sgl-kernel": "sgl-kernel"}
 
 #: Marker the patch step leaves in the patched copy: which source and patches it holds.
 PATCHED_MARKER = ".sm120kit-patched.json"
@@ -79,8 +78,8 @@ PROGRESS_POLL_SECONDS = 2.0
 
 
 def build_kind(name: str) -> str:
-    """knobs.py's build kind for a package: flash-attn, sgl-kernel, else a torch extension."""
-    return KIND_BY_PACKAGE.get(name, "torch-ext")
+    """The build kind (`resolve_knobs`) of recipe package `name`, from its descriptor."""
+    return registry.descriptor(name).kind
 
 
 def _q(text: str) -> str:
@@ -403,7 +402,7 @@ def _states(
 
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
     """Knobs for `name` on this host: recipe knobs, host vars max_jobs/nvcc_threads, run flags."""
-    kind = build_kind(name)
+    desc = registry.descriptor(name)
     pkg = state.resolved.package(name)
     overrides: dict[str, Any] = dict(pkg.get("knobs") or {})
     # Not a build setting: where compiles are cached changes no binary (compile_cache.py).
@@ -411,7 +410,6 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
     sources = {
         k: state.resolved.sources.get(f"packages.{name}.knobs.{k}", "the recipe") for k in overrides
     }
-    threads_name = {"flash-attn": "NVCC_THREADS", "sgl-kernel": "SGL_KERNEL_COMPILE_THREADS"}
     layers = [
         (state.host.vars.get("max_jobs"), state.host.vars.get("nvcc_threads"), "host var"),
         (state.options.get("max_jobs"), state.options.get("nvcc_threads"), "flag"),
@@ -422,14 +420,14 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
             sources["MAX_JOBS"] = (
                 "--max-jobs" if where == "flag" else state.host.var_sources.get("max_jobs", where)
             )
-        if threads and kind in threads_name:
-            overrides[threads_name[kind]] = threads
-            sources[threads_name[kind]] = (
+        if threads and desc.threads_knob:
+            overrides[desc.threads_knob] = threads
+            sources[desc.threads_knob] = (
                 "--nvcc-threads"
                 if where == "flag"
                 else state.host.var_sources.get("nvcc_threads", where)
             )
-    return resolve_knobs(name, kind, state.arch_list, state.facts, overrides, sources=sources)
+    return resolve_knobs(name, desc.kind, state.arch_list, state.facts, overrides, sources=sources)
 
 
 def toolchain_env(state: ProvisionState) -> list[tuple[str, str, str]]:
@@ -551,7 +549,7 @@ def add_dependency_defines(
     for fetchcontent, path in dirs:
         (define,) = [
             d
-            for d in sglkernel.fetchcontent_defines([(fetchcontent, path)])
+            for d in fetchcontent_defines([(fetchcontent, path)])
             if d != "FETCHCONTENT_FULLY_DISCONNECTED"
         ]
         knobs.define(define, path, reasons.get(fetchcontent, "the tool's copy of this dependency"))
@@ -616,7 +614,7 @@ def target_explain(
     ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs, tree: str
 ) -> list[dict[str, str]]:
     """--explain rows: the gencodes of each target, from a real configure of `tree` when it
-    is on the host (sgl-kernel), else predicted from the recipe (known versions)."""
+    is on the host (a CMake-checked package), else predicted from the recipe (known versions)."""
     from .cmake_check import cmake_checked, configure_targets, target_rows
 
     if not cmake_checked(state, name):
@@ -625,19 +623,15 @@ def target_explain(
         doc = configure_targets(ctx, state, name, tree, knobs)
         how = f"from a real configure of {tree} ({doc.get('seconds', 0):.0f}s, compile commands)"
         return target_rows(name, doc.get("targets") or {}, how)
-    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
+    defines = defines_from_pip_args(knobs.pip_args)
     cuda = (
         state.toolkit.release
         if state.toolkit is not None
         else ".".join(str(state.resolved.values.get("cuda.version", "")).split(".")[:2])
     )
     version = str(state.resolved.package(name)["version"])
-    predicted = sglkernel.predict_targets(
-        version,
-        cuda,
-        defines.get("SGL_KERNEL_ONLY_ARCHS", ""),
-        defines.get("ENABLE_BELOW_SM90", "ON") != "OFF",
-    )
+    predict = registry.descriptor(name).predict_targets
+    predicted = predict(version, cuda, defines) if predict is not None else None
     if predicted is None:
         return [
             {
@@ -866,7 +860,7 @@ def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> di
         state.env.path,
         name,
         stores,
-        cmake=build_kind(name) == "sgl-kernel",
+        cmake=registry.descriptor(name).cmake,
     )
     if "s3" in spec:
         profile = next((s.get("profile") for s in stores if s.get("type") == "s3"), None)
@@ -1248,7 +1242,7 @@ def _install(
 
 
 def build_op(opts: PlanOptions, package: str, runner: Runner | None = None) -> HostOp:
-    """`invoke build --package P` (and build-flash-attn / build-sgl-kernel)."""
+    """`invoke build --package P` (and the per-package build tasks)."""
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -1339,7 +1333,6 @@ def key_op(opts: PlanOptions, package: str) -> HostOp:
 
 
 __all__ = [
-    "KIND_BY_PACKAGE",
     "Patched",
     "Source",
     "SourcePlan",

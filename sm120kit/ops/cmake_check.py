@@ -1,4 +1,5 @@
-"""sgl-kernel's host prerequisites and its real configure, before a build starts.
+"""A CMake-built package's host prerequisites and its real configure, before a build starts
+(the packages whose descriptor sets ``cmake_checked``).
 
 - step ``prereqs:<pkg>``: the libnuma headers/library (mscclpp's ``find_package(NUMA
   REQUIRED)``) and a ``libcuda.so`` for ``CUDA::cuda_driver`` (mscclpp links it; the toolkit's
@@ -6,7 +7,7 @@
 - `configure_targets`: ``cmake -S <tree> -B <dir>`` with the exact defines the wheel build
   passes through scikit-build-core (plus what scikit-build-core adds itself, and, with a CPU
   torch, what a CUDA torch would have defined), then the compile commands per target
-  (``remote/cmake_probe.py``). `require_arch` refuses a build whose common_ops carries no code
+  (``remote/cmake_probe.py``). `require_arch` refuses a build whose main targets carry no code
   for the recipe's arch.
 """
 
@@ -16,30 +17,32 @@ import posixpath
 import shlex
 from typing import Any
 
-from .. import sglkernel
+from .. import cmake_defines
 from ..errors import HostFailed
 from ..knobs import Knobs, parse_arch_list
-from ..remote import parse_last_json, script_bundle, script_command
+from ..packages import registry
 from ..runner import HostContext
 from ..state import ProvisionState
 
-#: Packages whose build is sgl-kernel's CMake (prerequisites, configure check).
-CMAKE_CHECKED = frozenset({"sgl-kernel"})
-
 
 def cmake_checked(state: ProvisionState, name: str) -> bool:
-    """Whether `name` gets these checks: sgl-kernel built from the tool's own sources (its
-    recipe lists the FetchContent dependencies, so the tree is upstream's CMake build)."""
+    """Whether `name` gets these checks: its descriptor asks for them and it is built from the
+    tool's own sources (its recipe lists the FetchContent dependencies, so the tree is
+    upstream's CMake build)."""
     from .. import sources as srcstore
 
-    return name in CMAKE_CHECKED and srcstore.is_managed(state.resolved.package(name))
+    return registry.descriptor(name).cmake_checked and srcstore.is_managed(
+        state.resolved.package(name)
+    )
 
 
-NUMA_HINT = (
-    "the libnuma headers and library (Debian/Ubuntu: apt-get install libnuma-dev; "
-    "RHEL/Fedora: dnf install numactl-devel): mscclpp, built into sgl-kernel, runs "
-    "find_package(NUMA REQUIRED)"
-)
+def numa_hint(name: str) -> str:
+    """What a missing libnuma is, how to install it, and why package `name` needs it."""
+    return (
+        "the libnuma headers and library (Debian/Ubuntu: apt-get install libnuma-dev; "
+        f"RHEL/Fedora: dnf install numactl-devel): mscclpp, built into {name}, runs "
+        "find_package(NUMA REQUIRED)"
+    )
 
 
 #: os-release IDs whose package manager the tool drives for a missing prerequisite.
@@ -62,7 +65,7 @@ def numa_install_commands(facts: dict[str, Any], sudo: str) -> tuple[str, list[s
     return None
 
 
-def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
+def _install_numa(ctx: HostContext, state: ProvisionState, step: Any, name: str) -> bool:
     """Install libnuma's headers where the host allows it (host var install_prerequisites,
     default true; a known distro); False when it was not installed (check mode included)."""
     from .toolkit import sudo_prefix, sudo_stdin
@@ -85,7 +88,7 @@ def _install_numa(ctx: HostContext, state: ProvisionState, step: Any) -> bool:
             tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or [""]
             raise HostFailed(
                 f"installing {package} failed (exit {res.exit_code}: {tail[0]}); "
-                + NUMA_HINT
+                + numa_hint(name)
                 + " (or set host var install_prerequisites: false and install it yourself)"
             )
     return True
@@ -107,12 +110,12 @@ def ensure_prerequisites(
         missing = []
         numa_planned = False
         if not (doc.get("numa_header") and doc.get("numa_library")):
-            if _install_numa(ctx, state, step):
+            if _install_numa(ctx, state, step, name):
                 doc = ctx.script("cmake_probe", args)
             else:
                 numa_planned = step.status == "changed"  # check mode: "would install"
             if not numa_planned and not (doc.get("numa_header") and doc.get("numa_library")):
-                missing.append(NUMA_HINT)
+                missing.append(numa_hint(name))
         if cuda_home and not doc.get("cuda_driver"):
             missing.append(
                 f"a libcuda.so for CUDA::cuda_driver (none in {cuda_home}/lib64/stubs or the "
@@ -148,7 +151,7 @@ def ensure_prerequisites(
                 "LIBRARY_PATH",
                 driver_link_dir(state, name),
                 "common_ops, spatial_ops and deep_gemm_cpp link `cuda` by name (-lcuda; "
-                "sgl-kernel's CMakeLists.txt lines 421-422, 539, 555), which needs a file named "
+                f"{name}'s CMakeLists.txt lines 421-422, 539, 555), which needs a file named "
                 f"libcuda.so on the linker's path: the build links one there to {doc['cuda_driver']} "
                 "(a driver-only host has libcuda.so.1 alone); the host's LIBRARY_PATH follows",
             )
@@ -171,7 +174,7 @@ def driver_link_dir(state: ProvisionState, name: str) -> str:
 
 def driver_link(knobs: Knobs) -> tuple[str, str] | None:
     """(directory, library) when `knobs` asks for a libcuda.so link, else None."""
-    library = sglkernel.defines_from_pip_args(knobs.pip_args).get("CUDA_cuda_driver_LIBRARY")
+    library = cmake_defines.defines_from_pip_args(knobs.pip_args).get("CUDA_cuda_driver_LIBRARY")
     directory = knobs.env.get("LIBRARY_PATH", "")
     if not library or not directory.endswith("/" + DRIVER_LINK_DIR):
         return None
@@ -216,11 +219,13 @@ def configure_defines(
 ) -> dict[str, str]:
     """The defines of a configure equal to the wheel build's."""
     assert state.toolkit is not None and state.env is not None
-    defines = sglkernel.defines_from_pip_args(knobs.pip_args)
-    defines.update(sglkernel.skbuild_defines(state.env.python, torch_dir, state.toolkit.cuda_home))
+    defines = cmake_defines.defines_from_pip_args(knobs.pip_args)
+    defines.update(
+        cmake_defines.skbuild_defines(state.env.python, torch_dir, state.toolkit.cuda_home)
+    )
     if not state.env.torch_cuda:
         cuda = ".".join(str(state.toolkit.version).split(".")[:2])
-        defines.update(sglkernel.cpu_torch_defines(cuda, state.toolkit.cuda_home))
+        defines.update(cmake_defines.cpu_torch_defines(cuda, state.toolkit.cuda_home))
     defines.update(extra or {})
     return defines
 
@@ -232,15 +237,16 @@ def configure_targets(
     ``{"targets": {target: {"units", "sass", "ptx"}}, "seconds"}``."""
     assert state.toolkit is not None and state.env is not None
     py = shlex.quote(state.env.python)
-    res = ctx.conn.run(
+    res = ctx.run(
         f"{py} -c 'import os, torch; "
-        'print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))\''
+        'print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))\'',
+        check=False,
     )
     torch_dir = (res.stdout.strip().splitlines() or [""])[-1]
     if res.exit_code != 0 or not torch_dir:
         raise HostFailed(f"{name}: cannot locate torch's CMake files in {state.env.python}")
     # A scratch dir outside work_root: plan (check mode) leaves nothing behind.
-    made = ctx.conn.run("mktemp -d -t sm120kit-configure-XXXXXX")
+    made = ctx.run("mktemp -d -t sm120kit-configure-XXXXXX", check=False)
     scratch = made.stdout.strip().splitlines()[-1] if made.exit_code == 0 else ""
     if not scratch:
         raise HostFailed(f"{name}: cannot create a scratch directory for the configure")
@@ -253,33 +259,34 @@ def configure_targets(
         "env": dict(knobs.env),
         "timeout": 900,
     }
-    path = ":".join(
-        [posixpath.join(state.toolkit.cuda_home, "bin"), posixpath.dirname(state.env.python)]
-    )
-    command = f'PATH={shlex.quote(path)}:"$PATH" ' + script_command(ctx.host.python, args)
+    path = [posixpath.join(state.toolkit.cuda_home, "bin"), posixpath.dirname(state.env.python)]
     try:
-        out = ctx.conn.run(command, stdin=script_bundle("cmake_probe"), timeout=1200)
+        doc = ctx.script("cmake_probe", args, path=path, timeout=1200)
+    except HostFailed as exc:
+        raise HostFailed(f"{name}: configuring {tree} failed: {exc}") from None
     finally:
-        ctx.conn.run(f"rm -rf {shlex.quote(scratch)}")
-    doc = parse_last_json(out.stdout) or {}
+        ctx.run(f"rm -rf {shlex.quote(scratch)}", check=False)
     if not doc.get("ok"):
         tail = "\n".join(doc.get("log_tail") or [])
         ctx.log.error("configure of %s failed:\n%s", name, tail)
         raise HostFailed(
-            f"{name}: configuring {tree} failed: {doc.get('error') or out.stderr.strip()[-200:]}"
+            f"{name}: configuring {tree} failed: {doc.get('error') or 'no error reported'}"
         )
     return doc
 
 
 def require_arch(name: str, targets: dict[str, Any], arch_list: list[str]) -> None:
-    """Refuse a build whose common_ops compile commands carry no code for an arch."""
+    """Refuse a build whose main targets (the descriptor's `arch_targets`) carry no code for
+    an arch in their compile commands."""
     sass = {t: list((info or {}).get("sass") or []) for t, info in targets.items()}
-    have = set(sass.get("common_ops_sm90_build", [])) | set(sass.get("common_ops_sm100_build", []))
+    main = registry.descriptor(name).arch_targets
+    have = {code for target in main for code in sass.get(target, [])}
     for arch, options in zip(arch_list, wanted_codes(arch_list), strict=True):
         if not have & set(options):
             raise HostFailed(
-                f"{name}: the configured build carries no code for arch {arch} (common_ops "
-                f"compiles {', '.join(sorted(have)) or 'nothing'}): refusing to start a build "
+                f"{name}: the configured build carries no code for arch {arch} "
+                f"({' and '.join(main) or 'its targets'} compile "
+                f"{', '.join(sorted(have)) or 'nothing'}): refusing to start a build "
                 "whose wheel cannot run there"
             )
 

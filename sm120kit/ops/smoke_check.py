@@ -18,13 +18,12 @@ from typing import Any
 from .. import smoke_report as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
+from ..packages import registry
 from ..plan import PlanOptions, prepare
 from ..recipes import PackageSpec, Recipe
+from ..remote.lib.arch import Arch
 from ..runner import HostContext, HostOp
 from ..state import ProvisionState
-
-#: Kernel packages checked when neither --package nor a recipe names them.
-DEFAULT_PACKAGES = ("sgl-kernel", "flash-attn", "minikernel")
 
 #: Seconds per probe subprocess (one import, one dlopen...) and for the whole probe command.
 CHECK_TIMEOUT = 300.0
@@ -127,16 +126,10 @@ def normalize_cc(value: Any) -> str | None:
     """``12.0`` from "12.0", "12.0a", "12.0+PTX", "sm_120"; None when absent or not a capability."""
     if value in (None, ""):
         return None
-    text = str(value).strip()
-    if text.upper().endswith("+PTX"):
-        text = text[:-4]
-    if text[-1:] in ("a", "f") and "." in text:
-        text = text[:-1]
     try:
-        cc = probe.parse_cc(text)
+        return Arch.parse(value).cc_text
     except ValueError:
         return None
-    return f"{cc[0]}.{cc[1]}" if cc else None
 
 
 def gpu_capability(facts: Mapping[str, Any] | None) -> str | None:
@@ -351,7 +344,7 @@ def smoke_op(
         elif state is not None:
             names, explicit = tuple(state.resolved.package_names()), False
         else:
-            names, explicit = DEFAULT_PACKAGES, False
+            names, explicit = registry.smoke_defaults(), False
         cc, cc_source = choose_arch(
             arch,
             ctx.facts,
@@ -407,3 +400,11 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
             }
         step.message = _summary(run.packages)
         raise_on_failure(ctx, target, run)
+
+
+def __getattr__(name: str) -> Any:
+    # DEFAULT_PACKAGES is asked of the registry when read, so a descriptor registered later
+    # (a site's own package) is part of it.
+    if name == "DEFAULT_PACKAGES":
+        return registry.smoke_defaults()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

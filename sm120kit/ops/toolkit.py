@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from .. import cuda_libraries as cudalibs
 from .. import drivers as drv
 from ..errors import HostFailed
+from ..remote.lib.arch import Arch
 from ..state import ProvisionState, Toolkit
 from ..steps import Step
 from ..steps import commands as render_commands
@@ -112,10 +113,7 @@ def releases_for_nvcc(nvcc_version: str | None) -> list[str]:
 
 def sm_code(arch: str) -> str:
     """``12.0`` -> ``sm_120``; ``12.0a`` -> ``sm_120a``; ``12.0+PTX`` -> ``sm_120``."""
-    base = arch.split("+")[0]
-    suffix = base[-1] if base[-1] in "af" else ""
-    major, minor = base.rstrip("af").split(".")
-    return f"sm_{major}{minor}{suffix}"
+    return Arch.parse(arch).sm_code
 
 
 def pip_args(host_vars: Mapping[str, Any]) -> list[str]:
@@ -195,7 +193,7 @@ class ToolkitSpec:
             mirror=str(v.get("cuda.mirror") or drv.DEFAULT_MIRROR),
             work_root=state.paths.work_root,
             components=components,
-            components_for=tuple(p for p in users if cudalibs.PACKAGE_NEEDS.get(p)),
+            components_for=tuple(p for p in users if cudalibs.package_needs(p)),
         )
 
     @property

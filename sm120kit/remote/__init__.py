@@ -150,16 +150,19 @@ def run_script(
     *,
     python: str | None = None,
     timeout: float | None = None,
+    path: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run a remote script on `conn` and return its JSON result.
+    """Run a remote script on `conn` and return its JSON result; `path` goes in front of the
+    host's PATH (extended on the host: only there is its current value known).
 
     A script that exits non-zero without printing JSON raises HostFailed with the tail of
     its stderr; one that prints JSON is returned as is (the JSON says what went wrong).
     """
     interpreter = python or conn.host.python
-    result = conn.run(
-        script_command(interpreter, args or {}), stdin=script_bundle(name), timeout=timeout
-    )
+    command = script_command(interpreter, args or {})
+    if path:
+        command = f'PATH={shlex.quote(":".join(path))}:"$PATH" ' + command
+    result = conn.run(command, stdin=script_bundle(name), timeout=timeout)
     doc = parse_last_json(result.stdout)
     if doc is None:
         tail = (result.stderr.strip() or result.stdout.strip())[-800:]

@@ -413,7 +413,7 @@ class CompileCache:
         # torch 2.13.0 (checked) prepends ccache/sccache itself when it finds one on PATH; the wiring
         # here is explicit, so that must not stack a second wrapper on it.
         env["TORCH_NO_COMPILER_WRAPPER"] = "1"
-        # sgl-kernel's CMakeLists adds ccache as RULE_LAUNCH_COMPILE when ccache is on PATH
+        # A CMakeLists may add ccache as RULE_LAUNCH_COMPILE when ccache is on PATH
         # and CCACHE_DIR is set: one compiler cache is enough.
         env.pop("CCACHE_DIR", None)
         # The host C++ compiler of torch extensions (torch's ninja `cxx`, setuptools' C++

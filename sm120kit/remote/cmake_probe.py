@@ -90,7 +90,7 @@ def _find(names, dirs):
 
 
 # Driver API entry points any libcuda (the toolkit's stub, a driver's libcuda.so.1) defines,
-# and that sgl-kernel's modules call (mscclpp's cuMemCreate, cuLaunchKernel, ...).
+# and that CMake-built extensions call (mscclpp's cuMemCreate, cuLaunchKernel, ...).
 DRIVER_API = ("cuInit", "cuDriverGetVersion", "cuMemCreate", "cuModuleLoadData", "cuLaunchKernel")
 
 

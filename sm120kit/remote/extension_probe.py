@@ -11,7 +11,7 @@ Arguments (one JSON document, argv[1])::
 
     {"python": "/path/to/python" | null,   # env to check: a python, a venv dir or a command
                                             # name on PATH; null: the interpreter running this
-     "packages": ["sgl-kernel", ...],       # distribution names
+     "packages": ["minikernel", ...],       # distribution names
      "arch": "12.0" | null,                 # compute capability to judge for
      "gpu": false,                          # run one tiny real op per package when CUDA works
      "gpu_ops": {"pkg": "python code"},     # optional: override/add the op per package
@@ -27,7 +27,7 @@ Checks per distribution: import order (after ``import torch`` and alone), undefi
 (dlopen RTLD_NOW after torch, plus a static ELF read with the loader's search rules; every
 missing library, version and symbol sorted into causes), arch coverage (the ``.nv_fatbin``
 headers; modules declared not for the arch are ``info``), the arch-dispatching loader
-(sgl-kernel style ``sm*/`` variant directories, evaluated with a faked capability), and a
+(``sm90/``, ``sm100/`` style variant directories, evaluated with a faked capability), and a
 GPU op. The wheel's build record (``sm120kit-build.json`` in its dist-info) says which torch
 it was built for; else a Requires-Dist pin; else the recipe's pin.
 
@@ -581,8 +581,8 @@ def check_loader(
         if better:
             reason += (
                 f"; {better[0]} would run: this loader maps the GPU to the wrong directory "
-                "(patches/sgl-kernel/0001-load-utils-sm120.patch makes 12.x pick the one "
-                "holding sm_120 code)"
+                "(a loader patch such as the recipe's 0001-load-utils-sm120.patch makes 12.x "
+                "pick the one holding sm_120 code)"
             )
         else:
             reason += f"; no variant here runs on {cc_text(ctx.cc)}: build one for it"
@@ -799,7 +799,7 @@ def package_built_for(
 
     The build record sm120kit writes into the wheel wins; then a ``torch`` pin in the wheel's
     Requires-Dist; then the recipe's torch pin for this package version (wheels built
-    elsewhere, like PyPI's sgl-kernel, whose metadata pins no torch at all).
+    elsewhere, like PyPI kernel wheels whose metadata pins no torch at all).
     """
     prov = info.get("provenance")
     if isinstance(prov, dict) and isinstance(prov.get("torch"), dict):
@@ -830,7 +830,7 @@ def not_for_arch(
     """{path: reason} of the .so files the recipe declares carry no code for the judged arch.
 
     A declaration applies only when the capability judged is one the recipe targets. Keys are
-    module names (``flash_ops``, ``sgl_kernel.flash_ops``) or paths inside the distribution.
+    module names (``flash_ops``, ``pkg.flash_ops``) or paths inside the distribution.
     """
     table = declared.get("not_for_arch") or {}
     if not table or ctx.cc is None:

@@ -8,7 +8,7 @@ Arguments (``kind`` decides which of the others matter)::
      # url:   "url" (or "urls": [mirror, ..., origin], tried in order), "sha256"
      # git:   "repo" (URL or local path), "commit", "subdir"
      # path:  "tarball" (already on the host), "tree_sha256" (expected, optional)
-     "subdir": "sgl-kernel"}
+     "subdir": "python/pkg"}
 
 Archives are downloaded into ``cache_dir`` and their sha256 is checked before anything is
 unpacked: a mismatch is an error naming the expected and actual hash, and leaves nothing

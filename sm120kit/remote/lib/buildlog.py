@@ -50,7 +50,7 @@ FAILURE_PATTERNS = [
             r"Killed signal terminated program"
             r"|died due to signal 9"
             # The same kill seen through the compile cache (sccache 0.16.0 runs nvcc's steps
-            # itself), as a real sgl-kernel build logged it:
+            # itself), as a real CMake kernel build logged it:
             # "cicc terminated (signal: 9)sccache: Compiler killed by signal 9".
             r"|terminated \(signal: 9\)"
             r"|Compiler killed by signal 9"
@@ -88,7 +88,7 @@ def _advice(kind, env, evidence):
         named = ", ".join(now) if now else "MAX_JOBS / NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS"
         return (
             f"the build was killed by the OOM killer ({evidence}): each nvcc thread needs about 3-5 GB "
-            "(sgl-kernel's CUTLASS GEMM units over 15 GB); "
+            "(CUTLASS GEMM units can take over 15 GB); "
             f"lower {named} (host vars max_jobs / nvcc_threads, or --max-jobs / --nvcc-threads) "
             "and rebuild"
         )

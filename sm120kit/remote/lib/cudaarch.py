@@ -6,31 +6,29 @@ Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from sm120kit.remote.lib.arch import Arch
 
 
 def target_key(target: str) -> tuple[int, str]:
     """Sort key of a device-code target: ``sm_120a`` -> (120, "a")."""
-    m = re.match(r"^(?:sm|compute)_(\d+)([af]?)$", target)
-    return (int(m.group(1)), m.group(2)) if m else (0, target)
+    if target.startswith(("sm_", "compute_")):
+        try:
+            arch = Arch.parse(target)
+        except ValueError:
+            pass
+        else:
+            return arch.sm, arch.suffix
+    return 0, target
 
 
 def parse_cc(value: Any) -> tuple[int, int] | None:
-    """A compute capability from "12.0", "120", "sm_120", 12.0 or [12, 0]; None when absent."""
+    """A compute capability from "12.0", "120", "sm_120", 12.0 or [12, 0] (any spelling `Arch`
+    takes); None when absent."""
     if value is None or value == "":
         return None
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        return int(value[0]), int(value[1])
-    text = str(value).strip().lower()
-    m = re.match(r"^(\d+)\.(\d)$", text)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = re.match(r"^(?:sm_|compute_)?(\d+)[af]?$", text)
-    if m:
-        num = int(m.group(1))
-        return num // 10, num % 10
-    raise ValueError(f"not a compute capability: {value!r}")
+    return Arch.parse(value).cc
 
 
 def cc_text(cc: tuple[int, int]) -> str:

@@ -159,7 +159,7 @@ def torch_text(torch_info: dict[str, Any]) -> str:
 
 
 def built_for_text(built_for: dict[str, Any] | None) -> str | None:
-    """'torch 2.9.1 (recipe pin for sgl-kernel 0.3.21)', or None when nothing says."""
+    """'torch 2.9.1 (recipe pin for pkg 0.3.21)', or None when nothing says."""
     if not built_for or not built_for.get("torch"):
         return None
     spec = str(built_for["torch"])

@@ -1,5 +1,5 @@
-"""What sgl-kernel's CMake build does, known before a configure: targets and gencodes, the
-defines that point FetchContent at local trees, and the settings scikit-build-core adds.
+"""What sgl-kernel's CMake build does, known before a configure: its targets and gencodes
+(the data behind its descriptor's `predict_targets` and `arch_targets`, packages/sgl_kernel.py).
 
 `predict_targets` mirrors CMakeLists.txt and cmake/flashmla.cmake of sgl-kernel 0.3.21 (sglang
 commit c86ca12875bbdea8f39267f02a0d55c68ea99d8e) plus the SM-only patch
@@ -81,14 +81,6 @@ def predict_targets(
     return targets
 
 
-def fetchcontent_defines(dirs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """``FETCHCONTENT_SOURCE_DIR_<NAME>`` per (FetchContent name, absolute path), plus
-    ``FETCHCONTENT_FULLY_DISCONNECTED=ON``. CMake upper-cases the name and keeps dashes."""
-    out = {f"FETCHCONTENT_SOURCE_DIR_{name.upper()}": path for name, path in dirs}
-    out["FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
-    return out
-
-
 def skbuild_defines(python: str, torch_cmake_dir: str, cuda_home: str) -> dict[str, str]:
     """What scikit-build-core (and sgl-kernel's pyproject: cp310 abi3, Release) adds to a
     configure; a configure outside pip needs them to see the same build."""
@@ -104,36 +96,6 @@ def skbuild_defines(python: str, torch_cmake_dir: str, cuda_home: str) -> dict[s
     }
 
 
-def cpu_torch_defines(cuda_version: str, cuda_home: str, extra_include: str = "") -> dict[str, str]:
-    """What a CUDA build of torch would provide and a CPU torch does not (configure only:
-    a full build needs the CUDA torch). `extra_include` holds cuBLAS/cuSPARSE/... headers
-    when the toolkit lacks them."""
-    cuda_flags = "-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE"
-    if extra_include:
-        cuda_flags += f" -isystem {extra_include}"
-    # A runfile toolkit keeps its headers under targets/<arch>/include, the PyPI one under
-    # include/; a directory that does not exist costs nothing.
-    cxx = cuda_flags
-    for inc in (f"{cuda_home}/targets/x86_64-linux/include", f"{cuda_home}/include"):
-        cxx += f" -isystem {inc} -isystem {inc}/cccl"
-    return {
-        "CUDA_VERSION": cuda_version,
-        "CMAKE_CUDA_ARCHITECTURES": "OFF",
-        "CMAKE_CUDA_FLAGS": cuda_flags,
-        "CMAKE_CXX_FLAGS": cxx,
-    }
-
-
-def defines_from_pip_args(pip_args: Iterable[str]) -> dict[str, str]:
-    """The ``-Ccmake.define.X=Y`` arguments as a dict (what CMake gets as ``-DX=Y``)."""
-    out: dict[str, str] = {}
-    for arg in pip_args:
-        if arg.startswith("-Ccmake.define."):
-            name, _, value = arg[len("-Ccmake.define.") :].partition("=")
-            out[name] = value
-    return out
-
-
 def missing_arch(targets: dict[str, list[str]], want: Iterable[str]) -> list[str]:
     """The wanted SASS targets (``sm_120a``) that no common_ops build carries."""
     have = set()
@@ -145,11 +107,7 @@ def missing_arch(targets: dict[str, list[str]], want: Iterable[str]) -> list[str
 __all__ = [
     "KNOWN_VERSIONS",
     "OWN_TARGETS",
-    "cpu_torch_defines",
-    "defines_from_pip_args",
-    "fetchcontent_defines",
     "missing_arch",
     "predict_targets",
-    "skbuild_defines",
     "upstream_gencodes",
 ]

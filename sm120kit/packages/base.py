@@ -1,0 +1,117 @@
+"""The package descriptor: everything that makes one kernel package's build, check and smoke
+different from another's, so that the ops, knobs and smoke code ask it instead of naming
+packages.
+
+A descriptor is data plus two small functions: how an arch list and a host's size become the
+package's own build settings (`PackageDescriptor.knobs`), and, where its build silently
+ignores values it does not know, what is wrong with an arch value (`arch_value_problem`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..knobs import Knobs
+    from ..remote.lib.arch import Arch
+
+#: Build front ends the tool drives: setuptools (torch's cpp_extension, ninja) or
+#: scikit-build-core over CMake (which needs cmake and scikit-build-core in the env).
+FRONT_ENDS = ("setuptools", "scikit-build-core")
+
+#: Memory one nvcc thread may take when a descriptor does not say (about 3-5 GB on these
+#: packages' heavy units).
+DEFAULT_GB_PER_NVCC_THREAD = 4.0
+
+
+@dataclass
+class KnobRequest:
+    """What a descriptor's knob function gets: the package, its arch list, the host's size and
+    the run's overrides (`given` pops a positive integer override, `origin` says where an
+    override came from, `switches` holds the descriptor's boolean knobs, None when unset)."""
+
+    package: str
+    archs: list[Arch]
+    cpus: int
+    mem_bytes: int
+    gb_per_thread: float
+    mem_what: str
+    given: Callable[[str], int | None]
+    origin: Callable[[str], str]
+    switches: Mapping[str, bool | None]
+    overrides: dict[str, Any]
+
+
+#: Fills a Knobs from a request (env vars, CMake defines, explain-only notes).
+KnobFunction = Callable[["Knobs", KnobRequest], None]
+#: The arch knob's value for an arch list (``12.0a;9.0`` -> ``120;90``).
+ArchValue = Callable[[list["Arch"]], str]
+#: (package version, CUDA X.Y, CMake defines) -> target -> SASS it compiles, or None when the
+#: version's CMake is not known.
+TargetPrediction = Callable[[str, str, Mapping[str, str]], "dict[str, list[str]] | None"]
+#: (package version, arch knob value) -> why the package's build would not honour it, or None.
+ArchValueCheck = Callable[[str, str], "str | None"]
+
+
+@dataclass(frozen=True)
+class PackageDescriptor:
+    """One kernel package (or one build kind, for the generic torch extension).
+
+    - `name`: the recipe's package name (``""`` for a kind that any recipe package may use);
+    - `kind`: the build kind `knobs.resolve_knobs` is asked for;
+    - `front_end`: one of FRONT_ENDS;
+    - `arch_knob`: the variable (or CMake define) that carries the package's target archs;
+    - `threads_knob`: what ``--nvcc-threads`` / host var ``nvcc_threads`` set (None: nothing);
+    - `oom_job_knobs`, `oom_thread_env`, `oom_thread_defines`: what an OOM retry halves, jobs
+      first (each job is a whole nvcc), then threads;
+    - `gb_per_nvcc_thread`: memory per nvcc thread when sizing jobs;
+    - `switches`: the boolean knobs it takes (``sm120_only``);
+    - `cmake_defines`: whether ``cmake.define.X`` overrides and ``cmake_defines`` apply;
+    - `cmake_checked`: host prerequisites and a real configure before its build
+      (ops/cmake_check.py), when built from the tool's own sources;
+    - `cuda_libraries`: the toolkit components its build needs (cuda_libraries.py);
+    - `smoke_by_default`: checked by ``smoke`` when neither --package nor a recipe names one;
+    - `knobs`: how the arch list and the host's size become its build settings;
+    - `arch_value`: the arch knob's value for an arch list (needed with `arch_value_problem`);
+    - `arch_value_problem`: why a value of `arch_knob` would not be built as asked, or None;
+    - `predict_targets`: a CMake build's targets and their SASS before any configure (the
+      dry-run answer of ``--explain``), None for a version it does not know;
+    - `arch_targets`: the configured targets whose SASS must cover every arch of the recipe
+      (a build without is refused before it starts);
+    - `build_task`: the help line of its own ``invoke build-<name>`` task ("" = none: ``invoke
+      build --package <name>`` builds it all the same).
+    """
+
+    name: str
+    kind: str
+    knobs: KnobFunction
+    front_end: str = "setuptools"
+    arch_knob: str = "TORCH_CUDA_ARCH_LIST"
+    threads_knob: str | None = None
+    oom_job_knobs: tuple[str, ...] = ("MAX_JOBS",)
+    oom_thread_env: tuple[str, ...] = ()
+    oom_thread_defines: tuple[str, ...] = ()
+    gb_per_nvcc_thread: float = DEFAULT_GB_PER_NVCC_THREAD
+    switches: tuple[str, ...] = ()
+    cmake_defines: bool = False
+    cmake_checked: bool = False
+    cuda_libraries: tuple[str, ...] = ()
+    smoke_by_default: bool = False
+    arch_value: ArchValue | None = None
+    arch_value_problem: ArchValueCheck | None = None
+    predict_targets: TargetPrediction | None = None
+    arch_targets: tuple[str, ...] = ()
+    build_task: str = ""
+
+    def __post_init__(self) -> None:
+        if self.front_end not in FRONT_ENDS:
+            raise ValueError(
+                f"package {self.name}: front end {self.front_end!r} is not one of {FRONT_ENDS}"
+            )
+
+    @property
+    def cmake(self) -> bool:
+        """Whether its build runs CMake (scikit-build-core)."""
+        return self.front_end == "scikit-build-core"
