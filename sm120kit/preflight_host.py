@@ -229,7 +229,7 @@ def env_check(probe: Mapping[str, Any], python_source: str) -> Check:
 
 
 #: sglang's pins whose mismatch breaks the launch (extension ABI / API), and those that only
-#: might (torch: sgl_kernel is built against one torch; smoke tells).
+#: might (torch: the kernel package is built against one torch; smoke tells).
 _PINNED_FAIL = ("sglang-kernel", "flashinfer-python")
 _PINNED_WARN = ("torch",)
 

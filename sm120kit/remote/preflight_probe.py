@@ -10,7 +10,7 @@ Arguments (argv[1], JSON)::
 
     {"python": "/env/bin/python" | "/env" | null,
      "dists": ["sglang", "sglang-kernel", ...],
-     "modules": [{"dist": ["sglang-kernel", "sgl-kernel"], "prefix": "sgl_kernel/flash_ops."}],
+     "modules": [{"dist": ["<dist>", "<older name>"], "prefix": "<pkg>/<module>."}],
      "port": 30000, "host": "127.0.0.1",
      "model_path": "/models/x" | null, "timeout": 120}
 

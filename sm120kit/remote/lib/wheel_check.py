@@ -152,7 +152,7 @@ def verify_wheel(
     """The verdict on the wheel at `path` for one target.
 
     `loaded`: the module paths inside the wheel the package's loader uses on `cc` (for
-    sglang-kernel on 12.0: ``sgl_kernel/sm100/common_ops.abi3.so`` and the shared modules);
+    a loader that picks a per-arch directory, that directory's modules and the shared ones);
     a module of the wheel not listed is reported as not loaded there. `not_for_arch`: module
     stem -> why it carries no code for the arch by design. Returns ``{"ok", "sha256",
     "modules": [...], "refusal": one line or None, "notes": [...]}``.
