@@ -207,14 +207,19 @@ def parse(setting: Setting, value: Any, source: str) -> Any:
     raise AssertionError(f"unknown setting kind {setting.kind}")
 
 
-def take_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The declared ``INVOKE_SM120KIT_*`` variables, taken out of `environ` (os.environ).
+def take_env(environ: Any = None, *, remove: bool = True) -> dict[str, str]:
+    """The declared ``INVOKE_SM120KIT_*`` variables of `environ` (os.environ), taken out of
+    it with `remove`.
 
     Called when tasks.py is loaded, before invoke reads the environment: invoke would cast
     them its own way (see the module docstring). `resolve` parses them instead.
     """
     env = os.environ if environ is None else environ
-    return {s.env: env.pop(s.env) for s in SETTINGS if s.env in env}
+    found = {s.env: env[s.env] for s in SETTINGS if s.env in env}
+    if remove:
+        for name in found:
+            del env[name]
+    return found
 
 
 def _lookup(section: Mapping[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
