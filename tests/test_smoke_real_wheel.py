@@ -12,7 +12,6 @@ design while judging common_ops and spatial_ops. No download: the test fails and
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 from rich.console import Console
 
 from sm120kit.output.checks import render_smoke
+from sm120kit.remote.lib.files import sha256_file
 from sm120kit.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.real_wheels import real_wheel
@@ -35,14 +35,6 @@ WHEEL = f"sgl_kernel-{VERSION}-cp310-abi3-manylinux2014_x86_64.whl"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @pytest.fixture(scope="session")
 def sgl_venv() -> Path:
     """A venv holding the PyPI sgl-kernel 0.3.21 wheel beside the suite's torch (cached)."""
@@ -50,7 +42,7 @@ def sgl_venv() -> Path:
     wheel = real_wheel("sgl-kernel", VERSION, WHEEL)
     with open(root / ".sgl-kernel-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        sha = _sha256(wheel)
+        sha = sha256_file(wheel)
         venv = root / f"venv-sgl-kernel-{VERSION}-{sha[:12]}"
         marker = venv / ".sm120kit-test.json"
         want = {"wheel_sha256": sha, "python": sys.executable}

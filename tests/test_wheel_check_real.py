@@ -26,7 +26,7 @@ import pytest
 
 from sm120kit.errors import RecipeError
 from sm120kit.release_check import driver_cuda, verify_release
-from sm120kit.remote.lib.wheel_check import file_sha256
+from sm120kit.remote.lib.files import sha256_file
 from tests.support.real_wheels import real_wheel
 from tests.support.sample_wheel import cuobjdump
 
@@ -152,7 +152,7 @@ def test_sgl_kernel_0_3_21_serves_12_0_on_570_through_minor_version_compatibilit
 ) -> None:
     doc = verify_release(
         str(old_wheel),
-        sha256=file_sha256(str(old_wheel)),
+        sha256=sha256_file(str(old_wheel)),
         driver="570.124.06",
         arch="12.0",
         loaded=LOADED_ON_12_0,
@@ -169,7 +169,7 @@ def test_sgl_kernel_0_3_21_serves_12_0_on_570_through_minor_version_compatibilit
     # On a 575 driver (CUDA 12.9) the same wheel needs no such note.
     same = verify_release(
         str(old_wheel),
-        sha256=file_sha256(str(old_wheel)),
+        sha256=sha256_file(str(old_wheel)),
         driver="575.57.08",
         arch="12.0",
         loaded=LOADED_ON_12_0,
@@ -204,7 +204,7 @@ def test_a_wheel_whose_sha256_differs_is_refused_before_it_is_read(tmp_path: Pat
     )
     assert not doc["ok"] and doc["modules"] == []
     assert doc["refusal"] == (
-        f"sha256 {file_sha256(str(fake))} differs from the lock's {NEW_SHA256}"
+        f"sha256 {sha256_file(str(fake))} differs from the lock's {NEW_SHA256}"
     )
 
 

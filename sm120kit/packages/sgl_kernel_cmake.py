@@ -81,21 +81,6 @@ def predict_targets(
     return targets
 
 
-def skbuild_defines(python: str, torch_cmake_dir: str, cuda_home: str) -> dict[str, str]:
-    """What scikit-build-core (and sgl-kernel's pyproject: cp310 abi3, Release) adds to a
-    configure; a configure outside pip needs them to see the same build."""
-    return {
-        "CMAKE_BUILD_TYPE": "Release",
-        "SKBUILD_SABI_COMPONENT": "Development.SABIModule",
-        "SKBUILD_SABI_VERSION": "3.10",
-        "Python_EXECUTABLE": python,
-        "Python3_EXECUTABLE": python,
-        "Torch_DIR": torch_cmake_dir,
-        "CMAKE_CUDA_COMPILER": f"{cuda_home}/bin/nvcc",
-        "CMAKE_EXPORT_COMPILE_COMMANDS": "ON",
-    }
-
-
 def missing_arch(targets: dict[str, list[str]], want: Iterable[str]) -> list[str]:
     """The wanted SASS targets (``sm_120a``) that no common_ops build carries."""
     have = set()

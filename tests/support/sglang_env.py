@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.remote.lib.files import sha256_file
 from tests.support.sample_wheel import cache_root
 
 WHEELS = {
@@ -24,14 +25,6 @@ WHEELS = {
     "sglang-kernel==0.4.10": "sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl",
     "flashinfer-python==0.7.2": "flashinfer_python-0.7.2-py3-none-any.whl",
 }
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def wheel_paths() -> list[Path]:
@@ -62,7 +55,7 @@ def sglang_venv() -> Path:
     with open(root / ".sglang-preflight.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         wheels = wheel_paths()
-        shas = [_sha256(w) for w in wheels]
+        shas = [sha256_file(w) for w in wheels]
         key = hashlib.sha256("".join(shas).encode()).hexdigest()[:12]
         venv = root / f"venv-sglang-0.5.23-{key}"
         marker = venv / ".sm120kit-test.json"

@@ -19,7 +19,6 @@ check runs on the controller (once per wheel, before a fleet downloads it) and o
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -30,18 +29,10 @@ from typing import Any
 from sm120kit.remote.lib.cudaarch import arch_verdict, cc_text
 from sm120kit.remote.lib.elf import Elf, ElfError
 from sm120kit.remote.lib.fatbin import elf_targets
+from sm120kit.remote.lib.files import sha256_file
 
 _RELEASE = re.compile(rb"Cuda compilation tools, release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)$")
-
-
-def file_sha256(path: str) -> str:
-    """Hex sha256 of a file, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_module(name: str, path: str) -> dict[str, Any]:
@@ -157,7 +148,7 @@ def verify_wheel(
     stem -> why it carries no code for the arch by design. Returns ``{"ok", "sha256",
     "modules": [...], "refusal": one line or None, "notes": [...]}``.
     """
-    got = file_sha256(path)
+    got = sha256_file(path)
     if got != sha256:
         return {
             "ok": False,
