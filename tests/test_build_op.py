@@ -157,6 +157,11 @@ def assert_ok(result: RunResult) -> None:
 def toolkit() -> Toolkit:
     if not nvcc_available():
         pytest.skip("nvcc not installed")
+    return system_toolkit()
+
+
+def system_toolkit() -> Toolkit:
+    """The system nvcc as a Toolkit, from its own `--version`."""
     out = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
     match = re.search(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", out)
     assert match, out

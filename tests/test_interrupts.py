@@ -130,20 +130,9 @@ CHILD = textwrap.dedent(
 
 def toolkit_here() -> object:
     """The system nvcc as a Toolkit (as tests/test_build_op.py's fixture makes it)."""
-    from sm120kit.state import Toolkit
-    from tests.test_build_op import NVCC
+    from tests.test_build_op import system_toolkit
 
-    text = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
-    match = re.search(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", text)
-    assert match, text
-    return Toolkit(
-        version=match[2],
-        release=match[1],
-        nvcc_version=match[2],
-        cuda_home=str(NVCC.parent.parent),
-        nvcc=str(NVCC),
-        source="system",
-    )
+    return system_toolkit()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
