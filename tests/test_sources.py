@@ -19,7 +19,7 @@ from sm120kit import cmake_defines
 from sm120kit import sources as src
 from sm120kit.errors import HostFailed, RecipeError
 from sm120kit.packages import sgl_kernel_cmake as sglkernel
-from sm120kit.recipes import _Bad, _dependencies
+from sm120kit.recipe_checks import _Bad, _dependencies
 from sm120kit.remote import fetch_source as fs
 
 
