@@ -75,6 +75,7 @@ from sm120kit.remote.lib.probe_checks import (
     check_undefined,
 )
 from sm120kit.remote.lib.probe_env import Context, exports, static_extension
+from sm120kit.remote.lib.probe_stack import facts_not_for_arch, stack_section
 from sm120kit.remote.lib.targets import (
     INSPECT_SRC,
     LOAD_SRC,
@@ -116,7 +117,14 @@ def probe_package(
             exts[lib["path"]]["module"] = mod
         else:
             lib["module"] = None
-    skip = not_for_arch(ctx, libs, declared)
+    facts = (ctx.args.get("facts") or {}).get(name) or {}
+    # The recipe's declaration when it is about this version; else what the descriptor read
+    # from this exact release; else the recipe's (a build of another version).
+    skip: dict[str, str] = {}
+    if _public(declared.get("version")) != _public(info.get("version")):
+        skip = facts_not_for_arch(ctx, exts, facts, info.get("version"))
+    facts_used = bool(skip)
+    skip = skip or not_for_arch(ctx, libs, declared)
     ext_modules = {e["module"] for e in exts.values() if e["module"]}
     tops = [t for t in info.get("top_level") or [] if t not in ext_modules]
 
@@ -204,7 +212,7 @@ def probe_package(
         mod["with_torch" if with_torch else "alone"] = res.get("import")
 
     ext_list = list(exts.values())
-    loader, excluded = check_loader(ctx, info, exts)
+    loader, excluded = check_loader(ctx, info, exts, facts.get("loader"))
     chosen = (loader.get("details") or {}).get("chosen")
     first = os.path.realpath(os.path.join(info["location"], chosen)) if chosen else None
     checks = [
@@ -216,6 +224,7 @@ def probe_package(
     ]
     return {
         "installed": True,
+        "distribution": info.get("distribution"),
         "version": info.get("version"),
         "requires_torch": pin or None,
         "location": info.get("location"),
@@ -223,12 +232,14 @@ def probe_package(
         "built_for": built_for,
         "torch": torch_summary(built_for, ctx.torch),
         "declared": {
-            "source": declared.get("source"),
+            "source": "package descriptor (module_archs of {} {})".format(name, info.get("version"))
+            if facts_used
+            else declared.get("source"),
             "not_for_arch": {
                 (os.path.relpath(p, info["location"])): why for p, why in sorted(skip.items())
             },
         }
-        if declared
+        if declared or facts_used
         else None,
         "checks": checks,
         "extensions": ext_list,
@@ -252,6 +263,7 @@ def torch_summary(built_for: dict[str, Any] | None, torch_info: dict[str, Any]) 
 
 
 def _public(version: Any) -> str:
+    """The public part of a version (no local ``+cu130``)."""
     return str(version or "").split("+", 1)[0]
 
 
@@ -328,7 +340,13 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
         out["missing_python"] = True
         return out
     timeout = float(args.get("timeout") or 300)
-    env_info, err = run_target(python, INSPECT_SRC, {"packages": packages}, timeout)
+    stack_names = [args["top"]] if args.get("top") else []
+    stack_names += list(args.get("discover") or []) + list(args.get("jit") or {})
+    inspect = {
+        "packages": list(dict.fromkeys(packages + stack_names)),
+        "distributions": args.get("distributions") or {},
+    }
+    env_info, err = run_target(python, INSPECT_SRC, inspect, timeout)
     if env_info is None:
         out["error"] = f"cannot inspect {python}: {err}"
         return out
@@ -362,6 +380,20 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
                 }
                 continue
             out["packages"][name] = probe_package(ctx, name, info, pool)
+        # The serving stack's other packages this env holds: checked as if named, once per
+        # distribution (sgl-kernel asked for may be the sglang-kernel installed).
+        seen = {p.get("distribution") for p in out["packages"].values() if p.get("installed")}
+        out["discovered"] = []
+        for name in args.get("discover") or []:
+            info = env_info["packages"].get(name) or {}
+            if name in out["packages"] or not info.get("installed"):
+                continue
+            if info.get("distribution") in seen or not info.get("libraries"):
+                continue
+            seen.add(info.get("distribution"))
+            out["discovered"].append(name)
+            out["packages"][name] = probe_package(ctx, name, info, pool)
+    out["stack"] = stack_section(ctx, env_info, args)
     return out
 
 

@@ -221,10 +221,33 @@ def variant_libraries(libs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [lib for lib in libs if lib.get("module") and VARIANT_DIR_RE.search(lib["rel"])]
 
 
+def declared_choice(
+    loader: dict[str, Any] | None, cc: tuple[int, int] | None, variants: list[dict[str, Any]]
+) -> str | None:
+    """The variant file (rel path) the package descriptor's loader rule picks for `cc`."""
+    if not loader:
+        return None
+    cap = cc_text(cc) if cc else None
+    directory = (
+        (loader.get("by_capability") or {}).get(cap, loader.get("otherwise"))
+        if cap
+        else loader.get("without_gpu")
+    )
+    prefix = "{}/{}/{}.".format(loader.get("package"), directory, loader.get("module"))
+    return next((v["rel"] for v in variants if v["rel"].startswith(prefix)), None)
+
+
 def check_loader(
-    ctx: Context, info: dict[str, Any], exts: dict[str, dict[str, Any]]
+    ctx: Context,
+    info: dict[str, Any],
+    exts: dict[str, dict[str, Any]],
+    loader: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Which sm*/ variant the package's own loader picks for the capability; its arch verdict."""
+    """Which sm*/ variant the package's own loader picks for the capability; its arch verdict.
+
+    `loader`: the package descriptor's rule (``LoaderChoice``, read from the released
+    loader): what the loader should pick, said beside what it did, and used when the loader
+    cannot run here (no torch, or torch fails to import)."""
     variants = variant_libraries(info["libraries"])
     none: dict[str, str] = {}
     if not variants:
@@ -262,15 +285,35 @@ def check_loader(
         {"rel": os.path.relpath(a["path"], location), "error": a["error"]} for a in attempts
     ]
     details["package_import_error"] = res.get("error")
+    expected = declared_choice(loader, ctx.cc, variants)
+    if loader:
+        details["declared"] = {"chosen": expected, "source": loader.get("source")}
     if not attempts:
         reason = f"the loader tried no file under {package}/ for {cc_text(ctx.cc)}"
         if res.get("error"):
             reason += ": " + short_error(res["error"])
-        return {"check": "loader", "status": "fail", "reason": reason, "details": details}, none
+        if expected is None:
+            return {"check": "loader", "status": "fail", "reason": reason, "details": details}, none
+        # The loader did not run here: its released rule names the file it would load.
+        exp_path = os.path.realpath(os.path.join(location, expected))
+        ext = exts.get(exp_path) or {"sass": [], "ptx": []}
+        _st, why = arch_verdict(ext["sass"], ext["ptx"], ctx.cc)
+        details["chosen"], details["chosen_by"] = expected, "descriptor"
+        reason += (
+            f"; by its rule ({loader.get('source') if loader else ''}) it picks {expected}: {why}"
+        )
+        excluded = {
+            p: f"not chosen by the loader for {cc_text(ctx.cc)}"
+            for p in variant_paths
+            if p != exp_path
+        }
+        return {"check": "loader", "status": "fail", "reason": reason, "details": details}, excluded
     intended = attempts[0]["path"]
     loaded = next((a["path"] for a in attempts if a["error"] is None), None)
     rel = os.path.relpath(intended, location)
     details["chosen"] = rel
+    if expected is not None and expected != rel:
+        details["declared_mismatch"] = True
     details["loaded"] = os.path.relpath(loaded, location) if loaded else None
     ext = exts.get(intended) or {"sass": [], "ptx": []}
     details["chosen_sass"], details["chosen_ptx"] = ext["sass"], ext["ptx"]
@@ -294,6 +337,10 @@ def check_loader(
             )
         else:
             reason += f"; no variant here runs on {cc_text(ctx.cc)}: build one for it"
+    if details.get("declared_mismatch"):
+        # The released loader's rule (the descriptor) and this one disagree: a patched or newer
+        # loader. Said, not judged: the file actually picked was judged above.
+        reason += f"; the package's released loader rule picks {expected} instead"
     if loaded != intended:
         first_err = attempts[0]["error"] or "?"
         reason += f"; loading it failed ({short_error(first_err, 120)})"
