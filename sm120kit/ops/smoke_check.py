@@ -475,6 +475,7 @@ def smoke_op(
                 arch=cc,
                 arch_source=cc_source,
                 stack=run.stack,
+                checked=checked_summary(run.packages, run.stack),
             )
             step.message = _summary(run.packages, run.stack)
             raise_on_failure(ctx, target, run)
