@@ -422,3 +422,19 @@ def test_bad_smoke_declaration_is_one_line(
     with pytest.raises(RecipeError) as err:
         load_recipes(tmp_path / "recipes", patches_dir=repo / "patches")
     assert re.search(error, str(err.value)) and "\n" not in str(err.value)
+
+
+def test_whole_env_run_that_finds_nothing_fails(tmp_path: Path) -> None:
+    """No --package on an env without any known package (a bare venv): smoke never says ok
+    having checked nothing."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    proc = run_invoke(
+        ["smoke", "-H", "local", "--python", str(venv), "--arch", "12.0", "--json"],
+        invoke_env(None, tmp_path),
+    )
+    assert proc.returncode == 2, proc.stderr
+    host = json_of(proc)["hosts"]["local"]
+    assert host["checked"] == "nothing"
+    assert host["error"].startswith("smoke checked nothing: none of ")
+    assert "sgl-kernel" in host["error"] and "(nor sglang) is installed in " in host["error"]
