@@ -5,7 +5,9 @@ needed). Stdlib-only, Python 3.8+: the controller sends it on stdin, bundled wit
 library modules it imports (ELF and fatbin readers, the loader's search rules, the demangler,
 the load diagnosis, the scripts run inside the target interpreter: `sm120kit.remote.lib`), and
 runs ``python - '<json args>'``. Prints exactly one JSON document on stdout. This file holds
-the checks.
+the per-package flow and the verdict document; the checks are in ``lib/probe_checks.py``, the
+env's view in ``lib/probe_env.py``, the serving stack's checks in ``lib/probe_stack.py`` and
+``lib/jit_toolchain.py``.
 
 Arguments (one JSON document, argv[1])::
 
@@ -21,7 +23,14 @@ Arguments (one JSON document, argv[1])::
         "recipe": "r580", "source": "recipe r580", "version": "0.3.21",
         "arch": ["12.0"],                   # the recipe's target archs
         "torch": "==2.9.1",                 # its torch pin for this package version
-        "not_for_arch": {"flash_ops": "why"}}}}  # modules with no code for those archs
+        "not_for_arch": {"flash_ops": "why"}}},  # modules with no code for those archs
+     # optional, from the package descriptors and packages/stack.py:
+     "distributions": {"sgl-kernel": ["sglang-kernel"]},   # other published names
+     "facts": {"sgl-kernel": {"loader": {...},            # LoaderChoice.to_json()
+                              "module_archs": [{"module", "sass", "versions", "reason"}]}},
+     "discover": ["sgl-flash-mla", ...],    # check these too when installed
+     "jit": {"flashinfer-python": "flashinfer", ...},     # JIT packages and their lookup rule
+     "top": "sglang"}                       # import it (driver stub without a GPU), its pins
 
 Checks per distribution: import order (after ``import torch`` and alone), undefined symbols
 (dlopen RTLD_NOW after torch, plus a static ELF read with the loader's search rules; every
@@ -50,7 +59,12 @@ Output::
           "version"}], "missing_symbols_total", "missing_versions": [{"version", "library",
           "path"}], "sass": ["sm_120", "sm_120a"], "ptx": ["compute_120"], "has_fatbin",
           "dlopen_error", "import_error", "import_alone_error", "diagnosis": [...],
-          "causes": [{"cause", "reason", "libraries", "symbols", "symbols_total"}]}]}}}
+          "causes": [{"cause", "reason", "libraries", "symbols", "symbols_total"}]}]}},
+     "discovered": ["sgl-flash-mla", ...],  # packages of "discover" found and checked
+     "stack": null | {"top", "version", "packages": {name: {"distribution", "version",
+        "location"}}, "checks": [{"check": "import" | "pins" | "jit_toolchain", ...}],
+        "jit": {"status", "reason", "arch", "packages": {name: {"rule", "version", "status",
+        "reason", "nvcc", "nvcc_version", "headers", "headers_version", ...}}}}}
 
 Missing symbols carry ``cause`` and, for torch ones, ``variant`` (the installed torch's
 closest definition). Per-file entries in a check's details may have status ``info``.

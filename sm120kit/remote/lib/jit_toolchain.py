@@ -304,6 +304,10 @@ def _humming(
             f"({hdr_env['path'] if hdr_env else 'none'})"))  # fmt: skip
         if hdr_env is None:
             out.update(status="fail", reason=f"no CUDA {major} environment with cuda_runtime.h")
+        elif nvrtc and out["headers_version"] and _mm(nvrtc) != _mm(out["headers_version"]):
+            out.update(status="fail", reason=(
+                f"CUDA compiler and CUDA toolkit headers are incompatible: NVRTC {nvrtc} with "
+                f"CUDA {out['headers_version']} headers ({include}/cuda_runtime_api.h)"))  # fmt: skip
         return out
     nvcc = _humming_nvcc(with_nvcc[0]) if with_nvcc else None
     ver, err = nvcc_version(nvcc)
