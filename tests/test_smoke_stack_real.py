@@ -3,7 +3,8 @@ meets it, from real files only.
 
 The env (tests/support/sglang_env.stack_venv, built once and cached) holds the PyPI wheels of
 sglang 0.5.23, sglang-kernel 0.4.10, flashinfer-python 0.7.2, sgl-flash-mla 1.0.0,
-flash-attn-4, quack-kernels 0.6.5 and humming-kernels 0.1.12, installed --no-deps beside the
+sgl-deep-gemm 0.2.3.post2, sgl-deep-ep 0.1.2.post1, flash-attn-4, quack-kernels 0.6.5 and
+humming-kernels 0.1.12, installed --no-deps beside the
 suite's torch 2.13.0+cpu (the wrong torch: both sglang and sglang-kernel pin 2.14.1), plus the
 CUDA 13 pip pieces of the env the issue met: nvidia-cuda-nvcc 13.5.37 beside
 nvidia-cuda-runtime 13.0.96's headers in one ``site-packages/nvidia/cu13``. The second nvcc is
@@ -107,7 +108,7 @@ def test_package_flag_resolves_the_new_distribution_name(named: dict[str, Any]) 
 
 def test_every_compiled_module_of_the_stack_is_checked(whole_env: dict[str, Any]) -> None:
     packages = whole_env["packages"]
-    for name in ("sgl-kernel", "sgl-flash-mla", "humming-kernels"):
+    for name in ("sgl-kernel", "sgl-flash-mla", "sgl-deep-ep", "sgl-deep-gemm", "humming-kernels"):
         assert packages[name]["installed"] is True, name
     sass = _sass(whole_env, "sgl-kernel")
     assert set(sass) == {
@@ -123,9 +124,12 @@ def test_every_compiled_module_of_the_stack_is_checked(whole_env: dict[str, Any]
         "flash_mla/cuda.abi3.so",
         "flash_mla/_C_legacy.abi3.so",
     }
+    # sgl-deep-ep 0.1.2.post1 carries sm_120 SASS: judged, and it covers 12.0.
+    deep_ep = _checks(whole_env, "sgl-deep-ep")["arch_coverage"]
+    assert deep_ep["status"] == "pass" and "sm_120 runs on 12.0" in deep_ep["reason"]
     checked = whole_env["checked"]
     assert checked.startswith("sgl-kernel (sglang-kernel 0.4.10), ")
-    assert checked.endswith("import sglang, 4 JIT toolchain(s)")
+    assert checked.endswith("import sglang, 5 JIT toolchain(s)")
 
 
 def test_module_facts_match_the_real_wheels(whole_env: dict[str, Any]) -> None:
@@ -235,6 +239,7 @@ def test_import_sglang_through_the_driver_stub(whole_env: dict[str, Any]) -> Non
 def test_jit_mismatched_pair_fails(whole_env: dict[str, Any], cu13: Path) -> None:
     jit = whole_env["stack"]["jit"]
     assert set(jit["packages"]) == {
+        "sgl-deep-gemm",
         "flashinfer-python",
         "flash-attn-4",
         "quack-kernels",
@@ -248,6 +253,8 @@ def test_jit_mismatched_pair_fails(whole_env: dict[str, Any], cu13: Path) -> Non
         "CUDA compiler and CUDA toolkit headers are incompatible: nvcc 13.5.37"
     )
     assert fi["cccl_version"] == "3.6.0"  # flashinfer 0.7.2's vendored CCCL
+    dg = jit["packages"]["sgl-deep-gemm"]  # the same home lookup, the same pair
+    assert (dg["nvcc_version"], dg["headers_version"], dg["status"]) == ("13.5.37", "13.0", "fail")
     assert "JIT toolchain: " in whole_env["error"]
     # The CuTe DSL packages need no nvcc, but their compiler package is not in this env.
     assert (

@@ -2,8 +2,10 @@
 must know about each, read from the released files (named per entry).
 
 sglang 0.5.23's METADATA requires sglang-kernel==0.4.10, flashinfer_python[cu13]==0.7.2,
-sgl-flash-mla==1.0.0, flash-attn-4>=4.0.0b18, quack-kernels==0.6.5 and
-humming-kernels[cu13]==0.1.12 (docs/stack-facts.md section 8). Kernel packages the tool builds
+sgl-flash-mla==1.0.0, flash-attn-4>=4.0.0b18, quack-kernels==0.6.5,
+humming-kernels[cu13]==0.1.12, sgl-deep-gemm==0.2.3.post2 and sgl-deep-ep==0.1.2.post1
+(docs/stack-facts.md section 8). tilelang==0.1.12, which it also pins, compiles through TVM
+and is not covered yet. Kernel packages the tool builds
 have a descriptor (`registry`); the others are only installed from releases and are listed
 here. `smoke` checks every one of them an env holds: the compiled ones like a named package,
 the ones that compile at run time through their CUDA toolchain (`jit`, the rule in
@@ -63,6 +65,12 @@ STACK = (
             ),
         ),
     ),  # fmt: skip
+    # sgl-deep-ep 0.1.2.post1's deep_ep/_C (cpython-311, NEEDs libcudart.so.13): SASS sm_75,
+    # sm_80, sm_89, sm_90, sm_100, sm_103, sm_120 and PTX compute_120 (read from the PyPI wheel).
+    StackPackage("sgl-deep-ep"),
+    # sgl-deep-gemm 0.2.3.post2's deep_gemm/_C.so holds no device code: its kernels are
+    # compiled at run time (deep_gemm/__init__.py, _C.init with find_cuda_home()).
+    StackPackage("sgl-deep-gemm", jit="deep-gemm"),
     StackPackage("flashinfer-python", jit="flashinfer"),
     StackPackage("flash-attn-4", jit="cute-dsl"),
     StackPackage("quack-kernels", jit="cute-dsl"),

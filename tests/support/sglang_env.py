@@ -29,6 +29,10 @@ STACK_WHEELS = {
     "flash-attn-4==4.0.0b36": "flash_attn_4-4.0.0b36-py3-none-any.whl",
     "quack-kernels==0.6.5": "quack_kernels-0.6.5-py3-none-any.whl",
     "humming-kernels==0.1.12": "humming_kernels-0.1.12-py3-none-manylinux_2_28_x86_64.whl",
+    "sgl-deep-gemm==0.2.3.post2": "sgl_deep_gemm-0.2.3.post2-py3-none-manylinux2014_x86_64.whl",
+    "sgl-deep-ep==0.1.2.post1": (
+        "sgl_deep_ep-0.1.2.post1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+    ),
     "nvidia-cuda-nvcc==13.5.37": f"nvidia_cuda_nvcc-13.5.37-py3-none-{_MANY}",
     "nvidia-cuda-crt==13.5.37": f"nvidia_cuda_crt-13.5.37-py3-none-{_MANY}",
     "nvidia-cuda-runtime==13.0.96": f"nvidia_cuda_runtime-13.0.96-py3-none-{_MANY}",

@@ -30,6 +30,11 @@ The lookup rules, each read from the package's released source:
   ``include/cuda_runtime.h`` (its ``include`` and ``include/cccl``: ``humming/jit/compiler.py``);
   ``humming/jit/runtime.py`` ``_get_compiler()``: ``$HUMMING_COMPILER``, else NVRTC when
   ``cuda.bindings`` imports, else nvcc.
+- ``deep-gemm`` (sgl-deep-gemm 0.2.3.post2, ``deep_gemm/cuda_helpers.py``
+  ``find_cuda_home()``, the same first three steps as flashinfer's, then ``/usr/local/cuda``):
+  ``deep_gemm/__init__.py`` passes that home to its C++ JIT (``_C.init``), which runs
+  ``<home>/bin/nvcc``; headers ``<home>/include`` (and ``include/cccl``:
+  ``deep_gemm/build_ext.py``).
 - ``cute-dsl`` (flash-attn-4 4.0.0b36, quack-kernels 0.6.5): they compile through
   nvidia-cutlass-dsl (CuTe DSL) and its own compiler libraries; no nvcc, CUDA_HOME or CUDA
   header lookup is in their sources. flash-attn-4 runs a system ptxas only when
@@ -153,6 +158,18 @@ def judge_pair(
     return "pass", f"nvcc {nvcc_ver} with CUDA {hdr_ver} headers: one toolkit"
 
 
+def _cuda_home(env: dict[str, str]) -> tuple[str, str]:
+    """(CUDA home, how it was found) by the lookup flashinfer's ``get_cuda_path()`` and
+    deep_gemm's ``find_cuda_home()`` share (torch's ``cpp_extension`` rule)."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(var):
+            return env[var], f"${var}"
+    found = shutil.which("nvcc", path=env.get("PATH"))
+    if found:
+        return os.path.dirname(os.path.dirname(found)), f"which nvcc ({found})"
+    return "/usr/local/cuda", "default /usr/local/cuda (no nvcc on PATH)"
+
+
 def _flashinfer(
     env: dict[str, str],
     sys_path: list[str],
@@ -160,15 +177,7 @@ def _flashinfer(
     cc: tuple[int, int] | None,
     torch_cuda: str | None,
 ) -> dict[str, Any]:
-    if env.get("CUDA_HOME") or env.get("CUDA_PATH"):
-        which = "CUDA_HOME" if env.get("CUDA_HOME") else "CUDA_PATH"
-        home, how = env[which], f"${which}"
-    else:
-        found = shutil.which("nvcc", path=env.get("PATH"))
-        if found:
-            home, how = os.path.dirname(os.path.dirname(found)), f"which nvcc ({found})"
-        else:
-            home, how = "/usr/local/cuda", "default /usr/local/cuda (no nvcc on PATH)"
+    home, how = _cuda_home(env)
     nvcc = env.get("FLASHINFER_NVCC") or os.path.join(home, "bin", "nvcc")
     include = None if home == "/usr" else os.path.join(home, "include")
     vendored = os.path.join(location, "flashinfer", "data", "cccl", "libcudacxx", "include")
@@ -347,8 +356,41 @@ def _cute_dsl(
     return dict(out, status="pass", reason=f"compiles with nvidia-cutlass-dsl {dsl}'s own compiler: no nvcc or CUDA headers needed")  # fmt: skip
 
 
+def _deep_gemm(
+    env: dict[str, str],
+    sys_path: list[str],
+    location: str,
+    cc: tuple[int, int] | None,
+    torch_cuda: str | None,
+) -> dict[str, Any]:
+    home, how = _cuda_home(env)
+    # deep_gemm/__init__.py hands find_cuda_home() to its C++ JIT (_C.init); the backend runs
+    # <home>/bin/nvcc unless its JIT_NVCC_COMPILER setting names another (read from _C.so's
+    # strings: the override's exact variable name is compiled in, so it is not followed here).
+    nvcc = os.path.join(home, "bin", "nvcc")
+    include = os.path.join(home, "include")
+    ver, err = nvcc_version(nvcc)
+    hdr = headers_version(include)
+    status, reason = judge_pair(nvcc, ver, include, hdr, cc)
+    return {
+        "cuda_home": home,
+        "cuda_home_from": how,
+        "nvcc": nvcc,
+        "nvcc_version": ver,
+        "nvcc_error": err,
+        "headers": include,
+        "headers_version": hdr,
+        "cccl_version": cccl_version(os.path.join(include, "cccl")),
+        "status": status,
+        "reason": f"{reason} (CUDA home {home}, from {how})",
+        "source": "deep_gemm/cuda_helpers.py find_cuda_home(); deep_gemm/__init__.py _C.init; "
+        "deep_gemm/build_ext.py include dirs",
+    }
+
+
 RULES: dict[str, Callable[..., dict[str, Any]]] = {
     "flashinfer": _flashinfer,
+    "deep-gemm": _deep_gemm,
     "humming": _humming,
     "cute-dsl": _cute_dsl,
 }
