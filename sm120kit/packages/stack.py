@@ -65,8 +65,10 @@ STACK = (
             ),
         ),
     ),  # fmt: skip
-    # sgl-deep-ep 0.1.2.post1's deep_ep/_C (cpython-311, NEEDs libcudart.so.13): SASS sm_75,
-    # sm_80, sm_89, sm_90, sm_100, sm_103, sm_120 and PTX compute_120 (read from the PyPI wheel).
+    # sgl-deep-ep 0.1.2.post1's deep_ep/_C (cpython-311, NEEDs libcudart.so.13): its loaded
+    # fatbin holds SASS sm_90, sm_100, sm_103; sm_120 SASS and compute_120 PTX are only
+    # relocatable device code (__nv_relfatbin), never loaded: no code for 12.0 (PyPI wheel).
+    # Judged like any module (no declaration): on 12.0 its arch coverage fails.
     StackPackage("sgl-deep-ep"),
     # sgl-deep-gemm 0.2.3.post2's deep_gemm/_C.so holds no device code: its kernels are
     # compiled at run time (deep_gemm/__init__.py, _C.init with find_cuda_home()).

@@ -144,7 +144,7 @@ def check_arch(
     ``excluded``: variant files the loader does not pick for this capability (not judged);
     ``not_for_arch``: files the recipe declares carry no code for this arch by design (info).
     """
-    with_code = [e for e in exts if e["sass"] or e["ptx"]]
+    with_code = [e for e in exts if e["sass"] or e["ptx"] or e.get("relocatable")]
     declared = not_for_arch or {}
     details: dict[str, Any] = {
         "arch": cc_text(ctx.cc) if ctx.cc else None,
@@ -182,6 +182,14 @@ def check_arch(
             )
             infos.append(label)
             continue
+        stranded = [t for t in ext.get("relocatable") or [] if t not in ext["sass"] + ext["ptx"]]
+        if status == "skip" and stranded:
+            status, reason = "fail", f"no loadable device code for {where}"
+        if status != "pass" and stranded:
+            reason += (
+                f"; {', '.join(stranded)} only as relocatable device code (__nv_relfatbin, "
+                "the device link's input), which the runtime does not load"
+            )
         details["files"].append(
             {"path": ext["path"], "rel": label, "status": status, "reason": reason}
         )

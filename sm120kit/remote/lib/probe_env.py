@@ -16,7 +16,7 @@ from sm120kit.remote.lib.cudaarch import parse_cc
 from sm120kit.remote.lib.demangle import Demangler
 from sm120kit.remote.lib.diagnosis import close_variant, expected_from
 from sm120kit.remote.lib.elf import open_elf
-from sm120kit.remote.lib.fatbin import device_targets
+from sm120kit.remote.lib.fatbin import device_targets, relocatable_targets
 from sm120kit.remote.lib.loader import Resolver, system_lib_dirs
 
 PROBE_VERSION = 1
@@ -172,6 +172,7 @@ def static_extension(ctx: Context, path: str) -> dict[str, Any]:
     _alone, missing_alone = ctx.resolver.closure(path, None)
     ext["needs_torch_loaded"] = [n for n, _ in missing_alone if n not in ext["missing_libs"]]
     ext["sass"], ext["ptx"], ext["has_fatbin"] = device_targets(path)
+    ext["relocatable"] = relocatable_targets(path)
 
     undefined, _defined = elf.symbols()
     _defs, needs, _ = elf.versions()
