@@ -270,7 +270,7 @@ def stack_rows(stack: Mapping[str, Any] | None) -> list[tuple[str, str, str, str
 def checked_summary(
     packages: Mapping[str, Mapping[str, Any]], stack: Mapping[str, Any] | None
 ) -> str:
-    """What a run checked, in words: 'sgl-kernel (sglang-kernel 0.4.10), ...; import sglang;
+    """What a run checked, in words: 'pkg (its distribution version), ...; import sglang;
     4 JIT toolchain(s)', or 'nothing'."""
     parts = []
     for name, pkg in packages.items():

@@ -31,11 +31,13 @@ class StackPackage:
     - `name`: its distribution name; `distributions`: other names it was published under;
     - `jit`: the toolchain lookup rule (``remote/lib/jit_toolchain.RULES``) of a package that
       compiles CUDA code at run time, None for one that ships compiled code;
-    - `module_archs`: its modules' device code per release, read from the wheels.
+    - `module_archs`: its modules' device code per release, read from the wheels;
+    - `jit_source`: the files of the package its toolchain rule was read from.
     """
 
     name: str
     jit: str | None = None
+    jit_source: str = ""
     distributions: tuple[str, ...] = ()
     module_archs: tuple[ModuleArchs, ...] = ()
 
@@ -72,11 +74,37 @@ STACK = (
     StackPackage("sgl-deep-ep"),
     # sgl-deep-gemm 0.2.3.post2's deep_gemm/_C.so holds no device code: its kernels are
     # compiled at run time (deep_gemm/__init__.py, _C.init with find_cuda_home()).
-    StackPackage("sgl-deep-gemm", jit="deep-gemm"),
-    StackPackage("flashinfer-python", jit="flashinfer"),
-    StackPackage("flash-attn-4", jit="cute-dsl"),
-    StackPackage("quack-kernels", jit="cute-dsl"),
-    StackPackage("humming-kernels", jit="humming"),
+    StackPackage(
+        "sgl-deep-gemm",
+        jit="deep-gemm",
+        jit_source="deep_gemm/cuda_helpers.py find_cuda_home(); deep_gemm/__init__.py _C.init; "
+        "deep_gemm/build_ext.py include dirs (sgl-deep-gemm 0.2.3.post2)",
+    ),
+    StackPackage(
+        "flashinfer-python",
+        jit="flashinfer",
+        jit_source="flashinfer/jit/cpp_ext.py get_cuda_path(), generate_ninja_build_for_op(); "
+        "flashinfer/compilation_context.py _normalize_cuda_arch() (flashinfer-python 0.7.2)",
+    ),
+    StackPackage(
+        "flash-attn-4",
+        jit="cute-dsl",
+        jit_source="Requires-Dist nvidia-cutlass-dsl>=4.6.2, no nvcc or CUDA_HOME lookup in its "
+        "sources; flash_attn/cute/cute_dsl_ptxas.py runs CUTE_DSL_PTXAS_PATH (flash-attn-4 "
+        "4.0.0b36)",
+    ),
+    StackPackage(
+        "quack-kernels",
+        jit="cute-dsl",
+        jit_source="Requires-Dist nvidia-cutlass-dsl>=4.7, no nvcc or CUDA_HOME lookup in its "
+        "sources (quack-kernels 0.6.5)",
+    ),
+    StackPackage(
+        "humming-kernels",
+        jit="humming",
+        jit_source="humming/utils/cuda.py find_all_cuda_paths(), filter_cuda_paths(); "
+        "humming/jit/compiler.py; humming/jit/runtime.py _get_compiler() (humming-kernels 0.1.12)",
+    ),
 )
 
 
@@ -92,9 +120,10 @@ def discover_names() -> tuple[str, ...]:
     return tuple(built) + tuple(p.name for p in STACK)
 
 
-def jit_rules() -> dict[str, str]:
-    """``{distribution: rule}`` of the packages that compile CUDA code at run time."""
-    return {p.name: p.jit for p in STACK if p.jit}
+def jit_rules() -> dict[str, dict[str, str]]:
+    """``{distribution: {"rule", "source"}}`` of the packages that compile CUDA code at run
+    time."""
+    return {p.name: {"rule": p.jit, "source": p.jit_source} for p in STACK if p.jit}
 
 
 def distributions(name: str) -> list[str]:

@@ -25,11 +25,11 @@ Arguments (one JSON document, argv[1])::
         "torch": "==2.9.1",                 # its torch pin for this package version
         "not_for_arch": {"flash_ops": "why"}}},  # modules with no code for those archs
      # optional, from the package descriptors and packages/stack.py:
-     "distributions": {"sgl-kernel": ["sglang-kernel"]},   # other published names
-     "facts": {"sgl-kernel": {"loader": {...},            # LoaderChoice.to_json()
+     "distributions": {"pkg": ["pkg-new-name"]},   # other published names
+     "facts": {"pkg": {"loader": {...},                   # LoaderChoice.to_json()
                               "module_archs": [{"module", "sass", "versions", "reason"}]}},
      "discover": ["sgl-flash-mla", ...],    # check these too when installed
-     "jit": {"flashinfer-python": "flashinfer", ...},     # JIT packages and their lookup rule
+     "jit": {"flashinfer-python": {"rule": "flashinfer", "source": ...}, ...},  # JIT rules
      "top": "sglang"}                       # import it (driver stub without a GPU), its pins
 
 Checks per distribution: import order (after ``import torch`` and alone), undefined symbols
@@ -395,7 +395,7 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
                 continue
             out["packages"][name] = probe_package(ctx, name, info, pool)
         # The serving stack's other packages this env holds: checked as if named, once per
-        # distribution (sgl-kernel asked for may be the sglang-kernel installed).
+        # distribution (a package asked for may be installed under its newer name).
         seen = {p.get("distribution") for p in out["packages"].values() if p.get("installed")}
         out["discovered"] = []
         for name in args.get("discover") or []:

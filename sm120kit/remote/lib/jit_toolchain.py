@@ -35,10 +35,10 @@ The lookup rules, each read from the package's released source:
   ``deep_gemm/__init__.py`` passes that home to its C++ JIT (``_C.init``), which runs
   ``<home>/bin/nvcc``; headers ``<home>/include`` (and ``include/cccl``:
   ``deep_gemm/build_ext.py``).
-- ``cute-dsl`` (flash-attn-4 4.0.0b36, quack-kernels 0.6.5): they compile through
-  nvidia-cutlass-dsl (CuTe DSL) and its own compiler libraries; no nvcc, CUDA_HOME or CUDA
-  header lookup is in their sources. flash-attn-4 runs a system ptxas only when
-  ``CUTE_DSL_PTXAS_PATH`` is set (``flash_attn/cute/cute_dsl_ptxas.py``).
+- ``cute-dsl`` (the packages that compile through nvidia-cutlass-dsl, CuTe DSL, and its own
+  compiler libraries; which ones, and the files read, in ``sm120kit/packages/stack.py``): no
+  nvcc, CUDA_HOME or CUDA header lookup is in their sources; a system ptxas runs only when
+  ``CUTE_DSL_PTXAS_PATH`` is set.
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8. The probe runs
 it in its own process, whose environment (PATH, CUDA_HOME, ...) is the one the target
@@ -335,8 +335,7 @@ def _cute_dsl(
     dsl = dist_version(sys_path, "nvidia-cutlass-dsl")
     out: dict[str, Any] = {
         "compiler": f"nvidia-cutlass-dsl {dsl}" if dsl else None,
-        "source": "no nvcc/CUDA_HOME lookup in flash-attn-4 4.0.0b36 or quack-kernels 0.6.5; "
-        "flash_attn/cute/cute_dsl_ptxas.py (CUTE_DSL_PTXAS_PATH)",
+        "source": "nvidia-cutlass-dsl compiles; CUTE_DSL_PTXAS_PATH names a system ptxas",
     }
     if not dsl:
         return dict(
@@ -403,7 +402,7 @@ def check_jit(
     torch_cuda: str | None,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Per JIT package present (``{name: {"rule", "version", "location"}}``): its toolchain and
+    """Per JIT package present (``{name: {"rule", "version", "location", "source"}}``): its toolchain and
     verdict; ``status`` is the worst of them (``skip`` when none is present)."""
     env = dict(os.environ if env is None else env)
     out: dict[str, Any] = {"packages": {}, "status": "skip", "reason": "no JIT package in this env"}
@@ -414,6 +413,8 @@ def check_jit(
             continue
         res = rule(env, sys_path, pkg.get("location") or "", cc, torch_cuda)
         res.update(rule=pkg["rule"], version=pkg.get("version"))
+        if pkg.get("source"):  # the package's own files read for its rule (packages/stack.py)
+            res["source"] = pkg["source"]
         out["packages"][name] = res
         if rank[res["status"]] > rank[out["status"]]:
             out["status"], out["reason"] = res["status"], f"{name}: {res['reason']}"

@@ -151,9 +151,12 @@ def stack_section(
         every = {n: p for n, p in env_info["packages"].items() if p.get("installed")}
         torch = ctx.torch.get("version") or env_info.get("torch_dist_version")
         out["checks"].append(check_pins(top, installed[top], every, torch))
-    jit = {n: {"rule": rule, "version": installed[n].get("version"),
-               "location": installed[n].get("location")}
-           for n, rule in (args.get("jit") or {}).items() if n in installed}  # fmt: skip
+    jit = {}
+    for n, rule in (args.get("jit") or {}).items():
+        if n in installed:
+            spec = rule if isinstance(rule, dict) else {"rule": rule}
+            jit[n] = dict(spec, version=installed[n].get("version"),
+                          location=installed[n].get("location"))  # fmt: skip
     where = cc_text(ctx.cc) if ctx.cc else None
     out["jit"] = check_jit(jit, env_info.get("sys_path") or [], ctx.cc, ctx.torch.get("cuda"))
     out["jit"]["arch"] = where

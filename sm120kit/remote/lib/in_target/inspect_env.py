@@ -40,7 +40,7 @@ except Exception:
 shlib = re.compile(r"\.so(\.\d+)*$")
 aliases = ARGS.get("distributions") or {}
 for name in ARGS["packages"]:
-    # A package published under several names (sgl-kernel, then sglang-kernel): the first
+    # A package published under several names (renamed on PyPI): the first
     # installed one, reported under the name asked for.
     d = None
     for candidate in [name] + list(aliases.get(name) or []):
