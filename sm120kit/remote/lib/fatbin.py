@@ -88,7 +88,8 @@ def relocatable_targets(path: str) -> list[str]:
         return []
     found = {e["target"] for s, t in elf.section_ranges(RELOCATABLE_SECTION)
              for e in fatbin_entries(elf.data, s, t)}  # fmt: skip
-    return sorted(found, key=target_key)
+    # SASS before PTX, each by arch: one order on every run (a set has none).
+    return sorted(found, key=lambda t: (t.startswith("compute_"), target_key(t)))
 
 
 def elf_targets(elf: Elf) -> tuple[list[str], list[str], bool]:
