@@ -11,10 +11,6 @@ design while judging common_ops and spatial_ops. No download: the test fails and
 
 from __future__ import annotations
 
-import fcntl
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +18,9 @@ import pytest
 from rich.console import Console
 
 from sm120kit.output.checks import render_smoke
-from sm120kit.remote.lib.files import sha256_file
 from sm120kit.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
-from tests.support.real_wheels import real_wheel
-from tests.support.sample_wheel import cache_root
+from tests.support.real_wheels import real_wheel, wheel_venv
 
 VERSION = "0.3.21"
 WHEEL = f"sgl_kernel-{VERSION}-cp310-abi3-manylinux2014_x86_64.whl"
@@ -38,31 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 @pytest.fixture(scope="session")
 def sgl_venv() -> Path:
     """A venv holding the PyPI sgl-kernel 0.3.21 wheel beside the suite's torch (cached)."""
-    root = cache_root()
     wheel = real_wheel("sgl-kernel", VERSION, WHEEL)
-    with open(root / ".sgl-kernel-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        sha = sha256_file(wheel)
-        venv = root / f"venv-sgl-kernel-{VERSION}-{sha[:12]}"
-        marker = venv / ".sm120kit-test.json"
-        want = {"wheel_sha256": sha, "python": sys.executable}
-        if marker.exists() and json.loads(marker.read_text()) == want:
-            return venv
-        subprocess.run(["rm", "-rf", str(venv)], check=True)
-        subprocess.run(
-            [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-            check=True,
-        )
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
-            + ["-q", "--no-deps", "--no-index", str(wheel)],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"installing {WHEEL} into {venv} failed: {proc.stderr.strip()[-500:]}")
-        marker.write_text(json.dumps(want))
-        return venv
+    return wheel_venv(f"sgl-kernel-{VERSION}", [wheel], system_site_packages=True)
 
 
 @pytest.fixture(scope="session")

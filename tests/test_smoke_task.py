@@ -422,3 +422,21 @@ def test_bad_smoke_declaration_is_one_line(
     with pytest.raises(RecipeError) as err:
         load_recipes(tmp_path / "recipes", patches_dir=repo / "patches")
     assert re.search(error, str(err.value)) and "\n" not in str(err.value)
+
+
+def test_whole_env_run_that_finds_nothing_says_so(tmp_path: Path) -> None:
+    """No --package on an env without any known package (a bare venv): an env without kernel
+    packages is not broken (exit 0), but smoke says it checked nothing, never a bare ok."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    proc = run_invoke(
+        ["smoke", "-H", "local", "--python", str(venv), "--arch", "12.0", "--json"],
+        invoke_env(None, tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    host = json_of(proc)["hosts"]["local"]
+    assert host["checked"] == "nothing"
+    step = next(s for s in host["steps"] if s["name"] == "smoke")
+    assert step["message"].startswith("checked nothing: none of ")
+    assert "sgl-kernel" in step["message"]
+    assert "(nor sglang) is installed in " in step["message"]

@@ -6,6 +6,13 @@ names --python), or any interpreter or venv given with --python. The probe's JSO
 whole (`"smoke"`); per package the checks are judged into pass / warn / fail / skip
 (`"packages"`). A package the recipe lists but the env lacks is a skip; one named with
 --package, or one `provision` just built, is a fail.
+
+Without --package, smoke checks the whole serving env: besides the recipe's packages, every
+package of the serving stack the env holds (`packages/stack.py`: sglang-kernel, sgl-flash-mla,
+...), ``import sglang`` (through a driver stub where there is no GPU), sglang's pins, and the
+CUDA toolchain each JIT package would compile with (`"stack"`). What a run checked is said
+(`"checked"`); one that found nothing to check says "checked nothing: none of ... is
+installed" instead of a bare ok.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from .. import smoke_report as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..packages import registry
+from ..packages import stack as serving
 from ..plan import PlanOptions, prepare
 from ..recipes import PackageSpec, Recipe
 from ..remote.lib.arch import Arch
@@ -55,6 +63,10 @@ class Target:
     gpu: bool
     #: Per package, what the recipe says smoke should know (see `declarations`).
     declared: Mapping[str, Mapping[str, Any]] | None = None
+    #: What the package descriptors and the serving stack tell the probe
+    #: (`packages.stack.probe_knowledge`): other distribution names, loader rules, module
+    #: archs, and for a whole-env run the stack to discover, the JIT rules and the top package.
+    knowledge: Mapping[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------------- recipe
@@ -196,10 +208,11 @@ def managed_python(state: ProvisionState) -> tuple[str, str, str]:
 def judge_packages(
     doc: Mapping[str, Any], names: Iterable[str], explicit: bool
 ) -> dict[str, dict[str, Any]]:
-    """Per package: the worst status and its checks (an absent package is one check)."""
+    """Per package: the worst status and its checks (an absent package is one check); the
+    stack packages the probe found in the env (``discovered``) follow the ones asked for."""
     where = doc.get("python") or "the env"
     out: dict[str, dict[str, Any]] = {}
-    for name in names:
+    for name in [*names, *(n for n in doc.get("discovered") or () if n not in names)]:
         raw = (doc.get("packages") or {}).get(name) or {"installed": False}
         if not raw.get("installed"):
             status = "fail" if explicit else "skip"
@@ -216,6 +229,7 @@ def judge_packages(
         out[name] = {
             "status": probe.worst_status(c.get("status", "fail") for c in checks),
             "installed": True,
+            "distribution": raw.get("distribution"),
             "version": raw.get("version"),
             "checks": checks,
             "provenance": raw.get("provenance"),
@@ -223,6 +237,60 @@ def judge_packages(
             "torch": raw.get("torch"),
         }
     return out
+
+
+def judge_stack(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The serving stack's verdict: ``{"top", "version", "status", "checks", "jit",
+    "packages"}`` from the probe's ``stack`` section (None when the env holds none of it)."""
+    raw = doc.get("stack")
+    if not isinstance(raw, Mapping):
+        return None
+    checks = list(raw.get("checks") or [])
+    return {
+        "top": raw.get("top"),
+        "version": raw.get("version"),
+        "status": probe.worst_status(c.get("status", "fail") for c in checks),
+        "checks": checks,
+        "jit": raw.get("jit"),
+        "packages": raw.get("packages"),
+    }
+
+
+def stack_rows(stack: Mapping[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """``(what, check, status, reason)`` rows of the stack's checks and each JIT package."""
+    if not stack:
+        return []
+    top = str(stack.get("top") or "stack")
+    out = [(top, c["check"], c["status"], c.get("reason", "")) for c in stack["checks"]
+           if c["check"] != "jit_toolchain" or not (stack.get("jit") or {}).get("packages")]  # fmt: skip
+    for name, pkg in ((stack.get("jit") or {}).get("packages") or {}).items():
+        out.append((name, "jit_toolchain", pkg.get("status", "fail"), pkg.get("reason", "")))
+    return out
+
+
+def checked_summary(
+    packages: Mapping[str, Mapping[str, Any]], stack: Mapping[str, Any] | None
+) -> str:
+    """What a run checked, in words: 'pkg (its distribution version), ...; import sglang;
+    4 JIT toolchain(s)', or 'nothing'."""
+    parts = []
+    for name, pkg in packages.items():
+        if not pkg.get("installed"):
+            continue
+        dist = pkg.get("distribution")
+        label = (
+            f"{name} ({dist} {pkg.get('version')})"
+            if dist and dist != name
+            else f"{name} {pkg.get('version')}"
+        )
+        parts.append(label)
+    if stack:
+        if any(c["check"] == "import" for c in stack["checks"]):
+            parts.append(f"import {stack.get('top')}")
+        jit = (stack.get("jit") or {}).get("packages") or {}
+        if jit:
+            parts.append(f"{len(jit)} JIT toolchain(s)")
+    return ", ".join(parts) or "nothing"
 
 
 def rows(packages: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
@@ -256,6 +324,7 @@ class SmokeRun:
     doc: dict[str, Any]
     report: probe.SmokeReport
     packages: dict[str, dict[str, Any]]
+    stack: dict[str, Any] | None = None
 
 
 def run_probe(ctx: HostContext, target: Target) -> SmokeRun:
@@ -268,12 +337,14 @@ def run_probe(ctx: HostContext, target: Target) -> SmokeRun:
         timeout=CHECK_TIMEOUT,
         declared=target.declared,
     )
+    args.update(target.knowledge or {})
     ctx.runner.progress.step(
         ctx.host.name, "smoke", f"{len(target.packages)} package(s) in {target.python}"
     )
     doc = ctx.script(probe.SCRIPT, args, timeout=PROBE_TIMEOUT)
     report = probe.report_from_json(doc, ctx.host.name)
-    return SmokeRun(doc, report, judge_packages(doc, target.packages, target.explicit))
+    packages = judge_packages(doc, target.packages, target.explicit)
+    return SmokeRun(doc, report, packages, judge_stack(doc))
 
 
 def raise_on_failure(ctx: HostContext, target: Target, run: SmokeRun) -> None:
@@ -288,15 +359,39 @@ def raise_on_failure(ctx: HostContext, target: Target, run: SmokeRun) -> None:
     if report.error:
         raise HostFailed(f"smoke failed: {report.error}")
     why = failure(run.packages)
+    stack = run.stack
+    if stack and stack["status"] == "fail":
+        failed = [c for c in stack["checks"] if c["status"] == "fail"]
+        line = "; ".join(f"{stack['top']}: {c['reason']}" if c["check"] != "jit_toolchain"
+                         else f"JIT toolchain: {c['reason']}" for c in failed)  # fmt: skip
+        why = f"{why}; {line}" if why else line
     if why:
         raise HostFailed(f"smoke failed: {why}")
 
 
-def _summary(packages: Mapping[str, Mapping[str, Any]]) -> str:
+def nothing_checked(target: Target, run: SmokeRun) -> str | None:
+    """For a whole-env run that found none of the packages it looks for: the line saying so
+    (the run stays ok, as an env without kernel packages is not broken, but never silently)."""
+    knowledge = target.knowledge or {}
+    if not knowledge.get("top") or checked_summary(run.packages, run.stack) != "nothing":
+        return None
+    names = ", ".join(dict.fromkeys([*target.packages, *knowledge.get("discover", ())]))
+    return (
+        f"checked nothing: none of {names} (nor {knowledge['top']}) is installed in "
+        f"{run.report.python or target.python}"
+    )
+
+
+def _summary(
+    packages: Mapping[str, Mapping[str, Any]], stack: Mapping[str, Any] | None = None
+) -> str:
     counts: dict[str, int] = {}
     for pkg in packages.values():
         counts[pkg["status"]] = counts.get(pkg["status"], 0) + 1
-    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no packages"
+    text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no packages"
+    if stack is not None:
+        text += f", stack {stack['status']}; checked {checked_summary(packages, stack)}"
+    return text
 
 
 def _state_for_python(ctx: HostContext, opts: PlanOptions) -> ProvisionState | None:
@@ -339,12 +434,19 @@ def smoke_op(
                 ) from None
             py, py_source, env = managed_python(state)
         names: tuple[str, ...]
+        knowledge: dict[str, Any]
         if package:
             names, explicit = (package,), True
+            knowledge = {
+                "distributions": {package: serving.distributions(package)},
+                "facts": {package: serving.smoke_facts(package)},
+            }
         elif state is not None:
             names, explicit = tuple(state.resolved.package_names()), False
         else:
             names, explicit = registry.smoke_defaults(), False
+        if not package:
+            knowledge = serving.probe_knowledge(names)
         cc, cc_source = choose_arch(
             arch,
             ctx.facts,
@@ -354,7 +456,16 @@ def smoke_op(
         )
         gpu = gpu_capability(ctx.facts) is not None
         target = Target(
-            py, py_source, env, names, explicit, cc, cc_source, gpu, declarations(state, opts)
+            py,
+            py_source,
+            env,
+            names,
+            explicit,
+            cc,
+            cc_source,
+            gpu,
+            declarations(state, opts),
+            knowledge,
         )
         with ctx.step("smoke") as step:
             run = run_probe(ctx, target)
@@ -366,8 +477,10 @@ def smoke_op(
                 env=env,
                 arch=cc,
                 arch_source=cc_source,
+                stack=run.stack,
+                checked=checked_summary(run.packages, run.stack),
             )
-            step.message = _summary(run.packages)
+            step.message = nothing_checked(target, run) or _summary(run.packages, run.stack)
             raise_on_failure(ctx, target, run)
 
     return run

@@ -43,10 +43,14 @@ def render_smoke(console: Console, result: RunResult) -> None:
         if torch_error:
             table.add_row("torch", "import", "[yellow]warn[/]", Text(str(torch_error)))
         packages = d.get("packages") or {}
-        for row_pkg, check, status, reason in smoke_check.rows(packages):
+        stack = d.get("stack")
+        for row_pkg, check, status, reason in smoke_check.rows(packages) + smoke_check.stack_rows(
+            stack
+        ):
             style = _STYLE.get(status, "red")
             table.add_row(row_pkg, check, f"[{style}]{status}[/]", Text(reason))
         console.print(table)
+        console.print(Text(f"  checked: {smoke_check.checked_summary(packages, stack)}"))
         report = smoke_report.SmokeReport.from_json(doc)
         for pkg_name, pkg in report.packages.items():
             if not pkg.installed:

@@ -56,6 +56,80 @@ ArchValueCheck = Callable[[str, str], "str | None"]
 
 
 @dataclass(frozen=True)
+class LoaderChoice:
+    """Which build of one extension module a package's own loader imports on a GPU: the
+    per-arch directory (``sm90/``, ``sm100/``) it picks for a compute capability.
+
+    - `package`, `module`: the import package and the module it loads (``sgl_kernel``,
+      ``common_ops``);
+    - `by_capability`: ``(("9.0", "sm90"),)``: capabilities the loader names explicitly;
+    - `otherwise`: the directory for any other capability; `without_gpu`: with no GPU
+      (``torch.cuda.is_available()`` False);
+    - `versions`: the releases whose loader this was read from; `source`: the file read.
+    """
+
+    package: str
+    module: str
+    by_capability: tuple[tuple[str, str], ...]
+    otherwise: str
+    without_gpu: str
+    versions: tuple[str, ...]
+    source: str
+
+    def directory(self, cc: tuple[int, int] | None) -> str:
+        """The directory the loader picks for capability `cc` (None: no GPU)."""
+        if cc is None:
+            return self.without_gpu
+        for cap, directory in self.by_capability:
+            major, _, minor = cap.partition(".")
+            if (int(major), int(minor or 0)) == tuple(cc):
+                return directory
+        return self.otherwise
+
+    def to_json(self) -> dict[str, Any]:
+        """The probe's argument form (the hosts' library has no descriptors)."""
+        return {
+            "package": self.package,
+            "module": self.module,
+            "by_capability": dict(self.by_capability),
+            "otherwise": self.otherwise,
+            "without_gpu": self.without_gpu,
+            "versions": list(self.versions),
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class ModuleArchs:
+    """The device code one extension module of a released wheel carries, read from that wheel
+    (its fatbin), and the feature it implements: a module whose code does not run on the arch
+    judged is reported by smoke as not for that arch by design, with this reason.
+
+    `module`: its stem (``flash_ops``) or path inside the distribution; `sass`: its SASS
+    targets; `versions`: the releases it was read from; `source`: what was read.
+    """
+
+    module: str
+    feature: str
+    sass: tuple[str, ...]
+    versions: tuple[str, ...]
+    source: str
+
+    def reason(self) -> str:
+        """'FA3 (FlashAttention 3): sm_80, sm_86, sm_90a only (read from ...)'."""
+        return f"{self.feature}: {', '.join(self.sass)} only ({self.source})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The probe's argument form."""
+        return {
+            "module": self.module,
+            "sass": list(self.sass),
+            "versions": list(self.versions),
+            "reason": self.reason(),
+        }
+
+
+@dataclass(frozen=True)
 class PackageDescriptor:
     """One kernel package (or one build kind, for the generic torch extension).
 
@@ -81,7 +155,13 @@ class PackageDescriptor:
     - `arch_targets`: the configured targets whose SASS must cover every arch of the recipe
       (a build without is refused before it starts);
     - `build_task`: the help line of its own ``invoke build-<name>`` task ("" = none: ``invoke
-      build --package <name>`` builds it all the same).
+      build --package <name>`` builds it all the same);
+    - `distributions`: the names its wheels are published under besides `name`, newest first
+      (sgl-kernel: ``sglang-kernel`` from 0.4.0 on): smoke finds the package under any of them;
+    - `loader`: the package's own loader's choice of module per arch (smoke's loader check,
+      and the modules a released wheel must cover on an arch);
+    - `module_archs`: per released version, the modules whose device code is known (read from
+      the wheel): those not covering the arch judged are reported as not for it by design.
     """
 
     name: str
@@ -104,6 +184,9 @@ class PackageDescriptor:
     predict_targets: TargetPrediction | None = None
     arch_targets: tuple[str, ...] = ()
     build_task: str = ""
+    distributions: tuple[str, ...] = ()
+    loader: LoaderChoice | None = None
+    module_archs: tuple[ModuleArchs, ...] = ()
 
     def __post_init__(self) -> None:
         if self.front_end not in FRONT_ENDS:

@@ -16,10 +16,45 @@ from typing import Any
 from ..cuda_libraries import ATEN_CUDA
 from ..knobs import Knobs, plan_parallelism
 from ..remote.lib.arch import Arch
-from .base import KnobRequest, PackageDescriptor
+from .base import KnobRequest, LoaderChoice, ModuleArchs, PackageDescriptor
 from .sgl_kernel_cmake import predict_targets
 
 NAME = "sgl-kernel"
+
+#: The PyPI name from 0.4.0 on; sgl-kernel itself stops at 0.3.21. The import package is still
+#: ``sgl_kernel`` (the sglang-kernel 0.4.10 wheel's top_level).
+DISTRIBUTIONS = ("sglang-kernel",)
+
+#: ``_load_architecture_specific_ops()`` in ``sgl_kernel/load_utils.py``, the same rule in the
+#: PyPI wheels of sgl-kernel 0.3.21 and sglang-kernel 0.4.10 (read from both): capability 9.0
+#: (``major * 10 + minor == 90``) loads ``sm90/common_ops.*``, any other capability and no GPU
+#: at all load ``sm100/common_ops.*``; only when that file is missing or fails to load does it
+#: fall back to ``sgl_kernel/common_ops.*`` and then ``import common_ops``. The two files differ
+#: only in the CUDA runtime they preload (0.3.21 ``libcudart.so.12`` only; 0.4.10 torch's CUDA
+#: major first, then 13, then 12).
+LOADER = LoaderChoice(
+    package="sgl_kernel",
+    module="common_ops",
+    by_capability=(("9.0", "sm90"),),
+    otherwise="sm100",
+    without_gpu="sm100",
+    versions=("0.3.21", "0.4.10"),
+    source="sgl_kernel/load_utils.py _load_architecture_specific_ops() of the PyPI wheels "
+    "sgl-kernel 0.3.21 and sglang-kernel 0.4.10",
+)
+
+_FA3 = "FA3 (FlashAttention 3, Hopper only; sgl_kernel/flash_attn.py is_fa3_supported() accepts 8.x and 9.x)"
+_MLA = "FlashMLA (Hopper/B200 only)"
+#: Read from the PyPI wheels with the tool's fatbin reader (remote/lib/wheel_check.py, the same
+#: targets as cuobjdump --list-elf; sm_100f is cuobjdump's sm_100 with the family flag).
+MODULE_ARCHS = (
+    ModuleArchs("flash_ops", _FA3, ("sm_80", "sm_86", "sm_90a"), ("0.3.21", "0.4.10"),
+                "fatbin of sgl_kernel/flash_ops.abi3.so in the PyPI wheels 0.3.21 and 0.4.10"),
+    ModuleArchs("flashmla_ops", _MLA, ("sm_90a", "sm_100a"), ("0.3.21",),
+                "fatbin of sgl_kernel/flashmla_ops.abi3.so in the PyPI sgl-kernel 0.3.21 wheel"),
+    ModuleArchs("flashmla_ops", _MLA, ("sm_90a", "sm_100f", "sm_103a"), ("0.4.10",),
+                "fatbin of sgl_kernel/flashmla_ops.abi3.so in the PyPI sglang-kernel 0.4.10 wheel"),
+)  # fmt: skip
 
 #: sgl-kernel 0.3.21's CUTLASS GEMM units: in the by-hand SM-only build (docs/sgl-kernel.md)
 #: one cicc of csrc/gemm/fp8_blockwise_gemm_kernel.cu for sm_120a alone, nvcc --threads=1,
@@ -183,6 +218,9 @@ SGL_KERNEL = PackageDescriptor(
     predict_targets=sgl_kernel_targets,
     # common_ops, built once per variant directory, is what the loader imports.
     arch_targets=("common_ops_sm90_build", "common_ops_sm100_build"),
+    distributions=DISTRIBUTIONS,
+    loader=LOADER,
+    module_archs=MODULE_ARCHS,
 )
 
 DESCRIPTORS = (SGL_KERNEL,)

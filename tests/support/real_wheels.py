@@ -5,12 +5,15 @@ test fails and says why."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from sm120kit.remote.lib.files import sha256_file
 from tests.support.sample_wheel import cache_root
 
 
@@ -36,3 +39,38 @@ def real_wheel(project: str, version: str, filename: str) -> Path:
                     f"(pip exit {proc.returncode}): {' | '.join(tail)}"
                 )
     return wheel
+
+
+def wheel_venv(label: str, wheels: list[Path], *, system_site_packages: bool) -> Path:
+    """A venv under the test cache holding `wheels` installed with --no-deps, built once per
+    set of wheel hashes (and interpreter) under a lock shared by concurrent sessions. With
+    `system_site_packages` it sees the suite's torch (2.13.0+cpu), never installing into it."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{label}-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shas = [sha256_file(w) for w in wheels]
+        key = shas[0] if len(shas) == 1 else hashlib.sha256("".join(shas).encode()).hexdigest()
+        venv = root / f"venv-{label}-{key[:12]}"
+        marker = venv / ".sm120kit-test.json"
+        want: dict[str, object] = {"python": sys.executable}
+        want.update({"wheel_sha256": shas[0]} if len(shas) == 1 else {"wheels": shas})
+        if marker.exists() and json.loads(marker.read_text()) == want:
+            return venv
+        subprocess.run(["rm", "-rf", str(venv)], check=True)
+        make = [sys.executable, "-m", "venv", "--without-pip", str(venv)]
+        if system_site_packages:
+            make.insert(3, "--system-site-packages")
+        subprocess.run(make, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
+            + ["-q", "--no-deps", "--no-index", "--no-compile", *map(str, wheels)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            pytest.fail(
+                f"installing {len(wheels)} wheel(s) into {venv}: {proc.stderr.strip()[-500:]}"
+            )
+        marker.write_text(json.dumps(want))
+        return venv

@@ -1,5 +1,6 @@
-"""A venv holding the real sglang 0.5.23, sglang-kernel 0.4.10 and flashinfer-python 0.7.2
-wheels, installed with --no-deps (no torch: preflight never imports them, it reads them).
+"""Venvs holding real released wheels of sglang 0.5.23's stack, installed with --no-deps: the
+preflight one (sglang 0.5.23, sglang-kernel 0.4.10, flashinfer-python 0.7.2, no torch:
+preflight never imports them, it reads them) and smoke's whole stack beside the suite's torch.
 
 The wheels are downloaded once from PyPI into the test cache (``SM120KIT_TEST_CACHE``, default
 ``~/.cache/sm120kit-tests``; pip's own cache makes a repeat download cheap), the venv is built
@@ -8,17 +9,9 @@ once per set of wheel hashes. Nothing here is simulated.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from sm120kit.remote.lib.files import sha256_file
-from tests.support.sample_wheel import cache_root
+from tests.support.real_wheels import real_wheel, wheel_venv
 
 WHEELS = {
     "sglang==0.5.23": "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl",
@@ -26,54 +19,53 @@ WHEELS = {
     "flashinfer-python==0.7.2": "flashinfer_python-0.7.2-py3-none-any.whl",
 }
 
+#: The rest of sglang 0.5.23's released stack and the CUDA 13 pip pieces of the env the issue
+#: met (torch's cuda-toolkit 13.0.3 pins nvidia-cuda-runtime 13.0.96; humming-kernels[cu13]
+#: pulls nvidia-cuda-nvcc, its nvidia-cuda-crt and nvidia-cuda-cccl unpinned: 13.5.37, 13.5.37,
+#: 13.3.5.0.6): together a real mismatched compiler/headers pair in site-packages/nvidia/cu13.
+_MANY = "manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+STACK_WHEELS = {
+    "sgl-flash-mla==1.0.0": "sgl_flash_mla-1.0.0-cp310-abi3-manylinux2014_x86_64.whl",
+    "flash-attn-4==4.0.0b36": "flash_attn_4-4.0.0b36-py3-none-any.whl",
+    "quack-kernels==0.6.5": "quack_kernels-0.6.5-py3-none-any.whl",
+    "humming-kernels==0.1.12": "humming_kernels-0.1.12-py3-none-manylinux_2_28_x86_64.whl",
+    "sgl-deep-gemm==0.2.3.post2": "sgl_deep_gemm-0.2.3.post2-py3-none-manylinux2014_x86_64.whl",
+    "sgl-deep-ep==0.1.2.post1": (
+        "sgl_deep_ep-0.1.2.post1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+    ),
+    "nvidia-cuda-nvcc==13.5.37": f"nvidia_cuda_nvcc-13.5.37-py3-none-{_MANY}",
+    "nvidia-cuda-crt==13.5.37": f"nvidia_cuda_crt-13.5.37-py3-none-{_MANY}",
+    "nvidia-cuda-runtime==13.0.96": f"nvidia_cuda_runtime-13.0.96-py3-none-{_MANY}",
+    "nvidia-cuda-cccl==13.3.5.0.6": f"nvidia_cuda_cccl-13.3.5.0.6-py3-none-{_MANY}",
+}
+
+
+def _wheels(table: dict[str, str]) -> list[Path]:
+    out = []
+    for req, filename in table.items():
+        project, _, version = req.partition("==")
+        out.append(real_wheel(project, version, filename))
+    return out
+
 
 def wheel_paths() -> list[Path]:
     """The three wheels in the test cache, downloaded when absent (the test fails, saying why,
     when PyPI cannot be reached)."""
-    wheels = cache_root() / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    out = []
-    for req, name in WHEELS.items():
-        path = wheels / name
-        if not path.exists():
-            proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", req, "-d", str(wheels)],
-                capture_output=True,
-                text=True,
-            )
-            if proc.returncode != 0 or not path.exists():
-                tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
-                pytest.fail(f"cannot download {req} into {wheels}: {' | '.join(tail)}")
-        out.append(path)
-    return out
+    return _wheels(WHEELS)
 
 
 def sglang_venv() -> Path:
     """The venv (built once per wheel set, under a lock shared by concurrent sessions)."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".sglang-preflight.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        wheels = wheel_paths()
-        shas = [sha256_file(w) for w in wheels]
-        key = hashlib.sha256("".join(shas).encode()).hexdigest()[:12]
-        venv = root / f"venv-sglang-0.5.23-{key}"
-        marker = venv / ".sm120kit-test.json"
-        want = {"wheels": shas, "python": sys.executable}
-        if marker.exists() and json.loads(marker.read_text()) == want:
-            return venv
-        subprocess.run(["rm", "-rf", str(venv)], check=True)
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
-            + ["-q", "--no-deps", "--no-index", "--no-compile", *map(str, wheels)],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"installing the sglang wheels into {venv}: {proc.stderr.strip()[-500:]}")
-        marker.write_text(json.dumps(want))
-        return venv
+    return wheel_venv("sglang-0.5.23", wheel_paths(), system_site_packages=False)
+
+
+def stack_venv() -> Path:
+    """sglang 0.5.23's released stack (all its compiled and JIT packages, --no-deps) beside the
+    suite's torch 2.13.0+cpu (the wrong torch: sglang and sglang-kernel pin 2.14.1) and the
+    mismatched CUDA 13 pip pieces (`STACK_WHEELS`)."""
+    return wheel_venv(
+        "sglang-stack-0.5.23", wheel_paths() + _wheels(STACK_WHEELS), system_site_packages=True
+    )
 
 
 def site_packages(venv: Path) -> Path:

@@ -22,7 +22,14 @@ FLAG_COMPRESSED_LZ4 = 0x2000  # nvcc --compress-mode=speed
 FLAG_COMPRESSED_ZSTD = 0x8000  # nvcc 13 default / size / balance
 FLAG_ARCH_SPECIFIC = 0x100000  # `a` targets: sm_120a / compute_120a
 FLAG_FAMILY = 0x200000  # `f` targets: sm_120f / compute_120f
-FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+#: The fatbin the CUDA runtime loads: the device-linked images (``cuobjdump --list-elf``
+#: without ``-all`` lists exactly these).
+FATBIN_SECTIONS = (".nv_fatbin",)
+#: Relocatable device code (``-rdc``): the inputs of the device link, kept in the library but
+#: never loaded to run. sgl-deep-ep 0.1.2.post1's ``deep_ep/_C`` holds sm_120 SASS and
+#: compute_120 PTX here only, while its ``.nv_fatbin`` holds sm_90, sm_100 and sm_103: on 12.0
+#: no kernel image (``cuobjdump -all --list-elf`` shows both sets).
+RELOCATABLE_SECTION = "__nv_relfatbin"
 
 
 def fatbin_entries(raw: Any, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
@@ -74,8 +81,20 @@ def device_targets(path: str) -> tuple[list[str], list[str], bool]:
     return elf_targets(elf)
 
 
+def relocatable_targets(path: str) -> list[str]:
+    """SASS and PTX targets of an ELF file's relocatable device code (not loaded to run)."""
+    elf = open_elf(path)
+    if elf is None:
+        return []
+    found = {e["target"] for s, t in elf.section_ranges(RELOCATABLE_SECTION)
+             for e in fatbin_entries(elf.data, s, t)}  # fmt: skip
+    # SASS before PTX, each by arch: one order on every run (a set has none).
+    return sorted(found, key=lambda t: (t.startswith("compute_"), target_key(t)))
+
+
 def elf_targets(elf: Elf) -> tuple[list[str], list[str], bool]:
-    """(SASS targets, PTX targets, has a fatbin section) of a read ELF file."""
+    """(SASS targets, PTX targets, has a fatbin section) of a read ELF file: the code the
+    runtime loads (`FATBIN_SECTIONS`), not the relocatable device code."""
     sass: set[str] = set()
     ptx: set[str] = set()
     found = False

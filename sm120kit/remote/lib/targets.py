@@ -28,6 +28,7 @@ __bundle__ = (
     "sm120kit.remote.lib.in_target.load",
     "sm120kit.remote.lib.in_target.loader_eval",
     "sm120kit.remote.lib.in_target.gpu_op",
+    "sm120kit.remote.lib.in_target.import_top",
 )
 
 
@@ -53,6 +54,7 @@ TORCH_SRC = target_source("torch_info")
 LOAD_SRC = target_source("load")
 LOADER_SRC = target_source("loader_eval")
 GPU_SRC = target_source("gpu_op")
+IMPORT_TOP_SRC = target_source("import_top")
 
 DEFAULT_GPU_OPS = {
     # The bundled sample kernel: add one to a CUDA tensor through its torch op.

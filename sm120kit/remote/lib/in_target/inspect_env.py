@@ -24,6 +24,7 @@ out = {
     "site_packages": [],
     "torch_dir": None,
     "torch_dist_version": None,
+    "sys_path": [p for p in sys.path if p],
 }
 try:
     out["site_packages"] = list(site.getsitepackages())
@@ -37,8 +38,15 @@ try:
 except Exception:
     pass
 shlib = re.compile(r"\.so(\.\d+)*$")
+aliases = ARGS.get("distributions") or {}
 for name in ARGS["packages"]:
-    d = dists.get(norm(name))
+    # A package published under several names (renamed on PyPI): the first
+    # installed one, reported under the name asked for.
+    d = None
+    for candidate in [name] + list(aliases.get(name) or []):
+        d = dists.get(norm(candidate))
+        if d is not None:
+            break
     if d is None:
         out["packages"][name] = {"installed": False}
         continue
@@ -85,6 +93,7 @@ for name in ARGS["packages"]:
         provenance = {"error": "%s unreadable: %s" % (PROVENANCE_FILE, _err(e))}
     out["packages"][name] = {
         "installed": True,
+        "distribution": d.metadata["Name"],
         "version": d.version,
         "requires": list(d.requires or []),
         "location": base,

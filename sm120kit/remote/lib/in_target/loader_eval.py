@@ -8,22 +8,7 @@ import importlib, importlib.machinery
 out = {"attempts": [], "error": None, "torch_error": None}
 major, minor = ARGS["cc"]
 try:
-    import torch
-
-    class _Props(object):
-        pass
-
-    props = _Props()
-    props.major, props.minor, props.name = major, minor, "sm120kit fake GPU %d.%d" % (major, minor)
-    props.multi_processor_count, props.total_memory = 1, 1 << 30
-    c = torch.cuda
-    c.is_available = lambda: True
-    c.device_count = lambda: 1
-    c.current_device = lambda: 0
-    c.set_device = lambda *a, **k: None
-    c.get_device_capability = lambda *a, **k: (major, minor)
-    c.get_device_properties = lambda *a, **k: props
-    c.get_device_name = lambda *a, **k: props.name
+    _fake_gpu(major, minor)
 except BaseException as e:
     out["torch_error"] = _err(e)
 _orig = importlib.machinery.ExtensionFileLoader.create_module

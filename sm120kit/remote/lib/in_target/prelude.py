@@ -14,3 +14,24 @@ def _err(e):
 def _emit(obj):
     sys.stdout.write("\n" + MARK + json.dumps(obj) + "\n")
     sys.stdout.flush()
+
+
+def _fake_gpu(major, minor):
+    """Without a GPU, make torch.cuda answer as one device of capability major.minor (the
+    driver stub): what the loader and import-time code ask, nothing that runs a kernel."""
+    import torch
+
+    class _Props(object):
+        pass
+
+    props = _Props()
+    props.major, props.minor, props.name = major, minor, "sm120kit fake GPU %d.%d" % (major, minor)
+    props.multi_processor_count, props.total_memory = 1, 1 << 30
+    c = torch.cuda
+    c.is_available = lambda: True
+    c.device_count = lambda: 1
+    c.current_device = lambda: 0
+    c.set_device = lambda *a, **k: None
+    c.get_device_capability = lambda *a, **k: (major, minor)
+    c.get_device_properties = lambda *a, **k: props
+    c.get_device_name = lambda *a, **k: props.name

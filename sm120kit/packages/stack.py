@@ -1,0 +1,171 @@
+"""The serving stack smoke knows: sglang and the released packages it requires, with what smoke
+must know about each, read from the released files (named per entry).
+
+sglang 0.5.23's METADATA requires sglang-kernel==0.4.10, flashinfer_python[cu13]==0.7.2,
+sgl-flash-mla==1.0.0, flash-attn-4>=4.0.0b18, quack-kernels==0.6.5,
+humming-kernels[cu13]==0.1.12, sgl-deep-gemm==0.2.3.post2 and sgl-deep-ep==0.1.2.post1
+(docs/stack-facts.md section 8). tilelang==0.1.12, which it also pins, compiles through TVM
+and is not covered yet. Kernel packages the tool builds
+have a descriptor (`registry`); the others are only installed from releases and are listed
+here. `smoke` checks every one of them an env holds: the compiled ones like a named package,
+the ones that compile at run time through their CUDA toolchain (`jit`, the rule in
+``remote/lib/jit_toolchain.py``), and the top-level package by importing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import registry
+from .base import ModuleArchs
+
+#: The package a serving env is for; smoke imports it.
+TOP_LEVEL = "sglang"
+
+
+@dataclass(frozen=True)
+class StackPackage:
+    """A package of the serving stack that the tool installs from releases, never builds.
+
+    - `name`: its distribution name; `distributions`: other names it was published under;
+    - `jit`: the toolchain lookup rule (``remote/lib/jit_toolchain.RULES``) of a package that
+      compiles CUDA code at run time, None for one that ships compiled code;
+    - `module_archs`: its modules' device code per release, read from the wheels;
+    - `jit_source`: the files of the package its toolchain rule was read from.
+    """
+
+    name: str
+    jit: str | None = None
+    jit_source: str = ""
+    distributions: tuple[str, ...] = ()
+    module_archs: tuple[ModuleArchs, ...] = ()
+
+
+_FLASH_MLA = "FlashMLA (sgl-flash-mla: DeepSeek MLA kernels for Hopper and Blackwell B200/B300)"
+
+#: The released packages of sglang 0.5.23 other than sglang-kernel (a descriptor's).
+STACK = (
+    StackPackage(
+        "sgl-flash-mla",
+        # Read from the PyPI wheel sgl_flash_mla-1.0.0-cp310-abi3 with the tool's fatbin
+        # reader; flash_mla/_loader.py loads both with torch.ops.load_library at import.
+        module_archs=(
+            ModuleArchs(
+                "flash_mla.cuda",
+                _FLASH_MLA,
+                ("sm_100a", "sm_103a", "sm_107a"),
+                ("1.0.0",),
+                "fatbin of flash_mla/cuda.abi3.so in the PyPI sgl-flash-mla 1.0.0 wheel",
+            ),
+            ModuleArchs(
+                "flash_mla._C_legacy",
+                _FLASH_MLA + ", legacy SM90 kernels",
+                ("sm_90a", "sm_100a", "sm_103a", "sm_107a"),
+                ("1.0.0",),
+                "fatbin of flash_mla/_C_legacy.abi3.so in the PyPI sgl-flash-mla 1.0.0 wheel",
+            ),
+        ),
+    ),  # fmt: skip
+    # sgl-deep-ep 0.1.2.post1's deep_ep/_C (cpython-311, NEEDs libcudart.so.13): its loaded
+    # fatbin holds SASS sm_90, sm_100, sm_103; sm_120 SASS and compute_120 PTX are only
+    # relocatable device code (__nv_relfatbin), never loaded: no code for 12.0 (PyPI wheel).
+    # Judged like any module (no declaration): on 12.0 its arch coverage fails.
+    StackPackage("sgl-deep-ep"),
+    # sgl-deep-gemm 0.2.3.post2's deep_gemm/_C.so holds no device code: its kernels are
+    # compiled at run time (deep_gemm/__init__.py, _C.init with find_cuda_home()).
+    StackPackage(
+        "sgl-deep-gemm",
+        jit="deep-gemm",
+        jit_source="deep_gemm/cuda_helpers.py find_cuda_home(); deep_gemm/__init__.py _C.init; "
+        "deep_gemm/build_ext.py include dirs (sgl-deep-gemm 0.2.3.post2)",
+    ),
+    StackPackage(
+        "flashinfer-python",
+        jit="flashinfer",
+        jit_source="flashinfer/jit/cpp_ext.py get_cuda_path(), generate_ninja_build_for_op(); "
+        "flashinfer/compilation_context.py _normalize_cuda_arch() (flashinfer-python 0.7.2)",
+    ),
+    StackPackage(
+        "flash-attn-4",
+        jit="cute-dsl",
+        jit_source="Requires-Dist nvidia-cutlass-dsl>=4.6.2, no nvcc or CUDA_HOME lookup in its "
+        "sources; flash_attn/cute/cute_dsl_ptxas.py runs CUTE_DSL_PTXAS_PATH (flash-attn-4 "
+        "4.0.0b36)",
+    ),
+    StackPackage(
+        "quack-kernels",
+        jit="cute-dsl",
+        jit_source="Requires-Dist nvidia-cutlass-dsl>=4.7, no nvcc or CUDA_HOME lookup in its "
+        "sources (quack-kernels 0.6.5)",
+    ),
+    StackPackage(
+        "humming-kernels",
+        jit="humming",
+        jit_source="humming/utils/cuda.py find_all_cuda_paths(), filter_cuda_paths(); "
+        "humming/jit/compiler.py; humming/jit/runtime.py _get_compiler() (humming-kernels 0.1.12)",
+    ),
+)
+
+
+def stack_package(name: str) -> StackPackage | None:
+    """The stack entry called `name` (or published under it), or None."""
+    return next((p for p in STACK if name == p.name or name in p.distributions), None)
+
+
+def discover_names() -> tuple[str, ...]:
+    """The packages smoke looks for in an env besides those it was asked about: the built-in
+    descriptors that name their released distributions, then the stack's."""
+    built = [d.name for d in registry.descriptors() if d.name and (d.distributions or d.loader)]
+    return tuple(built) + tuple(p.name for p in STACK)
+
+
+def jit_rules() -> dict[str, dict[str, str]]:
+    """``{distribution: {"rule", "source"}}`` of the packages that compile CUDA code at run
+    time."""
+    return {p.name: {"rule": p.jit, "source": p.jit_source} for p in STACK if p.jit}
+
+
+def distributions(name: str) -> list[str]:
+    """Other distribution names package `name` is published under (sgl-kernel: sglang-kernel)."""
+    entry = stack_package(name)
+    if entry is not None:
+        return list(entry.distributions)
+    return list(registry.descriptor(name).distributions) if _has_descriptor(name) else []
+
+
+def _has_descriptor(name: str) -> bool:
+    return any(d.name == name for d in registry.descriptors())
+
+
+def smoke_facts(name: str) -> dict[str, Any]:
+    """What the probe is told about package `name`: its loader rule and the modules whose
+    device code is known per release (``{}`` when nothing is known)."""
+    out: dict[str, Any] = {}
+    entry = stack_package(name)
+    if entry is not None:
+        archs = entry.module_archs
+        loader = None
+    elif _has_descriptor(name):
+        desc = registry.descriptor(name)
+        archs, loader = desc.module_archs, desc.loader
+    else:
+        return out
+    if loader is not None:
+        out["loader"] = loader.to_json()
+    if archs:
+        out["module_archs"] = [m.to_json() for m in archs]
+    return out
+
+
+def probe_knowledge(names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The probe arguments for a whole-env smoke of `names` plus the stack:
+    ``distributions``, ``facts``, ``discover``, ``jit``, ``top``."""
+    every = list(dict.fromkeys([*names, *discover_names()]))
+    return {
+        "distributions": {n: distributions(n) for n in every if distributions(n)},
+        "facts": {n: smoke_facts(n) for n in every if smoke_facts(n)},
+        "discover": [n for n in discover_names() if n not in names],
+        "jit": jit_rules(),
+        "top": TOP_LEVEL,
+    }

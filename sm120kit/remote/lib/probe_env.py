@@ -1,0 +1,225 @@
+"""The smoke probe's view of one env: the target interpreter, its torch, the loader's search
+rules, and the static (ELF) view of each shared object after ``import torch``.
+
+Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8. Used by the
+probe (`sm120kit/remote/extension_probe.py`) and its checks (`probe_checks.py`).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Any
+
+from sm120kit.remote.lib.cudaarch import parse_cc
+from sm120kit.remote.lib.demangle import Demangler
+from sm120kit.remote.lib.diagnosis import close_variant, expected_from
+from sm120kit.remote.lib.elf import open_elf
+from sm120kit.remote.lib.fatbin import device_targets, relocatable_targets
+from sm120kit.remote.lib.loader import Resolver, system_lib_dirs
+
+PROBE_VERSION = 1
+SHLIB_RE = re.compile(r"\.so(\.\d+)*$")
+MAX_LISTED_SYMBOLS = 40
+#: Read from scanned distributions at most this many missing symbols each (sorting needs all).
+MAX_SCANNED_SYMBOLS = 5000
+#: Memory one probe subprocess may take: an interpreter that imported torch and a big .so.
+JOB_MEMORY = 1 << 30
+
+
+def default_jobs() -> int:
+    """Fresh interpreters at once: one per CPU, as many as the available memory holds."""
+    cpus = os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return max(1, min(cpus, int(line.split()[1]) * 1024 // JOB_MEMORY))
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(1, min(cpus, 4))
+
+
+class Context:
+    """What every check shares: the target interpreter, torch, the loader's view of the host."""
+
+    def __init__(
+        self, args: dict[str, Any], env_info: dict[str, Any], torch_info: dict[str, Any]
+    ) -> None:
+        self.args = args
+        self.python = args["python"]
+        self.timeout = float(args.get("timeout") or 300)
+        self.jobs = int(args.get("jobs") or default_jobs())
+        self.env_info = env_info
+        self.torch = torch_info
+        self.resolver = Resolver(os.environ.get("LD_LIBRARY_PATH", ""), system_lib_dirs())
+        self.demangle = Demangler()
+        self.torch_dir = torch_info.get("dir") or env_info.get("torch_dir")
+        # What `import torch` loads: torch._C's NEEDED closure, plus the libraries it loads
+        # with RTLD_GLOBAL (libtorch_global_deps), plus the nvidia wheels' libraries.
+        self.preloaded: dict[str, str] = {}
+        self.global_scope: list[str] = []
+        exe = env_info.get("executable") or self.python
+        exe_found, _ = self.resolver.closure(exe, None)
+        self.global_scope = [exe] + list(exe_found.values())
+        if self.torch_dir:
+            for c in sorted(glob.glob(os.path.join(self.torch_dir, "_C*.so"))):
+                found, _ = self.resolver.closure(c, None)
+                self.preloaded.update(found)
+            gdeps = os.path.join(self.torch_dir, "lib", "libtorch_global_deps.so")
+            if os.path.isfile(gdeps):
+                found, _ = self.resolver.closure(gdeps, None)
+                self.preloaded["libtorch_global_deps.so"] = gdeps
+                self.preloaded.update(found)
+                self.global_scope += [gdeps] + list(found.values())
+            for lib in sorted(
+                glob.glob(os.path.join(self.torch_dir, "..", "nvidia", "*", "lib", "*.so*"))
+            ):
+                self.preloaded.setdefault(os.path.basename(lib), os.path.realpath(lib))
+        self.arch_source = "args"
+        cc = parse_cc(args.get("arch"))
+        if cc is None and torch_info.get("capability"):
+            cc = parse_cc(torch_info["capability"])
+            self.arch_source = "gpu"
+        if cc is None:
+            self.arch_source = "none"
+        self.cc = cc
+        self._torch_tables: list[dict[str, set[str]]] | None = None
+        self._provided: dict[str, list[str]] = {}
+        self._variants: dict[str, str | None] = {}
+
+    def lib_dirs(self) -> list[str]:
+        """Where this env's CUDA libraries can come from: torch's nvidia-* wheels, then the
+        loader's own search path."""
+        dirs: list[str] = []
+        if self.torch_dir:
+            dirs += sorted(glob.glob(os.path.join(self.torch_dir, "..", "nvidia", "*", "lib")))
+            dirs += sorted(glob.glob(os.path.join(self.torch_dir, "..", "nvidia", "*", "*", "lib")))
+        for sp in self.env_info.get("site_packages") or []:
+            dirs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
+        dirs += self.resolver.env_dirs + self.resolver.sys_dirs
+        out: list[str] = []
+        for d in dirs:
+            real = os.path.realpath(d)
+            if real not in out and os.path.isdir(real):
+                out.append(real)
+        return out
+
+    def provided(self, base: str) -> list[str]:
+        """Sonames of CUDA library ``base`` (``libcudart``) this env has, e.g. libcudart.so.13."""
+        if base not in self._provided:
+            found: list[str] = []
+            for d in self.lib_dirs():
+                for path in sorted(glob.glob(os.path.join(d, base + ".so.*"))):
+                    m = re.match(r"^(.+\.so\.\d+)", os.path.basename(path))
+                    if m and m.group(1) not in found:
+                        found.append(m.group(1))
+            self._provided[base] = found
+        return self._provided[base]
+
+    def torch_tables(self) -> list[dict[str, set[str]]]:
+        """Defined dynamic symbols of the installed torch's libraries (for close variants)."""
+        if self._torch_tables is None:
+            self._torch_tables = []
+            if self.torch_dir:
+                for path in sorted(glob.glob(os.path.join(self.torch_dir, "lib", "lib*.so*"))):
+                    name = os.path.basename(path)
+                    if not name.startswith(("libc10", "libtorch")):
+                        continue
+                    elf = open_elf(path)
+                    if elf is not None:
+                        self._torch_tables.append(elf.symbols()[1])
+        return self._torch_tables
+
+    def variant(self, symbol: dict[str, Any]) -> str | None:
+        """The installed torch's closest definition of a missing torch symbol (memoized: the
+        same symbol goes missing from many .so files of one package)."""
+        if symbol["name"] not in self._variants:
+            self._variants[symbol["name"]] = close_variant(
+                symbol, self.torch_tables(), self.demangle
+            )
+        return self._variants[symbol["name"]]
+
+
+def static_extension(ctx: Context, path: str) -> dict[str, Any]:
+    """Static loader view of one .so after torch: NEEDED, missing libraries, symbols, versions."""
+    ext: dict[str, Any] = {
+        "path": path,
+        "needed": [],
+        "missing_libs": [],
+        "needs_torch_loaded": [],
+        "missing_symbols": [],
+        "missing_symbols_total": 0,
+        "missing_versions": [],
+        "sass": [],
+        "ptx": [],
+        "dlopen_error": None,
+        "import_error": None,
+        "import_alone_error": None,
+        "module": None,
+    }
+    elf = open_elf(path)
+    if elf is None:
+        ext["elf_error"] = "not a readable ELF file"
+        return ext
+    dyn = elf.dynamic()
+    ext["needed"] = list(dyn["needed"])
+    ext["rpath"] = list(dyn["rpath"])
+    ext["runpath"] = list(dyn["runpath"])
+    found, missing = ctx.resolver.closure(path, ctx.preloaded)
+    ext["missing_libs"] = [name for name, _ in missing]
+    _alone, missing_alone = ctx.resolver.closure(path, None)
+    ext["needs_torch_loaded"] = [n for n, _ in missing_alone if n not in ext["missing_libs"]]
+    ext["sass"], ext["ptx"], ext["has_fatbin"] = device_targets(path)
+    ext["relocatable"] = relocatable_targets(path)
+
+    undefined, _defined = elf.symbols()
+    _defs, needs, _ = elf.versions()
+    verfile = {v: f for f, v in needs.values()}
+    # Versions each NEEDED file must define (the loader checks these first).
+    for fname, vname in sorted(set(needs.values())):
+        lib_path = found.get(fname)
+        lib = open_elf(lib_path) if lib_path else None
+        if lib is not None and vname not in lib.versions()[2]:
+            ext["missing_versions"].append({"version": vname, "library": fname, "path": lib_path})
+    scope = [path] + ctx.global_scope + list(found.values())
+    tables = []
+    seen: set[str] = set()
+    for p in scope:
+        real = os.path.realpath(p)
+        if real in seen:
+            continue
+        seen.add(real)
+        obj = open_elf(p)
+        if obj is not None:
+            tables.append(obj.symbols()[1])
+    missing_syms = []
+    for name, version, weak in undefined:
+        if weak:
+            continue
+        want = version or ""
+        if any(want in vs or "*" in vs for vs in (t.get(name, ()) for t in tables)):
+            continue
+        missing_syms.append((name, version))
+    ext["missing_symbols_total"] = len(missing_syms)
+    # Every one is kept until the causes are sorted (check_undefined), then the list is cut.
+    for name, version in missing_syms[:MAX_SCANNED_SYMBOLS]:
+        dem = ctx.demangle(name)
+        ext["missing_symbols"].append(
+            {
+                "name": name,
+                "demangled": dem,
+                "version": version,
+                "expected_from": expected_from(
+                    name, dem, version, ext["needed"], verfile.get(version) if version else None
+                ),
+            }
+        )
+    return ext
+
+
+def exports(path: str, symbol: str) -> bool:
+    """Whether the ELF file defines dynamic ``symbol``."""
+    elf = open_elf(path)
+    return elf is not None and symbol in elf.symbols()[1]

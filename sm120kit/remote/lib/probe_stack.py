@@ -1,0 +1,165 @@
+"""The smoke probe's view of a serving stack: which of its packages an env holds, whether the
+top-level package (sglang) imports, whether its pins hold, and the modules a released wheel
+carries for other archs only (the package descriptors' ``module_archs``, read from the wheels).
+
+Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from sm120kit.remote.lib.cudaarch import cc_text, sass_runs_on
+from sm120kit.remote.lib.jit_toolchain import check_jit
+from sm120kit.remote.lib.probe_env import Context
+from sm120kit.remote.lib.targets import IMPORT_TOP_SRC, run_target
+
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?\s*==\s*([^;,)\s]+)")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _public(version: Any) -> str:
+    return str(version or "").split("+", 1)[0]
+
+
+def module_key(rel: str) -> tuple[str, str, str]:
+    """(stem, dotted, rel) of a shared object's path inside its distribution."""
+    stem = os.path.basename(rel).split(".")[0]
+    dotted = rel.rsplit("/", 1)[0].replace("/", ".") + "." + stem if "/" in rel else stem
+    return stem, dotted, rel
+
+
+def matches(key: str, rel: str) -> bool:
+    """Whether a module name (``flash_ops``, ``pkg.flash_ops``) or path names `rel`."""
+    stem, dotted, full = module_key(rel)
+    return key in (stem, dotted, full) or dotted.endswith("." + key)
+
+
+def facts_not_for_arch(
+    ctx: Context, exts: dict[str, dict[str, Any]], facts: dict[str, Any], version: str | None
+) -> dict[str, str]:
+    """{path: reason} of the modules the descriptor knows (for this exact release) carry no code
+    for the arch judged: ``module_archs`` entries whose module's SASS does not run on it."""
+    if ctx.cc is None:
+        return {}
+    out: dict[str, str] = {}
+    for fact in facts.get("module_archs") or []:
+        if _public(version) not in [_public(v) for v in fact.get("versions") or []]:
+            continue
+        for path, ext in exts.items():
+            if not matches(str(fact["module"]), ext.get("rel") or ""):
+                continue
+            if any(sass_runs_on(t, ctx.cc) for t in ext["sass"]) or not (ext["sass"] or ext["ptx"]):
+                continue  # it does run here (or holds no code): judged like any other file
+            out[path] = str(fact["reason"])
+    return out
+
+
+def pins(requires: list[str]) -> dict[str, str]:
+    """``{"sglang-kernel": "0.4.10", ...}``: the exact (==) pins of a Requires-Dist list,
+    extras' requirements left out."""
+    out: dict[str, str] = {}
+    for req in requires:
+        if "extra ==" in req.replace('"', "").replace("'", ""):
+            continue
+        m = _PIN.match(req)
+        if m:
+            out[_norm(m.group(1))] = m.group(2)
+    return out
+
+
+def import_top(ctx: Context, module: str) -> dict[str, Any]:
+    """``import <module>`` in a fresh interpreter; without a GPU through the driver stub
+    (torch.cuda faked as one GPU of the capability judged, in_target/import_top.py)."""
+    stub = not ctx.torch.get("cuda_available") and ctx.cc is not None
+    res, err = run_target(
+        ctx.python,
+        IMPORT_TOP_SRC,
+        {"module": module, "stub": stub, "cc": list(ctx.cc) if ctx.cc else None},
+        ctx.timeout,
+    )
+    if res is None:
+        return {"check": "import", "status": "fail", "reason": f"import {module}: probe failed: {err}",
+                "details": {}}  # fmt: skip
+    details = {k: res.get(k) for k in ("error", "first_line", "missing_module", "stub", "version")}
+    if res.get("error"):
+        return {"check": "import", "status": "fail",
+                "reason": f"import {module} fails: {res['first_line']}", "details": details}  # fmt: skip
+    where = f" ({res['stub']})" if res.get("stub") else ""
+    return {"check": "import", "status": "pass", "reason": f"import {module} works{where}",
+            "details": details}  # fmt: skip
+
+
+def check_pins(
+    top: str, info: dict[str, Any], installed: dict[str, dict[str, Any]], torch: str | None
+) -> dict[str, Any]:
+    """The top-level package's exact pins on the stack's packages (and torch) beside what is
+    installed: sglang 0.5.23 with torch 2.13 names both versions."""
+    wanted = pins(info.get("requires") or [])
+    rows: list[dict[str, Any]] = []
+    wrong: list[str] = []
+    if torch and "torch" in wanted:
+        ok = _public(torch) == _public(wanted["torch"])
+        rows.append({"package": "torch", "pinned": wanted["torch"], "installed": torch, "ok": ok})
+        if not ok:
+            wrong.append(f"torch {torch} (pinned =={wanted['torch']})")
+    for name, pkg in sorted(installed.items()):
+        dist = _norm(pkg.get("distribution") or name)
+        if dist not in wanted or dist == _norm(top):
+            continue
+        ok = _public(pkg.get("version")) == _public(wanted[dist])
+        rows.append(
+            {"package": dist, "pinned": wanted[dist], "installed": pkg.get("version"), "ok": ok}
+        )
+        if not ok:
+            wrong.append(f"{dist} {pkg.get('version')} (pinned =={wanted[dist]})")
+    if wrong:
+        return {"check": "pins", "status": "fail",
+                "reason": f"{top} {info.get('version')} pins differ: " + ", ".join(wrong),
+                "details": {"pins": rows}}  # fmt: skip
+    return {"check": "pins", "status": "pass" if rows else "skip",
+            "reason": f"{len(rows)} of {top} {info.get('version')}'s pins installed as pinned",
+            "details": {"pins": rows}}  # fmt: skip
+
+
+def stack_section(
+    ctx: Context, env_info: dict[str, Any], args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """``{"top", "version", "packages", "checks", "jit"}`` for the serving stack the args name
+    (``top``, ``discover``, ``jit``), or None when the env holds none of it."""
+    top = args.get("top")
+    names = [top] if top else []
+    names += list(args.get("discover") or []) + list(args.get("jit") or {})
+    installed = {n: env_info["packages"][n] for n in dict.fromkeys(names)
+                 if (env_info["packages"].get(n) or {}).get("installed")}  # fmt: skip
+    if not installed:
+        return None
+    out: dict[str, Any] = {
+        "top": top,
+        "version": (installed.get(top) or {}).get("version") if top else None,
+        "packages": {n: {"distribution": p.get("distribution"), "version": p.get("version"),
+                         "location": p.get("location")} for n, p in installed.items()},
+        "checks": [],
+    }  # fmt: skip
+    if top and top in installed:
+        out["checks"].append(import_top(ctx, top.replace("-", "_")))
+        every = {n: p for n, p in env_info["packages"].items() if p.get("installed")}
+        torch = ctx.torch.get("version") or env_info.get("torch_dist_version")
+        out["checks"].append(check_pins(top, installed[top], every, torch))
+    jit = {}
+    for n, rule in (args.get("jit") or {}).items():
+        if n in installed:
+            spec = rule if isinstance(rule, dict) else {"rule": rule}
+            jit[n] = dict(spec, version=installed[n].get("version"),
+                          location=installed[n].get("location"))  # fmt: skip
+    where = cc_text(ctx.cc) if ctx.cc else None
+    out["jit"] = check_jit(jit, env_info.get("sys_path") or [], ctx.cc, ctx.torch.get("cuda"))
+    out["jit"]["arch"] = where
+    out["checks"].append({"check": "jit_toolchain", "status": out["jit"]["status"],
+                          "reason": out["jit"]["reason"], "details": {}})  # fmt: skip
+    return out
