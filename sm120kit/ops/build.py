@@ -55,7 +55,7 @@ from ..packages import registry
 from ..packing import pack_tree
 from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
 from ..plan import PlanOptions, package_names, prepare
-from ..remote import parse_last_json, script_bundle, script_command
+from ..remote import script_command
 from ..remote.lib import sourcetree as fs
 from ..remote.lib.frontend import build_command
 from ..results import StepResult
@@ -229,15 +229,6 @@ def _store_plan(
     )
 
 
-def _read_json(ctx: HostContext, path: str) -> dict[str, Any] | None:
-    res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true")
-    try:
-        value = json.loads(res.stdout) if res.stdout.strip() else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 @dataclass
 class Source:
     """A source tree on the host (or, in check mode, where it would be)."""
@@ -267,7 +258,7 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
             return Source(dest, "", False)
         if plan.local_tarball:
             args["tarball"] = remote_tar
-        marker = _read_json(ctx, posixpath.join(dest, fs.MARKER))
+        marker = ctx.read_json(posixpath.join(dest, fs.MARKER))
         if fs.matches(marker, fs.identity(args)):
             step.message = f"{plan.what}: {dest}"
             return Source(dest, plan.digest or _git_digest(marker), True)
@@ -278,7 +269,7 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
             return Source(dest, plan.digest, False)
         if plan.local_tarball:
             ctx.run(f"mkdir -p {_q(state.paths.downloads)}")
-            ctx.conn.put(plan.local_tarball, remote_tar)
+            ctx.put(plan.local_tarball, remote_tar)
         doc = ctx.script("fetch_source", args, timeout=3 * 3600)
         if not doc.get("ok"):
             raise HostFailed(f"{name}: fetching {plan.what} failed: {doc.get('error')}")
@@ -333,10 +324,10 @@ def ensure_patched(ctx: HostContext, state: ProvisionState, name: str, source: S
     want = {"source": source.digest, "patches": [list(d) for d in digests]}
     names = ", ".join(p.name for p in chosen)
     with ctx.step(f"patch:{name}") as step:
-        marker = _read_json(ctx, posixpath.join(tree, PATCHED_MARKER)) if source.present else None
+        marker = ctx.read_json(posixpath.join(tree, PATCHED_MARKER)) if source.present else None
         if marker == want:
             # The patched copy exists: classify there first, act only where a patch is new.
-            report = check_and_apply(ctx.conn, tree, chosen, apply=False, python=ctx.host.python)
+            report = check_and_apply(ctx, tree, chosen, apply=False, python=ctx.host.python)
             states = _states(report.states, digests)
             fresh = [s["name"] for s in states if s["state"] != "already applied"]
             if not fresh:
@@ -346,7 +337,7 @@ def ensure_patched(ctx: HostContext, state: ProvisionState, name: str, source: S
             what = f"apply {', '.join(fresh)} in {tree}"
             if ctx.may_act(step, what, render_commands(steps)):
                 step.commands = render_commands(steps)
-                report = run_patch_steps(ctx.conn, steps, [], python=ctx.host.python)
+                report = run_patch_steps(ctx, steps, [], python=ctx.host.python)
                 states = _states(report.states, digests)
             return Patched(tree, states)
         steps = patch_steps(source.path, tree, chosen, want, in_place=False)
@@ -355,12 +346,12 @@ def ensure_patched(ctx: HostContext, state: ProvisionState, name: str, source: S
             states = [{"name": n, "sha256": d, "state": "unknown"} for n, d in digests]
             if source.present:  # classify now, so a plan already shows a patch that fails
                 report = check_and_apply(
-                    ctx.conn, source.path, chosen, apply=False, python=ctx.host.python
+                    ctx, source.path, chosen, apply=False, python=ctx.host.python
                 )
                 states = _states(report.states, digests)
             return Patched(tree, states)
         step.commands = commands
-        report = run_patch_steps(ctx.conn, steps, [tree + ".new"], python=ctx.host.python)
+        report = run_patch_steps(ctx, steps, [tree + ".new"], python=ctx.host.python)
         states = _states(report.states, digests)
         step.message = "; ".join(f"{s['name']}: {s['state']}" for s in states)
         return Patched(tree, states)
@@ -701,13 +692,13 @@ def _poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
     def poll() -> None:
         while not stop.wait(PROGRESS_POLL_SECONDS):
             try:
-                res = ctx.conn.run(f"cat {_q(path)} 2>/dev/null || true", timeout=30)
+                text = ctx.read_text(path, timeout=30, quiet=True)
             except (Exception, Interrupted):
                 # A poll never fails the build (the build's own result decides), and a
                 # cancelled run is reported by the main thread, not by a traceback here.
                 return
             ctx.runner.progress.step(
-                ctx.host.name, step, _progress_detail(res.stdout, time.monotonic() - start)
+                ctx.host.name, step, _progress_detail(text, time.monotonic() - start)
             )
 
     thread = threading.Thread(target=poll, name=f"progress-{ctx.host.name}", daemon=True)
@@ -768,17 +759,13 @@ def _build_once(
     }
     if cache_spec is not None:
         args["compile_cache"] = cache_spec
-    # PATH is extended on the host: only there is its current value known.
     cuda_bin = posixpath.join(state.toolkit.cuda_home, "bin")
-    command = f'PATH={_q(cuda_bin)}:"$PATH" ' + script_command(ctx.host.python, args)
     ctx.log.info("build %s: %s", name, " ".join(build_command(args, out)))
     with _poll_progress(ctx, f"wheel:{name}", progress):
-        res = ctx.conn.run(command, stdin=script_bundle("build_wheel"), timeout=timeout + 300)
-    doc = parse_last_json(res.stdout)
-    if doc is None:
-        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
-        raise HostFailed(f"{name}: the build script failed (exit {res.exit_code}): {tail[0]}")
-    ctx.log.info("build %s result: %s", name, json.dumps(doc)[:4000])
+        try:
+            doc = ctx.script("build_wheel", args, path=[cuda_bin], timeout=timeout + 300)
+        except HostFailed as exc:
+            raise HostFailed(f"{name}: the build script failed: {exc}") from None
     if doc.get("compile_cache") is not None:
         state.packages.setdefault(name, {})["compile_cache"] = _cache_counts(doc["compile_cache"])
     return doc
@@ -832,7 +819,7 @@ def make_builder(
                 + (f" (after an OOM retry with {'; '.join(retried)})" if retried else "")
                 + f"; log {log} on {ctx.host.name}, last line: {last}"
             )
-        ctx.conn.run(f"rm -rf {_q(work)}")
+        ctx.run(f"rm -rf {_q(work)}", check=False)
         return BuiltWheel(
             path=str(doc["wheel"]),
             sha256=str(doc["sha256"]),
@@ -867,9 +854,10 @@ def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> di
         creds = compile_cache.s3_credentials(profile)
         if creds:
             path = posixpath.join(state.paths.tmp, f"compile-cache-{name}-{os.getpid()}.json")
-            ctx.conn.run(
+            ctx.run(
                 f"umask 077 && mkdir -p {_q(state.paths.tmp)} && cat > {_q(path)}",
                 stdin=json.dumps(creds),
+                check=False,
             )
             spec["secrets"] = path
     return spec
@@ -979,7 +967,7 @@ def _fetch_log(ctx: HostContext, log: str, name: str) -> None:
     if run_dir is None:
         return
     try:
-        ctx.conn.get(log, str(Path(run_dir) / f"{ctx.host.name}-build-{name}.log"))
+        ctx.get(log, str(Path(run_dir) / f"{ctx.host.name}-build-{name}.log"))
     except Exception as exc:  # the error message already names the log on the host
         ctx.log.warning("could not copy %s: %s", log, exc)
 
@@ -1070,7 +1058,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     record["key"] = key
     marker_path = installed_marker(state, name)
     assert marker_path is not None
-    installed = _read_json(ctx, marker_path)
+    installed = ctx.read_json(marker_path)
     rebuild = bool(state.options.get("rebuild"))
     already = bool(
         installed and installed.get("key") == key and installed.get("sha256") and not rebuild
