@@ -103,7 +103,7 @@ def _key_env(knobs: Knobs) -> dict[str, str]:
 
 def cc_version(state: ProvisionState) -> str:
     """The host compiler nvcc uses: host var nvcc_ccbin's GCC, else the first gcc on PATH."""
-    from .toolkit import choose_compiler
+    from .toolkit_spec import choose_compiler
 
     ccbin = state.host.vars.get("nvcc_ccbin")
     chosen = choose_compiler(state.facts, str(ccbin) if ccbin else None)

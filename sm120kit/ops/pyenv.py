@@ -39,7 +39,7 @@ from ..packages import registry
 from ..state import ProvisionState, PyEnv
 from ..steps import Step
 from ..steps import commands as render_commands
-from .toolkit import pip_args, sm_code
+from .toolkit_spec import pip_args, sm_code
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions

@@ -16,11 +16,14 @@ import shlex
 import zlib
 from functools import cache
 from importlib import resources
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..connection import Connection
 from ..errors import HostFailed
-from ..host import Host
+
+if TYPE_CHECKING:
+    # The connection runs scripts too (Connection.script imports this module).
+    from ..connection import Connection
+    from ..host import Host
 
 LIB = f"{__package__}.lib"
 
