@@ -82,16 +82,16 @@ def build_env(state: ProvisionState, knobs: Knobs) -> dict[str, str]:
     return env
 
 
-def _key_env(knobs: Knobs) -> dict[str, str]:
+def _key_env(knobs: Knobs, parallelism: tuple[str, ...] = ()) -> dict[str, str]:
     """The knob env and the CMake defines: both can change the binary (key.py drops the
-    parallelism ones)."""
+    parallelism env; `parallelism`: the package's thread defines, which change no binary)."""
     env = dict(knobs.env)
     for arg in knobs.pip_args:
         if arg.startswith("-Ccmake.define."):
             define, _, value = arg[len("-Ccmake.define.") :].partition("=")
             # Parallelism, and where the host keeps things: the dependency trees' digests
             # and the toolkit version are key inputs of their own.
-            if define in ("SGL_KERNEL_COMPILE_THREADS", "CUDA_cuda_driver_LIBRARY"):
+            if define in parallelism or define == "CUDA_cuda_driver_LIBRARY":
                 continue
             if define.startswith("FETCHCONTENT_"):
                 continue
@@ -146,7 +146,7 @@ def key_inputs(
         version=str(pkg["version"]),
         source_digest=source_digest,
         patches=patches,
-        build_env=_key_env(knobs),
+        build_env=_key_env(knobs, registry.descriptor(name).oom_thread_defines),
         arch_list=tuple(state.arch_list),
         cuda_version=cuda,
         torch_version=torch,
