@@ -37,8 +37,9 @@ def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
     )
 
 
-def _plan_options(c, f, packages=None, **extra):
+def _plan_options(c, f, packages=None, **flags):
     from sm120kit.plan import PlanOptions
+    from sm120kit.run_flags import RunFlags
     from sm120kit.validate import check_recipe_flags
 
     driver, arch, recipe = f["driver"], f["arch"], f["recipe"]
@@ -48,7 +49,7 @@ def _plan_options(c, f, packages=None, **extra):
         recipe=recipe,
         packages=packages,
         recipes_dir=cli.settings(c).get("recipes_dir"),
-        extra=extra,
+        flags=RunFlags.from_mapping(flags),
     )
     if driver is not None or arch is not None or recipe is not None:
         check_recipe_flags(opts.recipes(), driver, arch, recipe)  # before any host is touched

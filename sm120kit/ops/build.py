@@ -84,7 +84,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     knobs = package_knobs(state, name)
     problems = state.resolved.problems.get(name)
     if problems:
-        if state.options.get("explain"):
+        if state.flags.explain:
             extra = source_rows(state, name, Source("", "", False), Patched(""))
             extra += dependency_rows(state, name)
             extra += target_explain(ctx, state, name, knobs, "")
@@ -114,7 +114,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
         and state.toolkit is not None
         and state.env is not None
     )
-    if state.options.get("explain"):
+    if state.flags.explain:
         extra = source_rows(state, name, source, patched)
         extra += deps.rows if deps is not None else []
         extra += target_explain(ctx, state, name, knobs, patched.tree if ready else "")
@@ -143,7 +143,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     marker_path = installed_marker(state, name)
     assert marker_path is not None
     installed = ctx.read_json(marker_path)
-    rebuild = bool(state.options.get("rebuild"))
+    rebuild = state.flags.rebuild
     already = bool(
         installed and installed.get("key") == key and installed.get("sha256") and not rebuild
     )
@@ -194,7 +194,7 @@ def _obtain(
         built.update(seconds=wheel.seconds, log=wheel.log)
         return wheel
 
-    rebuild = bool(state.options.get("rebuild"))
+    rebuild = state.flags.rebuild
     obtained = cache_for(ctx.runner).obtain(ctx, inputs, build, dest, rebuild=rebuild)
     record.update(
         wheel=obtained.path or None,

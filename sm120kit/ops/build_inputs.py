@@ -30,7 +30,7 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
     }
     layers = [
         (state.host.vars.get("max_jobs"), state.host.vars.get("nvcc_threads"), "host var"),
-        (state.options.get("max_jobs"), state.options.get("nvcc_threads"), "flag"),
+        (state.flags.max_jobs, state.flags.nvcc_threads, "flag"),
     ]
     for jobs, threads, where in layers:
         if jobs:

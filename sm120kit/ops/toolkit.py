@@ -297,7 +297,7 @@ def install_cuda_op(opts: PlanOptions) -> HostOp:
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
-        state.options["builds"] = False
+        state.flags = replace(state.flags, builds=False)
         try:
             toolkit = ensure_toolkit(ctx, state)
         finally:

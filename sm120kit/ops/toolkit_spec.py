@@ -151,7 +151,7 @@ def component_users(state: ProvisionState) -> list[str]:
     ``provision_packages``, else the recipe's; none when the recipe's torch is a CPU build, and
     none for a run that builds nothing (``install-cuda``: the first build that needs the
     libraries adds them)."""
-    if state.options.get("builds") is False:
+    if not state.flags.builds:
         return []
     if str(state.resolved.values.get("torch.cuda") or "cpu") == "cpu":
         return []
