@@ -18,6 +18,7 @@ from typing import Any
 from ..host_context import HostContext
 from ..results import StepResult
 from ..state import ProvisionState
+from ..steps import Step, render
 
 
 def installed_marker(state: ProvisionState, name: str) -> str | None:
@@ -81,9 +82,8 @@ def install(
 ) -> None:
     assert state.env is not None
     wheel = record.get("wheel") or f"<{name} wheel>"
-    pip = (
-        f"{_q(state.env.python)} -m pip install --no-deps --force-reinstall --no-index {_q(wheel)}"
-    )
+    # One Step: what check mode shows is the very command the install runs.
+    [pip] = render(install_step(state.env.python, wheel))
     verb = f"reinstall ({why}):" if why else "install"
     if not ctx.may_act(step, f"{verb} {os.path.basename(wheel)} into {state.env.path}", [pip]):
         return
@@ -115,8 +115,14 @@ def install(
     record["installed"] = "now"
 
 
+def install_step(python: str, wheel: str) -> Step:
+    """The install as a Step: pip puts exactly this wheel in the env, nothing else."""
+    argv = [python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-index"]
+    return Step("run", argv=[*argv, wheel])
+
+
 def _q(text: str) -> str:
     return shlex.quote(text)
 
 
-__all__ = ["env_drift", "install", "installed_marker"]
+__all__ = ["env_drift", "install", "install_step", "installed_marker"]
