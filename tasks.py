@@ -37,8 +37,9 @@ def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
     )
 
 
-def _plan_options(c, f, packages=None, **extra):
+def _plan_options(c, f, packages=None, **flags):
     from sm120kit.plan import PlanOptions
+    from sm120kit.run_flags import RunFlags
     from sm120kit.validate import check_recipe_flags
 
     driver, arch, recipe = f["driver"], f["arch"], f["recipe"]
@@ -48,7 +49,7 @@ def _plan_options(c, f, packages=None, **extra):
         recipe=recipe,
         packages=packages,
         recipes_dir=cli.settings(c).get("recipes_dir"),
-        extra=extra,
+        flags=RunFlags.from_mapping(flags),
     )
     if driver is not None or arch is not None or recipe is not None:
         check_recipe_flags(opts.recipes(), driver, arch, recipe)  # before any host is touched
@@ -98,16 +99,23 @@ def recipes(c, **f):
     cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
-@task(*COMMON, *RECIPE, "explain")
+@task(*COMMON, *RECIPE, "explain", "package")
 def plan(c, **f):
-    """Check mode: per host the recipe, then every step as ok / would change, with its commands."""
+    """Check mode: per host the recipe, then every step as ok / would change, with its commands
+    (with --package: the dry run of `invoke build --package P`, its steps only)."""
     from sm120kit import provision
     from sm120kit.output import report
 
+    if f["package"]:
+        _build(c, f["package"], f, check=True)
+        return
     opts = _plan_options(c, f, explain=f["explain"])
     s = _session(c, f, check_mode=True)
     _check_recipes(s, opts)
-    cli.finish(s, s.run("plan", provision.plan_or_provision_op(opts)), report.render_plan)
+    result = s.run("plan", provision.plan_or_provision_op(opts))
+    if f["explain"]:
+        report.print_explain(result)
+    cli.finish(s, result, report.render_plan)
 
 
 @task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "rebuild", "recheck")
@@ -145,7 +153,9 @@ def install_cuda(c, **f):
     )
 
 
-def _build(c, package, f):
+def _build(c, package, f, check=False):
+    """`build` and `build-<package>`; with `check` (`plan --package`) its dry run: the same
+    operation in check mode, every step shown as ok / would change with its commands."""
     from sm120kit.ops import build as build_ops
     from sm120kit.output import report
 
@@ -156,17 +166,23 @@ def _build(c, package, f):
         f,
         packages=[package],
         explain=f["explain"],
-        rebuild=f["rebuild"],
-        max_jobs=f["max_jobs"],
-        nvcc_threads=f["nvcc_threads"],
+        rebuild=f.get("rebuild", False),
+        max_jobs=f.get("max_jobs", 0),
+        nvcc_threads=f.get("nvcc_threads", 0),
     )
     known = sorted({p.name for r in opts.recipes().values() for p in r.packages})
     if package not in known:
         raise cli.Sm120Error(f"--package {package!r}: no recipe has it (have: {', '.join(known)})")
-    s = _session(c, f, break_lock=f["break_lock"])
+    if check:
+        s = _session(c, f, check_mode=True)
+    else:
+        s = _session(c, f, break_lock=f["break_lock"])
     _check_recipes(s, opts)
-    result = s.run(f"build:{package}", build_ops.build_op(opts, package, s.runner), lock=True)
-    cli.finish(s, result, report.render_build)
+    op = build_ops.build_op(opts, package, s.runner)
+    result = s.run("plan" if check else f"build:{package}", op, lock=not check)
+    if f["explain"]:
+        report.print_explain(result)
+    cli.finish(s, result, report.render_plan if check else report.render_build)
 
 
 @task("package", *BUILD)

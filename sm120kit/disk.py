@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .connection import uncancelled, uncounted
 
 if TYPE_CHECKING:
-    from .runner import HostContext
+    from .host_context import HostContext
 
 #: Below this many free bytes under work_root a failed step is put down to the disk (a venv
 #: with pip alone needs about 20 MB, a CUDA toolkit gigabytes).
@@ -44,7 +44,7 @@ def free_under(ctx: HostContext) -> tuple[str, int] | None:
     """(directory, free bytes) for the host's work_root, or None when it cannot be told."""
     try:
         with uncancelled(), uncounted():
-            res = ctx.conn.run(probe_command(ctx.host.work_root), timeout=30)
+            res = ctx.run(probe_command(ctx.host.work_root), check=False, timeout=30)
     except Exception:  # noqa: BLE001 - a note on a failure must never fail itself
         return None
     lines = res.stdout.strip().splitlines()

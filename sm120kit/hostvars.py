@@ -83,7 +83,7 @@ _STR_REQUIRED = VarType(_is_str, "a string", nullable=False)
 
 #: Every inventory variable the tool reads, and its type. Where each is used:
 #: connection (host.py, connection.py), toolkit and env (ops/toolkit.py, ops/pyenv.py),
-#: builds (ops/build.py), compile cache (compile_cache.py), recipes (recipes.py), smoke
+#: builds (ops/build.py and its ops/build_*.py, ops/compile.py), compile cache (compile_cache.py), recipes (recipes.py), smoke
 #: (ops/smoke_check.py), wheel cache (cache/resolve.py, cache/election.py).
 HOST_VARS: dict[str, VarType] = {
     "ansible_host": _STR_REQUIRED,

@@ -1,6 +1,6 @@
 """A deterministic tar of a local source tree, named by the tree hash the host checks.
 
-Used for ``path`` sources (ops/build.py) and for the controller's source store (sources.py),
+Used for ``path`` sources (ops/build_source.py) and for the controller's source store (sources.py),
 so both produce the same bytes for the same tree.
 """
 

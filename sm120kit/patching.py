@@ -28,9 +28,8 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .connection import Connection
 from .errors import PatchError, RecipeError
-from .remote import run_script
+from .remote import ScriptHost
 from .steps import Step
 
 APPLIES = "applies"
@@ -219,7 +218,7 @@ def patch_step(tree: str, patches: list[Patch]) -> Step:
 
 
 def run_patch_steps(
-    conn: Connection, steps: list[Step], cleanup: list[str], *, python: str | None = None
+    conn: ScriptHost, steps: list[Step], cleanup: list[str], *, python: str | None = None
 ) -> PatchReport:
     """Run steps holding a ``patch`` step on the host (remote/patch_tree.py's interpreter).
 
@@ -227,7 +226,7 @@ def run_patch_steps(
     paths are removed then, and the tree the patches were for is unchanged.
     """
     [patch] = [s for s in steps if s["op"] == "patch"]
-    result = run_script(conn, "patch_tree", {"steps": steps, "cleanup": cleanup}, python=python)
+    result = conn.script("patch_tree", {"steps": steps, "cleanup": cleanup}, python=python)
     states = list(result.get("patches") or [])
     for entry in states:
         if entry["state"] == DOES_NOT_APPLY:
@@ -238,7 +237,7 @@ def run_patch_steps(
 
 
 def check_and_apply(
-    conn: Connection,
+    conn: ScriptHost,
     tree: str,
     patches: list[Patch],
     *,
@@ -250,7 +249,7 @@ def check_and_apply(
     Raises PatchError (one line, then the rejected hunk) when a patch does not apply; the
     tree is unchanged then.
     """
-    result = run_script(conn, "patch_tree", patch_args(tree, patches, apply), python=python)
+    result = conn.script("patch_tree", patch_args(tree, patches, apply), python=python)
     if result.get("error"):
         raise PatchError(f"{conn.host.name}: patching {tree} failed: {result['error']}")
     states = list(result.get("patches") or [])

@@ -16,6 +16,7 @@ from typing import Any
 
 from .facts import gather
 from .recipes import Recipe, load_recipes, resolve_for_host, select_recipe
+from .run_flags import RunFlags
 from .runner import HostContext, HostOp
 from .state import ProvisionState
 
@@ -29,9 +30,16 @@ class PlanOptions:
     recipe: str | None = None
     recipes_dir: str | None = None
     packages: list[str] | None = None  # None: the host's provision_packages, else the recipe's
-    extra: dict[str, Any] = field(default_factory=dict)  # per-task flags (max_jobs, explain...)
+    flags: RunFlags = field(default_factory=RunFlags)
+    #: The same flags by name (``{"max_jobs": 3}``), for callers that have them so; they
+    #: replace `flags`, checked (an unknown name is a TypeError).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     _recipes: dict[str, Recipe] | None = None
+
+    def __post_init__(self) -> None:
+        if self.extra:
+            self.flags = RunFlags.from_mapping(self.extra)
 
     def recipes(self) -> dict[str, Recipe]:
         """Recipes are loaded (and validated) once per run, before any host is touched."""
@@ -56,8 +64,7 @@ def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
             forced=opts.recipe,
         )
         step.message = f"{resolved.recipe.name}: {resolved.selection.reason}"
-    options = {**opts.extra, "packages": opts.packages}
-    state = ProvisionState(ctx.host, facts, resolved, options=options)
+    state = ProvisionState(ctx.host, facts, resolved, flags=opts.flags, wanted=opts.packages)
     ctx.state = state
     ctx.set(
         recipe=resolved.recipe.name,

@@ -23,7 +23,7 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
         for name in names:
             ensure_package(ctx, state, name)
         if not ctx.check_mode:
-            smoke_or_reuse(ctx, state, names, recheck=bool(opts.extra.get("recheck")))
+            smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
         ctx.set(
             toolkit=state.toolkit.to_dict() if state.toolkit else None,
             env=state.env.to_dict() if state.env else None,

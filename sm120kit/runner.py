@@ -25,38 +25,23 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import controller, disk
-from .connection import (
-    CommandResult,
-    Connection,
-    ConnectOptions,
-    cancel_all,
-    connect,
-    reset_cancel,
-    uncancelled,
-    uncounted,
-)
-from .errors import HostFailed, HostUnreachable, Interrupted, LockHeld, Sm120Error, one_line
+from .connection import ConnectOptions, cancel_all, reset_cancel, uncancelled, uncounted
+from .errors import HostUnreachable, Interrupted, LockHeld, Sm120Error, one_line
 from .host import Host
+from .host_context import HostContext, SkipHost
 from .output.progress import NullProgress, Progress
-from .remote import run_script
-from .results import HostResult, RunResult, StepResult
+from .results import HostResult, RunResult
 from .run import Run
 
 if TYPE_CHECKING:
     from .cache.wheels import WheelCache
-    from .state import ProvisionState
-
-
-class SkipHost(Exception):
-    """Raised by a host op to mark its host skipped (with a reason)."""
 
 
 @dataclass
@@ -83,138 +68,6 @@ def _redactor(secrets_: list[str]) -> logging.Filter:
             return True
 
     return Redact()
-
-
-class HostContext:
-    """What a host op sees of its host: connection, steps, commands, results."""
-
-    def __init__(self, host: Host, runner: Runner, result: HostResult, log: logging.Logger):
-        self.host = host
-        self.runner = runner
-        self.result = result
-        self.log = log
-        self.facts: dict[str, Any] | None = None
-        #: This host's facts and resolved recipe, once ``plan.prepare`` made them.
-        self.state: ProvisionState | None = None
-        self._conn: Connection | None = None
-
-    @property
-    def check_mode(self) -> bool:
-        return self.runner.options.check_mode
-
-    @property
-    def conn(self) -> Connection:
-        """The host's connection, opened (with bounded retries) on first use."""
-        if self._conn is None:
-            conn = connect(self.host, self.runner.options.connect)
-            self.log.info("connecting to %s", self.host.display())
-            conn.open()
-            self._conn = conn
-        return self._conn
-
-    @property
-    def commands_run(self) -> int:
-        return self._conn.commands_run if self._conn is not None else 0
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[StepResult]:
-        """Record a step; the block sets `.status = "changed"` when it changed the host."""
-        step = StepResult(name)
-        self.result.steps.append(step)
-        self.runner.progress.step(self.host.name, name)
-        self.log.info("step %s", name)
-        start = time.monotonic()
-        try:
-            yield step
-        except SkipHost as exc:
-            step.status, step.message = "skipped", str(exc)
-            raise
-        except Interrupted as exc:
-            step.status, step.message = "interrupted", f"interrupted ({exc})"
-            raise
-        except BaseException as exc:
-            step.status = "failed"
-            step.message = one_line(str(exc)) or type(exc).__name__
-            raise
-        finally:
-            step.seconds = time.monotonic() - start
-            self.log.info("step %s: %s %s", name, step.status, step.message)
-
-    def run(
-        self,
-        command: str,
-        *,
-        check: bool = True,
-        stdin: str | None = None,
-        timeout: float | None = None,
-        what: str | None = None,
-    ) -> CommandResult:
-        """Run a shell command on the host; a non-zero exit raises HostFailed when `check`."""
-        self.log.info("$ %s", command)
-        res = self.conn.run(command, stdin=stdin, timeout=timeout)
-        self.log.info("exit %d", res.exit_code)
-        if res.stdout.strip():
-            self.log.info("stdout:\n%s", res.stdout.rstrip()[-20000:])
-        if res.stderr.strip():
-            self.log.info("stderr:\n%s", res.stderr.rstrip()[-20000:])
-        if check and not res.ok:
-            tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
-            raise HostFailed(f"{what or command!r} failed (exit {res.exit_code}): {tail[0]}")
-        return res
-
-    def script(
-        self,
-        name: str,
-        args: dict[str, Any] | None = None,
-        *,
-        python: str | None = None,
-        timeout: float | None = None,
-        path: list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Run a stdlib-only remote script (sm120kit/remote/<name>.py) and return its JSON;
-        `path`: directories put in front of the host's PATH for it."""
-        self.log.info("remote script %s %s", name, json.dumps(args or {}, sort_keys=True)[:4000])
-        if path:
-            self.log.info("PATH prefix %s", ":".join(path))
-        doc = run_script(self.conn, name, args, python=python, timeout=timeout, path=path)
-        self.log.info("-> %s", json.dumps(doc, sort_keys=True)[:20000])
-        return doc
-
-    def put(self, local: str, remote: str) -> None:
-        """Copy a controller file to the host (logged like a command)."""
-        self.log.info("put %s -> %s", local, remote)
-        self.conn.put(local, remote)
-
-    def get(self, remote: str, local: str) -> None:
-        """Copy a host file to the controller (logged like a command)."""
-        self.log.info("get %s -> %s", remote, local)
-        self.conn.get(remote, local)
-
-    def may_act(self, step: StepResult, message: str, commands: list[str] | None = None) -> bool:
-        """May the operation act now? Marks `step` changed; in check mode records what would run
-        (`commands`, the rendered steps) and answers False.
-
-        Operations ask once they know a change is needed, before touching the host:
-        `if ctx.may_act(step, "install CUDA 13.0.2", cmds): <do it>`.
-        """
-        step.status = "changed"
-        if self.check_mode:
-            step.message = f"would {message}"
-            step.commands = list(commands or [])
-            return False
-        step.message = message
-        return True
-
-    def set(self, **fields: Any) -> None:
-        """Record result fields for this host's JSON result."""
-        self.result.data.update(fields)
-
-    def skip(self, reason: str) -> None:
-        raise SkipHost(reason)
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
 
 
 #: What the runner runs once per host: reads facts, acts, records through the context.
@@ -441,7 +294,7 @@ class Runner:
         # The lock step is bookkeeping, not a change or a task step anyone asked for.
         ctx.result.steps.remove(step)
         # From here on each command leaves its process group id in the lock directory.
-        ctx.conn.pgid_dir = posixpath.join(ctx.host.work_root, "locks", "run.lock")
+        ctx.keep_process_groups_in(posixpath.join(ctx.host.work_root, "locks", "run.lock"))
 
 
 class _Heartbeat:

@@ -13,9 +13,8 @@ import time
 import urllib.parse
 from typing import Any
 
-from .connection import Connection
 from .errors import Sm120Error
-from .remote import run_script
+from .remote import ScriptHost
 
 READY = "ready"
 WARMING_UP = "warming_up"
@@ -38,7 +37,7 @@ _COMMAND_SLACK = 30.0
 
 
 def serve_check(
-    conn: Connection,
+    conn: ScriptHost,
     url: str,
     timeout: float,
     interval: float = 2.0,
@@ -122,10 +121,9 @@ def check_arguments(url: str, timeout: float) -> None:
     _validate(url, timeout, 2.0, 3.0)
 
 
-def poll(conn: Connection, url: str, request_timeout: float = 3.0) -> dict[str, Any]:
+def poll(conn: ScriptHost, url: str, request_timeout: float = 3.0) -> dict[str, Any]:
     """One GET of /health and /v1/models on the host (the probe's raw "poll" JSON)."""
-    return run_script(
-        conn,
+    return conn.script(
         "serve_probe",
         {"mode": "poll", "url": url, "request_timeout": request_timeout},
         timeout=2 * request_timeout + _COMMAND_SLACK,
@@ -133,7 +131,7 @@ def poll(conn: Connection, url: str, request_timeout: float = 3.0) -> dict[str, 
 
 
 def diagnose(
-    conn: Connection,
+    conn: ScriptHost,
     url: str,
     *,
     request_timeout: float = 3.0,
@@ -161,7 +159,7 @@ def diagnose(
     args.update({k: v for k, v in optional.items() if v is not None})
     # py-spy may run once per rank (20 s cap each) after a 1 s CPU sample and a poll.
     budget = 2 * request_timeout + sample_s + 20 * 17 + 20 + _COMMAND_SLACK
-    return run_script(conn, "serve_probe", args, timeout=budget)
+    return conn.script("serve_probe", args, timeout=budget)
 
 
 def judge(diag: dict[str, Any]) -> tuple[str, str, str | None]:

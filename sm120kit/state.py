@@ -14,6 +14,7 @@ from .errors import RecipeError
 from .host import Host
 from .paths import HostPaths
 from .recipes import ResolvedRecipe
+from .run_flags import RunFlags
 
 
 @dataclass
@@ -59,7 +60,9 @@ class ProvisionState:
     toolkit: Toolkit | None = None
     env: PyEnv | None = None
     packages: dict[str, dict[str, Any]] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)  # per-run flags (max_jobs, explain...)
+    flags: RunFlags = field(default_factory=RunFlags)
+    #: ``--package``: the packages this run builds (None: the host's, `host_packages`).
+    wanted: list[str] | None = None
 
     def host_packages(self) -> list[str]:
         """The packages this host provisions: host var ``provision_packages``, else every
@@ -71,8 +74,7 @@ class ProvisionState:
         """The packages this run builds: ``--package``, else `host_packages`. A name the
         recipe lacks is a RecipeError naming the host and the recipe."""
         known = self.resolved.package_names()
-        wanted = self.options.get("packages")
-        wanted = list(wanted) if wanted is not None else self.host_packages()
+        wanted = list(self.wanted) if self.wanted is not None else self.host_packages()
         unknown = [p for p in wanted if p not in known]
         if unknown:
             raise RecipeError(

@@ -3,7 +3,7 @@
 Values that end up in a shell command, an environment variable nvcc hands to `sh`, or a
 cache key are refused here when they cannot be right, with one line naming where the value
 came from (the inventory file and host, the flag, or the setting). Type checks of host vars
-and YAML structure live in inventory.py; this module says what a *good* value is.
+and YAML structure live in inventory_files.py; this module says what a *good* value is.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def check_host_vars(name: str, vars_: Mapping[str, Any], sources: Mapping[str, s
 
 
 def check_pip_args(value: str, where: str = "pip_args") -> list[str]:
-    """A string `pip_args` split like a shell would (ops/toolkit.py's `pip_args` does the
+    """A string `pip_args` split like a shell would (ops/toolkit_spec.py's `pip_args` does the
     same); an unbalanced quote is an input error here, not a ValueError mid-run."""
     import shlex
 

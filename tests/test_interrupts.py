@@ -183,19 +183,19 @@ def test_progress_poll_thread_ends_quietly_when_the_run_is_cancelled(
     cancelled, as a signal mid-build does: it ends without a traceback of its own."""
     from sm120kit.connection import cancel_all, reset_cancel
     from sm120kit.host import Host
-    from sm120kit.ops import build
+    from sm120kit.ops import build_progress
     from sm120kit.runner import HostContext, Runner, RunOptions
 
     seen: list[str] = []
     monkeypatch.setattr(
         "threading.excepthook", lambda args: seen.append(f"{args.thread.name}: {args.exc_type}")
     )
-    monkeypatch.setattr(build, "PROGRESS_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(build_progress, "PROGRESS_POLL_SECONDS", 0.05)
     progress = tmp_path / "progress.json"
     progress.write_text('{"done": 1, "total": 4}')
 
     def op(ctx: HostContext) -> None:
-        with build._poll_progress(ctx, "wheel:x", str(progress)):
+        with build_progress.poll_progress(ctx, "wheel:x", str(progress)):
             time.sleep(0.3)  # polls run
             cancel_all("SIGINT")
             time.sleep(0.5)  # the next poll finds the run cancelled

@@ -25,7 +25,7 @@ EXPECTED: dict[str, set[str]] = {
     "facts": COMMON,
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
-    "plan": COMMON | RECIPE | {"explain"},
+    "plan": COMMON | RECIPE | {"explain", "package"},
     "provision": COMMON | RECIPE | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},

@@ -1,6 +1,6 @@
 """What the wheel cache needs from a host's context: a typed protocol instead of ``Any``.
 
-The runner's ``HostContext`` satisfies it, and so does any stand-in with the same members
+The run API's ``HostContext`` satisfies it, and so does any stand-in with the same members
 (a check-mode view, a test double): the cache reads the host and its vars, logs, runs
 commands and moves files over the host's connection, shows progress, and records events in
 the host's result.
@@ -9,9 +9,11 @@ the host's result.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from ..connection import CommandResult, Connection
+from ..connection import CommandResult
 from ..host import Host
 from ..output.progress import Progress
 from ..paths import HostPaths
@@ -36,7 +38,7 @@ class StateView(Protocol):
 
 
 class CacheHost(Protocol):
-    """A host's context as the wheel cache sees it (``sm120kit.runner.HostContext``)."""
+    """A host's context as the wheel cache sees it (``sm120kit.host_context.HostContext``)."""
 
     @property
     def host(self) -> Host: ...
@@ -47,8 +49,11 @@ class CacheHost(Protocol):
     @property
     def check_mode(self) -> bool: ...
 
-    @property
-    def conn(self) -> Connection: ...
+    def put(self, local: str | os.PathLike[str], remote: str) -> None: ...
+
+    def get(self, remote: str, local: str | os.PathLike[str]) -> None: ...
+
+    def sftp_opener(self) -> Callable[[], Any] | None: ...
 
     @property
     def result(self) -> HostResult: ...

@@ -130,9 +130,9 @@ class Lookup:
             local = src.store.fetch(key, tmp)  # checks sha256; CorruptEntry after quarantine
             folder = host_dir(ctx, dest_dir)
             part = posixpath.join(folder, f".{local.name}.part-{secrets.token_hex(6)}")
-            ctx.log.info("put %s from %s -> %s", local.name, src.name, part)
+            ctx.log.info("%s from store %s to the host", local.name, src.name)
             try:
-                ctx.conn.put(local, part)
+                ctx.put(local, part)
             except Sm120Error:
                 raise
             except Exception as exc:

@@ -46,7 +46,7 @@ class Publisher:
         with tempfile.TemporaryDirectory(prefix="sm120kit-built-") as tmp:
             local = Path(tmp) / filename
             try:
-                ctx.conn.get(built.path, local)
+                ctx.get(built.path, local)
             except Sm120Error:
                 raise
             except Exception as exc:

@@ -133,9 +133,9 @@ class Stores:
             root = ctx.state.paths.wheel_cache
         else:
             root = posixpath.join(ctx.host.work_root, "cache", "wheels")
-        conn = ctx.conn
-        if isinstance(conn, SSHConnection):
-            store: Store = SFTPStore(conn.sftp, root, name=HOST_STORE)
+        sftp = ctx.sftp_opener()
+        if sftp is not None:
+            store: Store = SFTPStore(sftp, root, name=HOST_STORE)
         else:
             store = LocalStore(os.path.expanduser(root), name=HOST_STORE)
         return Source(HOST_STORE, store, host_root=root)

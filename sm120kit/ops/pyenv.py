@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import compile_cache as compile_cache_ops
@@ -39,7 +39,7 @@ from ..packages import registry
 from ..state import ProvisionState, PyEnv
 from ..steps import Step
 from ..steps import commands as render_commands
-from .toolkit import pip_args, sm_code
+from .toolkit_spec import pip_args, sm_code
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
@@ -466,7 +466,7 @@ def env_op(opts: PlanOptions) -> HostOp:
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
-        state.options["builds"] = False
+        state.flags = replace(state.flags, builds=False)
         toolkit = ensure_toolkit(ctx, state)
         env = ensure_env(ctx, state, opts.packages)
         ctx.set(toolkit=toolkit.to_dict(), env=env.to_dict(), notes=state.resolved.notes)

@@ -24,7 +24,7 @@ def serve_check_op(
     def run(ctx: HostContext) -> None:
         with ctx.step("serve-check") as step:
             ctx.runner.progress.step(ctx.host.name, "serve-check", f"polling {url}")
-            result = serve.serve_check(ctx.conn, url, timeout, pid=pid, process_match=process_match)
+            result = serve.serve_check(ctx, url, timeout, pid=pid, process_match=process_match)
             ctx.set(serve=result)
             step.message = f"{result['verdict']}: {result['reason']}"
             if not result.get("ready"):

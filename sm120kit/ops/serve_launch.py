@@ -73,7 +73,7 @@ def serve_launch_op(
             ctx.set(launched={"argv": argv, "pid": started["pid"], "log": started["log"]})
         with ctx.step("serve-check") as step:
             ctx.runner.progress.step(ctx.host.name, "serve-check", f"polling {url}")
-            result = serve.serve_check(ctx.conn, url, timeout, pid=int(started["pid"]))
+            result = serve.serve_check(ctx, url, timeout, pid=int(started["pid"]))
             if not result.get("ready"):
                 result["log_tail"] = _tail(ctx, started["log"])
             ctx.set(serve=result)

@@ -40,584 +40,44 @@ for every pip install, e.g. ``["--find-links", "/opt/wheels"]``).
 
 from __future__ import annotations
 
-import json
 import posixpath
 import secrets
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .. import cuda_libraries as cudalibs
 from .. import drivers as drv
 from ..errors import HostFailed
-from ..remote.lib.arch import Arch
 from ..state import ProvisionState, Toolkit
-from ..steps import Step
-from ..steps import commands as render_commands
-from ..validate import check_pip_args
+from .toolkit_install import (
+    InstallPlan,
+    apt_distro,
+    install_plan,
+    pip_constraints,
+    sudo_prefix,
+    sudo_stdin,
+)
+from .toolkit_spec import (
+    NVCC_VERSIONS,
+    ToolkitSpec,
+    choose_compiler,
+    expected_nvcc,
+    find_toolkit,
+    host_compiler_problem,
+    missing_components,
+    pip_args,
+    releases_for_nvcc,
+    sm_code,
+    toolkit_mismatch,
+)
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
     from ..runner import HostContext, HostOp
 
-#: Toolkit release -> the nvcc version it ships (``nvcc --version``'s ``V...``, also the
-#: nvidia-cuda-nvcc wheel's version). Releases missing here are matched by major.minor only.
-NVCC_VERSIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "12.8.0": "12.8.61",
-        "12.8.1": "12.8.93",
-        "12.9.0": "12.9.41",
-        "12.9.1": "12.9.86",
-        "13.0.0": "13.0.48",
-        "13.0.1": "13.0.88",
-        "13.0.2": "13.0.88",
-        "13.1.0": "13.1.80",
-        "13.1.1": "13.1.115",
-    }
-)
 
-#: (os id, version id) -> NVIDIA's repo name for the apt route.
-APT_DISTROS: Mapping[tuple[str, str], str] = MappingProxyType(
-    {
-        ("ubuntu", "22.04"): "ubuntu2204",
-        ("ubuntu", "24.04"): "ubuntu2404",
-        ("debian", "12"): "debian12",
-    }
-)
-#: Machine -> NVIDIA's repo architecture directory.
-APT_ARCHES: Mapping[str, str] = MappingProxyType({"x86_64": "x86_64", "aarch64": "sbsa"})
-KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
-#: CUDA 12.8/12.9 headers declare cospi/sinpi/rsqrt that glibc >= 2.41 declares too.
-GLIBC_CLASH = (2, 41)
-GLIBC_CLASH_RELEASES = ("12.8", "12.9")
-
-CHECK_KERNEL = "__global__ void sm120kit_check(int *p) { p[threadIdx.x] = 1; }\n"
-SOURCE_RANK = {"work_root": 0, "system": 1, "CUDA_HOME": 2, "CUDA_PATH": 2, "PATH": 3}
 INSTALL_TIMEOUT = 4 * 3600.0
-
-
-def expected_nvcc(toolkit: str) -> str | None:
-    """The nvcc version `toolkit` ships, when known (``13.0.2`` -> ``13.0.88``)."""
-    try:
-        return NVCC_VERSIONS.get(drv.canonical_toolkit(toolkit))
-    except ValueError:
-        return None
-
-
-def releases_for_nvcc(nvcc_version: str | None) -> list[str]:
-    """Toolkit releases shipping `nvcc_version`, oldest first (``13.0.88`` -> 13.0.1, 13.0.2)."""
-    return [t for t, v in NVCC_VERSIONS.items() if v == nvcc_version]
-
-
-def sm_code(arch: str) -> str:
-    """``12.0`` -> ``sm_120``; ``12.0a`` -> ``sm_120a``; ``12.0+PTX`` -> ``sm_120``."""
-    return Arch.parse(arch).sm_code
-
-
-def pip_args(host_vars: Mapping[str, Any]) -> list[str]:
-    """Extra arguments for every pip install on a host, from its vars.
-
-    ``pip_cache_dir`` becomes ``--cache-dir DIR`` (default: pip's own cache); ``pip_args`` (a
-    list, or a string split like a shell would) is appended as is, e.g. ``["--find-links",
-    "/opt/wheels"]`` for a local wheelhouse or ``["--proxy", "http://proxy:3128"]``.
-    """
-    out: list[str] = []
-    cache = host_vars.get("pip_cache_dir")
-    if cache:
-        out += ["--cache-dir", str(cache)]
-    extra = host_vars.get("pip_args")
-    if isinstance(extra, str):
-        out += check_pip_args(extra)
-    elif isinstance(extra, list):
-        out += [str(a) for a in extra]
-    return out
-
-
-# --------------------------------------------------------------------------- spec and matching
-
-
-@dataclass(frozen=True)
-class ToolkitSpec:
-    """What the recipe asks for, with where it would go on this host."""
-
-    version: str
-    release: str
-    method: str
-    prefix: str
-    nvcc_version: str | None
-    arch: tuple[str, ...]
-    gcc_max: int
-    gcc_max_source: str
-    pip_packages: tuple[str, ...]
-    url: str
-    sha256: str
-    sha256_source: str
-    runfile: str
-    apt_packages: tuple[str, ...]
-    mirror: str
-    work_root: str
-    #: Toolkit libraries the packages of this run need (sm120kit/cuda_libraries.py), and those
-    #: packages: a toolkit without them does not serve, and the pip/apt routes add them.
-    components: tuple[str, ...] = ()
-    components_for: tuple[str, ...] = ()
-
-    @classmethod
-    def from_state(cls, state: ProvisionState) -> ToolkitSpec:
-        v, src = state.resolved.values, state.resolved.sources
-        version = str(v["cuda.version"])
-        release = drv.cuda_major_minor(version)
-        method = str(v["cuda.method"])
-        prefix = f"/usr/local/cuda-{release}" if method == "apt" else state.paths.toolkit(version)
-        users = component_users(state)
-        apt = tuple(v.get("cuda.apt_packages") or ())
-        components = cudalibs.needed(users)
-        if method == "apt" and components:
-            apt += tuple(drv.apt_library_packages(release, components))
-        return cls(
-            version=version,
-            release=release,
-            method=method,
-            prefix=prefix,
-            nvcc_version=expected_nvcc(version),
-            arch=tuple(state.arch_list),
-            gcc_max=int(v["cuda.gcc_max"]),
-            gcc_max_source=src.get("cuda.gcc_max", "?"),
-            pip_packages=tuple(v.get("cuda.pip_packages") or ()),
-            url=str(v.get("cuda.url") or ""),
-            sha256=str(v.get("cuda.sha256") or ""),
-            sha256_source=src.get("cuda.sha256", "?"),
-            runfile=str(v.get("cuda.runfile") or ""),
-            apt_packages=apt,
-            mirror=str(v.get("cuda.mirror") or drv.DEFAULT_MIRROR),
-            work_root=state.paths.work_root,
-            components=components,
-            components_for=tuple(p for p in users if cudalibs.package_needs(p)),
-        )
-
-    @property
-    def major(self) -> int:
-        return drv.cuda_major(self.version)
-
-
-def component_users(state: ProvisionState) -> list[str]:
-    """The packages of this run that build against a CUDA torch (the only builds that read
-    ATen's CUDA headers or link the toolkit's libraries): ``--package``, else the host's
-    ``provision_packages``, else the recipe's; none when the recipe's torch is a CPU build, and
-    none for a run that builds nothing (``install-cuda``: the first build that needs the
-    libraries adds them)."""
-    if state.options.get("builds") is False:
-        return []
-    if str(state.resolved.values.get("torch.cuda") or "cpu") == "cpu":
-        return []
-    return [
-        p
-        for p in state.run_packages()
-        if state.resolved.values.get(f"packages.{p}.needs_cuda_torch", True)
-    ]
-
-
-def _exact_releases(entry: Mapping[str, Any]) -> list[str]:
-    version = str(entry.get("version") or "")
-    if version in drv.TOOLKIT_MIN_DRIVER:
-        return [version]
-    return releases_for_nvcc(entry.get("nvcc_version"))
-
-
-def _entry_release(entry: Mapping[str, Any]) -> str | None:
-    if entry.get("nvcc_release"):
-        return str(entry["nvcc_release"])
-    try:
-        return drv.cuda_major_minor(entry.get("version"))
-    except Exception:
-        return None
-
-
-def toolkit_mismatch(entry: Mapping[str, Any], spec: ToolkitSpec, driver: str | None) -> str | None:
-    """Why a facts["cuda"] entry cannot serve `spec` on `driver`; None when it can."""
-    if not entry.get("nvcc"):
-        return "no nvcc"
-    release = _entry_release(entry)
-    if release != spec.release:
-        return f"CUDA {release}, not {spec.release}"
-    if driver:
-        exact = _exact_releases(entry)
-        oldest = exact[0] if exact else None
-        if oldest is None:
-            ga = f"{release}.0"
-            oldest = ga if ga in drv.TOOLKIT_MIN_DRIVER else None
-        if oldest is not None and not drv.toolkit_can_run(oldest, driver):
-            return f"CUDA {oldest} needs driver >= {drv.min_driver(oldest)}, the target is {driver}"
-    return missing_components(entry, spec)
-
-
-def missing_components(entry: Mapping[str, Any], spec: ToolkitSpec) -> str | None:
-    """Which of the libraries `spec` needs a facts["cuda"] entry lacks, for people."""
-    have = set(entry.get("components") or ())
-    missing = [c for c in spec.components if c not in have]
-    if not missing:
-        return None
-    return (
-        f"lacks {cudalibs.describe(missing)} (headers/libraries the "
-        f"{', '.join(spec.components_for)} build needs)"
-    )
-
-
-def find_toolkit(
-    facts: Mapping[str, Any], spec: ToolkitSpec, driver: str | None
-) -> tuple[Toolkit | None, list[str]]:
-    """The best toolkit of the host's facts for `spec`, and why each other one was passed over."""
-    matches: list[Mapping[str, Any]] = []
-    rejected: list[str] = []
-    for entry in facts.get("cuda") or []:
-        why = toolkit_mismatch(entry, spec, driver)
-        if why:
-            rejected.append(f"{entry.get('version')} at {entry.get('path')}: {why}")
-        else:
-            matches.append(entry)
-    if not matches:
-        return None, rejected
-
-    def rank(e: Mapping[str, Any]) -> tuple[int, int, int, str]:
-        return (
-            0 if spec.version in _exact_releases(e) else 1,
-            0 if spec.nvcc_version and e.get("nvcc_version") == spec.nvcc_version else 1,
-            SOURCE_RANK.get(str(e.get("source")), 4),
-            str(e.get("path")),
-        )
-
-    best = sorted(matches, key=rank)[0]
-    return (
-        Toolkit(
-            version=str(best.get("version") or best.get("nvcc_version")),
-            release=spec.release,
-            nvcc_version=best.get("nvcc_version"),
-            cuda_home=str(best["path"]),
-            nvcc=str(best["nvcc"]),
-            source=str(best.get("source") or "unknown"),
-        ),
-        rejected,
-    )
-
-
-# --------------------------------------------------------------------------- host compiler
-
-
-def _major(version: str) -> int:
-    return int(str(version).split(".")[0])
-
-
-def _gcc_name(path: str) -> str:
-    return posixpath.basename(path).replace("g++", "gcc")
-
-
-def choose_compiler(facts: Mapping[str, Any], ccbin: str | None) -> dict[str, Any] | None:
-    """The facts["gcc"] entry nvcc will use: host var nvcc_ccbin's, else plain ``gcc``."""
-    gccs = list(facts.get("gcc") or [])
-    if ccbin:
-        # The very path, or its gcc sibling in the same directory (g++-14 -> gcc-14); never a
-        # basename match elsewhere, which would take /nonexistent/gcc for the PATH's gcc.
-        # check_host_compiler puts the compiler's real version (from running it) in facts.
-        sibling = posixpath.join(posixpath.dirname(ccbin), _gcc_name(ccbin))
-        for path in (ccbin, sibling):
-            for g in gccs:
-                if g["path"] == path:
-                    return dict(g)
-        return None
-    for g in gccs:
-        if posixpath.basename(g["path"]) == "gcc":
-            return dict(g)
-    return dict(gccs[0]) if gccs else None
-
-
-def _glibc(text: Any) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(p) for p in str(text).split(".")[:2])
-    except ValueError:
-        return None
-
-
-def host_compiler_problem(
-    facts: Mapping[str, Any], spec: ToolkitSpec, ccbin: str | None = None
-) -> tuple[str, str | None]:
-    """(what nvcc will compile host code with, the problem with it or None)."""
-    gccs = list(facts.get("gcc") or [])
-    found = ", ".join(f"{g['path']} ({g['version']})" for g in gccs) or "none"
-    chosen = choose_compiler(facts, ccbin)
-    if chosen is None:
-        if ccbin:
-            return (
-                "",
-                f"host var nvcc_ccbin {ccbin} is not a gcc on the host's PATH (found: {found})",
-            )
-        return "", (
-            f"no gcc on the host's PATH: nvcc needs a host compiler; install gcc and g++ "
-            f"<= {spec.gcc_max} (e.g. apt install g++-{spec.gcc_max})"
-        )
-    what = f"{chosen['path']} (GCC {chosen['version']})"
-    major = _major(chosen["version"])
-    if major > spec.gcc_max:
-        fits = [g for g in gccs if _major(g["version"]) <= spec.gcc_max]
-        if fits:
-            best = max(fits, key=lambda g: _major(g["version"]))
-            fix = (
-                f"set host var nvcc_ccbin: {best['path']} (GCC {best['version']}; nvcc -ccbin, "
-                f"like NVCC_CCBIN={best['path'].replace('gcc', 'g++')})"
-            )
-        else:
-            n = spec.gcc_max
-            fix = (
-                f"install gcc-{n} and g++-{n} (e.g. apt install g++-{n}) and set host var "
-                f"nvcc_ccbin: /usr/bin/gcc-{n} (nvcc -ccbin, like NVCC_CCBIN=g++-{n}), or pass "
-                "-allow-unsupported-compiler to nvcc at your own risk"
-            )
-        return what, (
-            f"host compiler {what} is above CUDA {spec.version}'s ceiling GCC {spec.gcc_max} "
-            f"(cuda.gcc_max from {spec.gcc_max_source}); fix: {fix}"
-        )
-    glibc = _glibc(facts.get("glibc"))
-    if spec.release in GLIBC_CLASH_RELEASES and glibc is not None and glibc >= GLIBC_CLASH:
-        return what, (
-            f"glibc {facts.get('glibc')} clashes with CUDA {spec.release}'s headers (cospi/sinpi "
-            "are declared by both, so every .cu file fails to compile); fix: use a CUDA 13 "
-            "toolkit (driver >= 580, recipe r580 or newer) or a host with glibc < 2.41"
-        )
-    return what, None
-
-
-# --------------------------------------------------------------------------- install steps
-
-
-@dataclass
-class InstallPlan:
-    """Steps for remote/install_cuda.py (or apt commands), and the same as shell lines."""
-
-    steps: list[Step]
-    cleanup: list[str]
-    apt_commands: list[str]
-    commands: list[str]
-
-
-def _q(path: str) -> str:
-    return shlex.quote(path)
-
-
-def version_json(spec: ToolkitSpec, **extra: Any) -> str:
-    """The version.json written into a pip (or version.json-less runfile) toolkit."""
-    doc: dict[str, Any] = {"cuda": {"name": "CUDA SDK", "version": spec.version}}
-    if spec.nvcc_version:
-        doc["cuda_nvcc"] = {"name": "CUDA NVCC", "version": spec.nvcc_version}
-    doc["sm120kit"] = {"method": spec.method, **extra}
-    return json.dumps(doc, sort_keys=True) + "\n"
-
-
-def verify_steps(spec: ToolkitSpec, cuda_home: str, scratch: str, ccbin: str | None) -> list[Step]:
-    """nvcc --version must match; then nvcc compiles a trivial kernel for every target arch."""
-    nvcc = posixpath.join(cuda_home, "bin", "nvcc")
-    src, obj = posixpath.join(scratch, "check.cu"), posixpath.join(scratch, "check.o")
-    compile_argv = [nvcc, *(["-ccbin", ccbin] if ccbin else []), "-c", src, "-o", obj]
-    for arch in spec.arch:
-        code = sm_code(arch)
-        compile_argv.append(f"--generate-code=arch={code.replace('sm_', 'compute_')},code={code}")
-    return [
-        Step("mkdir", path=scratch),
-        Step("write", path=src, text=CHECK_KERNEL),
-        Step(
-            "verify",
-            nvcc=nvcc,
-            release=spec.release,
-            nvcc_version=spec.nvcc_version,
-            toolkit=spec.version,
-            compile=compile_argv,
-            output=obj,
-        ),
-        Step("remove", path=scratch),
-    ]
-
-
-def pip_constraints(spec: ToolkitSpec) -> list[str]:
-    """Pins for nvcc's companion wheels, which nvidia-cuda-nvcc requires unpinned."""
-    pin = f"=={spec.nvcc_version}" if spec.nvcc_version else f"=={spec.release}.*"
-    names = ["nvidia-nvvm", "nvidia-cuda-crt"]
-    if spec.nvcc_version:
-        names.insert(0, "nvidia-cuda-nvcc")
-    return [f"{name}{pin}" for name in names]
-
-
-def _toolkits_dir(spec: ToolkitSpec) -> str:
-    return posixpath.join(spec.work_root, "toolkits")
-
-
-def stale_globs(work_root: str) -> list[str]:
-    """Leftovers of interrupted installs: temp toolkits and partial downloads."""
-    return [
-        posixpath.join(work_root, "toolkits", ".cuda-*.tmp-*"),
-        posixpath.join(work_root, "downloads", ".*.part-*"),
-    ]
-
-
-def install_plan(
-    spec: ToolkitSpec,
-    *,
-    python: str,
-    token: str,
-    host_vars: Mapping[str, Any],
-    distro: str | None = None,
-    arch_dir: str = "x86_64",
-    sudo: str = "",
-) -> InstallPlan:
-    """Everything an install of `spec` runs, in order, with `token` naming its temp paths."""
-    ccbin = host_vars.get("nvcc_ccbin")
-    ccbin = str(ccbin) if ccbin else None
-    scratch = posixpath.join(spec.work_root, "tmp", f"nvcc-check-{token}")
-    if spec.method == "apt":
-        return _apt_plan(spec, python, scratch, ccbin, distro, arch_dir, sudo)
-    tmp = posixpath.join(_toolkits_dir(spec), f".cuda-{spec.version}.tmp-{token}")
-    steps: list[Step] = [
-        Step("clean", globs=stale_globs(spec.work_root)),
-        Step("mkdir", path=tmp),
-    ]
-    cleanup = [tmp, scratch]
-    if spec.method == "pip":
-        steps += _pip_steps(spec, tmp, python, host_vars)
-    elif spec.method == "runfile":
-        if not spec.url:
-            raise HostFailed(
-                f"no download URL for CUDA {spec.version}: set recipe.cuda.runfile or recipe.cuda.url"
-            )
-        dest = posixpath.join(
-            spec.work_root, "downloads", f".{posixpath.basename(spec.url)}.part-{token}"
-        )
-        cleanup.append(dest)
-        steps += [
-            Step("download", url=spec.url, dest=dest, sha256=spec.sha256),
-            Step("run", argv=["sh", dest, "--silent", "--toolkit", f"--toolkitpath={tmp}"]),
-            Step("remove", path=dest),
-            Step(
-                "write",
-                path=posixpath.join(tmp, "version.json"),
-                text=version_json(spec, url=spec.url),
-                if_missing=True,
-            ),
-        ]
-    else:
-        raise HostFailed(f"unknown cuda.method {spec.method!r} (runfile, pip or apt)")
-    steps += verify_steps(spec, tmp, scratch, ccbin)
-    steps.append(Step("rename", src=tmp, dest=spec.prefix))
-    commands = render_commands(steps)
-    return InstallPlan(steps, cleanup, [], commands)
-
-
-def _pip_steps(
-    spec: ToolkitSpec, tmp: str, python: str, host_vars: Mapping[str, Any]
-) -> list[Step]:
-    if not spec.pip_packages:
-        raise HostFailed(
-            f"CUDA {spec.version} has no pip packages (recipe.cuda.pip_packages); the pip route "
-            "needs CUDA >= 13"
-        )
-    site = posixpath.join(tmp, "site-packages")
-    tree = f"site-packages/nvidia/cu{spec.major}"
-    constraints = posixpath.join(tmp, "pip-constraints.txt")
-    packages = list(spec.pip_packages)
-    if spec.components:
-        packages.append(cudalibs.meta_requirement(spec.components, spec.version))
-    argv = [
-        python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-        "--no-warn-script-location", "--target", site, "-c", constraints,
-        *pip_args(host_vars), *packages,
-    ]  # fmt: skip
-    steps: list[Step] = [
-        Step("write", path=constraints, text="\n".join(pip_constraints(spec)) + "\n"),
-        Step("run", argv=argv),
-    ]
-    for name in ("bin", "include", "lib", "nvvm"):
-        steps.append(Step("link", target=f"{tree}/{name}", path=posixpath.join(tmp, name)))
-    # lib64 in the wheel tree too: nvcc finds its libraries at `<realpath of bin>/../lib64`,
-    # which is inside the tree (CMake's CUDA compiler check links with -L that directory).
-    steps += [
-        Step("link", target="lib", path=posixpath.join(tmp, "lib64")),
-        Step("link", target="lib", path=posixpath.join(tmp, tree, "lib64")),
-    ]
-    # The wheels ship only versioned sonames; `-lcudart`, `-lcublas` and FindCUDAToolkit want
-    # the plain name. The sonames follow the CUDA major (libcublas.so.13 in CUDA 13).
-    sonames = ["libcudart.so"] + [
-        lib for name in spec.components for lib in cudalibs.COMPONENTS[name].libs
-    ]
-    for lib in sonames:
-        steps.append(
-            Step("link", target=f"{lib}.{spec.major}", path=posixpath.join(tmp, tree, "lib", lib))
-        )
-    steps.append(
-        Step(
-            "write",
-            path=posixpath.join(tmp, "version.json"),
-            text=version_json(spec, pip_packages=packages),
-        )
-    )
-    return steps
-
-
-def apt_distro(facts: Mapping[str, Any]) -> tuple[str, str]:
-    """NVIDIA's repo (distro, arch dir) for the host, e.g. (``debian12``, ``x86_64``)."""
-    os_ = facts.get("os") or {}
-    key = (str(os_.get("id") or ""), str(os_.get("version_id") or ""))
-    distro = APT_DISTROS.get(key)
-    if distro is None:
-        known = ", ".join(f"{i} {v}" for i, v in APT_DISTROS)
-        raise HostFailed(
-            f"cuda.method apt: no NVIDIA repo for {os_.get('pretty') or key} (supported: {known}); "
-            "use recipe.cuda.method runfile or pip"
-        )
-    arch = APT_ARCHES.get(str(facts.get("arch") or ""))
-    if arch is None:
-        raise HostFailed(f"cuda.method apt: no NVIDIA repo for machine {facts.get('arch')}")
-    return distro, arch
-
-
-def sudo_prefix(facts: Mapping[str, Any], has_password: bool) -> str:
-    """How root commands run: as root directly, ``sudo -S`` fed the password on stdin, or ``sudo -n``."""
-    if facts.get("user") == "root":
-        return ""
-    return "sudo -S -p '' " if has_password else "sudo -n "
-
-
-def sudo_stdin(sudo: str, password: str | None) -> str | None:
-    """What a command run with `sudo` (from `sudo_prefix`) gets on stdin: the password for
-    ``sudo -S``, never on a command line or into the log."""
-    return password + "\n" if password and sudo.startswith("sudo -S") else None
-
-
-def _apt_plan(
-    spec: ToolkitSpec,
-    python: str,
-    scratch: str,
-    ccbin: str | None,
-    distro: str | None,
-    arch_dir: str,
-    sudo: str,
-) -> InstallPlan:
-    if distro is None:
-        raise HostFailed("cuda.method apt needs the host's distro")
-    downloads = posixpath.join(spec.work_root, "downloads")
-    deb = posixpath.join(downloads, KEYRING_DEB)
-    url = f"{spec.mirror.rstrip('/')}/repos/{distro}/{arch_dir}/{KEYRING_DEB}"
-    fetch = "import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])"
-    apt = [
-        f"mkdir -p {_q(downloads)}",
-        f"{shlex.join([python, '-c', fetch, url, deb + '.part'])} && mv {_q(deb + '.part')} {_q(deb)}",
-        f"{sudo}dpkg -i {_q(deb)}",
-        f"{sudo}apt-get update",
-        f"{sudo}env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-        + " ".join(_q(p) for p in spec.apt_packages),
-    ]
-    steps = verify_steps(spec, spec.prefix, scratch, ccbin)
-    commands = apt + render_commands(steps)
-    return InstallPlan(steps, [scratch], apt, commands)
-
-
-# --------------------------------------------------------------------------- the operation
 
 
 @dataclass(frozen=True)
@@ -804,6 +264,8 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
 #: wheels unpack to a few hundred MB; a runfile (about 4 GB) is downloaded, then extracted.
 #: apt installs outside work_root and is not checked.
 INSTALL_SPACE = {"pip": 1 << 30, "runfile": 10 << 30}
+
+
 #: What the pip route's library wheels add (cuBLAS/cuBLASLt alone unpack to about 600 MB).
 COMPONENT_SPACE = 2 << 30
 
@@ -835,7 +297,7 @@ def install_cuda_op(opts: PlanOptions) -> HostOp:
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
-        state.options["builds"] = False
+        state.flags = replace(state.flags, builds=False)
         try:
             toolkit = ensure_toolkit(ctx, state)
         finally:
@@ -843,3 +305,30 @@ def install_cuda_op(opts: PlanOptions) -> HostOp:
         ctx.set(toolkit=toolkit.to_dict())
 
     return run
+
+
+#: The operation, and the pure parts it is made of (their own modules) under their old names.
+__all__ = [
+    "NVCC_VERSIONS",
+    "InstallPlan",
+    "ToolkitPlan",
+    "ToolkitSpec",
+    "apt_distro",
+    "check_host_compiler",
+    "choose_compiler",
+    "ensure_toolkit",
+    "expected_nvcc",
+    "find_toolkit",
+    "host_compiler_problem",
+    "install_cuda_op",
+    "install_plan",
+    "pip_args",
+    "pip_constraints",
+    "plan_toolkit",
+    "planned_toolkit",
+    "releases_for_nvcc",
+    "sm_code",
+    "sudo_prefix",
+    "sudo_stdin",
+    "toolkit_mismatch",
+]

@@ -1,11 +1,10 @@
 """A run's results for people: the Ansible-like recap and per-task tables (rich, to a console).
 
-Also the inventory table and the ``--explain`` table a build prints while it runs.
+Also the inventory table and the ``--explain`` tables a build or plan prints once it ran.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from rich.console import Console
@@ -163,19 +162,20 @@ def short_value(value: Any, limit: int = SHORT_VALUE_CHARS) -> str:
     return f"{text[: limit - 40]}... ({len(text)} characters; --json shows it whole)"
 
 
-# Builds on several hosts explain at once: one table at a time on stderr.
-_explain_lock = threading.Lock()
-
-
-def print_explain(host: str, package: str, rows: list[dict[str, str]]) -> None:
-    """``--explain``: a package's build settings with the reason for each, on stderr now."""
-    table = Table(title=f"{host}: {package} build settings", show_lines=False)
-    for col in ("setting", "value", "why"):
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(escape(row["name"]), escape(row["value"]), escape(row["reason"]))
-    with _explain_lock:
-        Console(stderr=True, width=160).print(table)
+def print_explain(result: RunResult) -> None:
+    """``--explain``: per host and package, the build settings with the reason for each, on
+    stderr once the run is over (the library records the rows in each host's result)."""
+    console = Console(stderr=True, width=160)
+    for host, res in result.hosts.items():
+        rows: list[dict[str, str]] = res.data.get("explain") or []
+        for package in dict.fromkeys(str(r.get("package", "")) for r in rows):
+            table = Table(title=f"{host}: {package} build settings", show_lines=False)
+            for col in ("setting", "value", "why"):
+                table.add_column(col, overflow="fold")
+            for row in rows:
+                if str(row.get("package", "")) == package:
+                    table.add_row(escape(row["name"]), escape(row["value"]), escape(row["reason"]))
+            console.print(table)
 
 
 def render_build(console: Console, result: RunResult) -> None:

@@ -16,10 +16,14 @@ import shlex
 import zlib
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..connection import Connection
 from ..errors import HostFailed
+
+if TYPE_CHECKING:
+    # The connection runs scripts too (Connection.script imports this module).
+    from ..connection import Connection
+    from ..host import Host
 
 LIB = f"{__package__}.lib"
 
@@ -141,6 +145,24 @@ def script_bundle(name: str) -> str:
 def script_command(python: str, args: dict[str, Any]) -> str:
     """The shell command that runs a script fed on stdin with JSON arguments."""
     return f"{shlex.quote(python)} - {shlex.quote(json.dumps(args, sort_keys=True))}"
+
+
+class ScriptHost(Protocol):
+    """Where a remote script can run: a host op's `HostContext` (logged, the way every op
+    runs one) or a bare `Connection` (a test, code outside a run)."""
+
+    @property
+    def host(self) -> Host: ...
+
+    def script(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        python: str | None = None,
+        timeout: float | None = None,
+        path: list[str] | None = None,
+    ) -> dict[str, Any]: ...
 
 
 def run_script(

@@ -1,0 +1,188 @@
+"""What a build of one package gets on a host: its knobs, its env, and its cache key's inputs.
+
+Knobs come from the descriptor (`sm120kit.knobs`) with the recipe's, the host vars' and the
+flags' overrides; the toolkit and host compiler add CUDA_HOME and nvcc_ccbin's GCC; the key
+(`sm120kit.cache.key`) covers everything that can change the binary.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from .. import compile_cache
+from ..cache.key import KeyInputs
+from ..cmake_defines import fetchcontent_defines
+from ..knobs import Knobs, resolve_knobs
+from ..packages import registry
+from ..state import ProvisionState
+
+
+def package_knobs(state: ProvisionState, name: str) -> Knobs:
+    """Knobs for `name` on this host: recipe knobs, host vars max_jobs/nvcc_threads, run flags."""
+    desc = registry.descriptor(name)
+    pkg = state.resolved.package(name)
+    overrides: dict[str, Any] = dict(pkg.get("knobs") or {})
+    # Not a build setting: where compiles are cached changes no binary (compile_cache.py).
+    overrides.pop(compile_cache.KNOB, None)
+    sources = {
+        k: state.resolved.sources.get(f"packages.{name}.knobs.{k}", "the recipe") for k in overrides
+    }
+    layers = [
+        (state.host.vars.get("max_jobs"), state.host.vars.get("nvcc_threads"), "host var"),
+        (state.flags.max_jobs, state.flags.nvcc_threads, "flag"),
+    ]
+    for jobs, threads, where in layers:
+        if jobs:
+            overrides["MAX_JOBS"] = jobs
+            sources["MAX_JOBS"] = (
+                "--max-jobs" if where == "flag" else state.host.var_sources.get("max_jobs", where)
+            )
+        if threads and desc.threads_knob:
+            overrides[desc.threads_knob] = threads
+            sources[desc.threads_knob] = (
+                "--nvcc-threads"
+                if where == "flag"
+                else state.host.var_sources.get("nvcc_threads", where)
+            )
+    return resolve_knobs(name, desc.kind, state.arch_list, state.facts, overrides, sources=sources)
+
+
+def toolchain_env(state: ProvisionState) -> list[tuple[str, str, str]]:
+    """(name, value, reason) of the env the toolkit and host compiler add to every build."""
+    rows: list[tuple[str, str, str]] = []
+    tk = state.toolkit
+    if tk is not None:
+        rows.append(
+            (
+                "CUDA_HOME",
+                tk.cuda_home,
+                f"CUDA {tk.version} toolkit ({tk.source}); nvcc {tk.nvcc_version}",
+            )
+        )
+    ccbin = state.host.vars.get("nvcc_ccbin")
+    if ccbin:
+        gcc = str(ccbin)
+        gxx = posixpath.join(posixpath.dirname(gcc), posixpath.basename(gcc).replace("gcc", "g++"))
+        why = f"host var nvcc_ccbin ({state.host.var_sources.get('nvcc_ccbin', 'inventory')})"
+        rows += [
+            ("NVCC_CCBIN", gxx, f"{why}: nvcc's host compiler"),
+            ("CUDAHOSTCXX", gxx, f"{why}: CMake's CUDA host compiler"),
+            ("CC", gcc, f"{why}: the C/C++ parts built with the same GCC"),
+            ("CXX", gxx, f"{why}: the C/C++ parts built with the same GCC"),
+        ]
+    return rows
+
+
+def build_env(state: ProvisionState, knobs: Knobs) -> dict[str, str]:
+    """The knob env plus the toolchain (CUDA_HOME, nvcc_ccbin); PATH gets the toolkit's bin/
+    prepended on the host, where its value is known."""
+    env = dict(knobs.env)
+    env.update({name: value for name, value, _ in toolchain_env(state)})
+    return env
+
+
+def _key_env(knobs: Knobs, parallelism: tuple[str, ...] = ()) -> dict[str, str]:
+    """The knob env and the CMake defines: both can change the binary (key.py drops the
+    parallelism env; `parallelism`: the package's thread defines, which change no binary)."""
+    env = dict(knobs.env)
+    for arg in knobs.pip_args:
+        if arg.startswith("-Ccmake.define."):
+            define, _, value = arg[len("-Ccmake.define.") :].partition("=")
+            # Parallelism, and where the host keeps things: the dependency trees' digests
+            # and the toolkit version are key inputs of their own.
+            if define in parallelism or define == "CUDA_cuda_driver_LIBRARY":
+                continue
+            if define.startswith("FETCHCONTENT_"):
+                continue
+            env[f"cmake.define.{define}"] = value
+        else:
+            env[f"arg:{arg}"] = "1"
+    return env
+
+
+def cc_version(state: ProvisionState) -> str:
+    """The host compiler nvcc uses: host var nvcc_ccbin's GCC, else the first gcc on PATH."""
+    from .toolkit_spec import choose_compiler
+
+    ccbin = state.host.vars.get("nvcc_ccbin")
+    chosen = choose_compiler(state.facts, str(ccbin) if ccbin else None)
+    if not chosen or not chosen.get("version"):
+        return ""
+    # With nvcc_ccbin the path is part of the key too: two hosts with different compilers
+    # never share a build.
+    return f"gcc {chosen['version']}" + (f" at {chosen['path']}" if ccbin else "")
+
+
+def key_inputs(
+    state: ProvisionState,
+    name: str,
+    source_digest: str,
+    patches: tuple[tuple[str, str], ...],
+    knobs: Knobs,
+    dependencies: tuple[tuple[str, str], ...] = (),
+) -> KeyInputs:
+    """Every input of the package's cache key, from the toolkit and env this host has."""
+    pkg = state.resolved.package(name)
+    values = state.resolved.values
+    toolkit, env = state.toolkit, state.env
+    if toolkit is not None:
+        cuda = toolkit.nvcc_version or toolkit.version
+    else:
+        cuda = str(values.get("cuda.version", ""))
+    if env is not None:
+        torch, abi, py_abi, platform = (
+            env.torch_version,
+            env.cxx11_abi,
+            env.python_abi,
+            env.platform,
+        )
+    else:
+        torch, abi = str(values.get("torch.version", "")), True
+        py_abi = "cp" + str(values.get("python", "")).replace(".", "")
+        platform = f"linux_{state.facts.get('arch') or 'x86_64'}"
+    return KeyInputs(
+        package=name,
+        version=str(pkg["version"]),
+        source_digest=source_digest,
+        patches=patches,
+        build_env=_key_env(knobs, registry.descriptor(name).oom_thread_defines),
+        arch_list=tuple(state.arch_list),
+        cuda_version=cuda,
+        torch_version=torch,
+        torch_cxx11_abi=abi,
+        python_abi=py_abi,
+        platform=platform,
+        cc_version=cc_version(state),
+        dependencies=dependencies,
+    )
+
+
+def add_dependency_defines(
+    knobs: Knobs, dirs: list[tuple[str, str]], reasons: dict[str, str] | None = None
+) -> None:
+    """``FETCHCONTENT_SOURCE_DIR_<NAME>`` per uploaded tree and FULLY_DISCONNECTED: CMake
+    configures with no network (host paths: the key has the trees' digests instead)."""
+    reasons = reasons or {}
+    for fetchcontent, path in dirs:
+        (define,) = [
+            d
+            for d in fetchcontent_defines([(fetchcontent, path)])
+            if d != "FETCHCONTENT_FULLY_DISCONNECTED"
+        ]
+        knobs.define(define, path, reasons.get(fetchcontent, "the tool's copy of this dependency"))
+    knobs.define(
+        "FETCHCONTENT_FULLY_DISCONNECTED",
+        "ON",
+        "every FetchContent tree is supplied: CMake never reaches the network",
+    )
+
+
+__all__ = [
+    "add_dependency_defines",
+    "build_env",
+    "cc_version",
+    "key_inputs",
+    "package_knobs",
+    "toolchain_env",
+]

@@ -1,0 +1,58 @@
+"""A running build's progress on the live display: its progress file, polled from a helper
+thread (a poll never fails the build, and is not written to the host log)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..errors import Interrupted
+from ..host_context import HostContext
+
+#: Seconds between two reads of the remote progress file.
+PROGRESS_POLL_SECONDS = 2.0
+
+
+def _progress_detail(text: str, seconds: float) -> str:
+    try:
+        doc = json.loads(text) if text.strip() else {}
+    except ValueError:
+        doc = {}
+    if doc.get("total"):
+        return f"[{doc.get('done', 0)}/{doc['total']}] {seconds:.0f}s"
+    if doc.get("units"):
+        return f"{doc['units']} units {seconds:.0f}s"
+    return f"{seconds:.0f}s"
+
+
+@contextmanager
+def poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
+    """While the block runs, show the remote build's progress file on the live display."""
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def poll() -> None:
+        while not stop.wait(PROGRESS_POLL_SECONDS):
+            try:
+                text = ctx.read_text(path, timeout=30, quiet=True)
+            except (Exception, Interrupted):
+                # A poll never fails the build (the build's own result decides), and a
+                # cancelled run is reported by the main thread, not by a traceback here.
+                return
+            ctx.runner.progress.step(
+                ctx.host.name, step, _progress_detail(text, time.monotonic() - start)
+            )
+
+    thread = threading.Thread(target=poll, name=f"progress-{ctx.host.name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=35)
+
+
+__all__ = ["PROGRESS_POLL_SECONDS", "poll_progress"]
