@@ -80,12 +80,14 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import drivers as drv
 from . import knobs
 from .errors import RecipeError
 from .host import Host
+from .lock import Lock, StackSpec, check_stack_lock, locks_root, parse_stack
 from .packages import registry
 from .packages.base import PackageDescriptor
 from .remote.lib.arch import Arch
@@ -111,7 +113,7 @@ SOURCE_KINDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
 _SOURCE_KEYS = frozenset({"kind", "path", "url", "ref", "subdir", "index", "sha256"})
 
 _TOP_REQUIRED = {"name", "description", "drivers", "arch", "python", "cuda", "torch"}
-_TOP_OPTIONAL = {"packages"}
+_TOP_OPTIONAL = {"packages", "stack"}
 _CUDA_REQUIRED = {"version", "method", "gcc_max"}
 _CUDA_OPTIONAL = {"mirror", "runfile", "sha256", "pip_packages", "choices"}
 _CHOICE_REQUIRED = {"drivers", "version"}
@@ -210,6 +212,9 @@ class Recipe:
     packages: list[PackageSpec]
     raw: dict[str, Any]
     patches_dir: Path
+    #: The serving stack (``[stack]``) and its lock, checked on load (sm120kit/lock.py).
+    stack: StackSpec | None = None
+    lock: Lock | None = None
 
     @property
     def source(self) -> str:
@@ -533,6 +538,7 @@ _TOP_CHECKS: dict[str, _Check] = {
     "torch.version": _version,
     "torch.index": _index,
     "torch.cuda": _torch_cuda,
+    "stack.build": _str_list,
 }
 _PKG_CHECKS: dict[str, _Check] = {
     "version": _version,
@@ -913,6 +919,7 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
+    stack, lock = _parse_stack(f, data, packages, patches_dir)
     return Recipe(
         name=name,
         path=path,
@@ -925,7 +932,21 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
         packages=packages,
         raw=data,
         patches_dir=patches_dir,
+        stack=stack,
+        lock=lock,
     )
+
+
+def _parse_stack(
+    f: _File, data: dict[str, Any], packages: list[PackageSpec], patches_dir: Path
+) -> tuple[StackSpec | None, Lock | None]:
+    """``[stack]`` and the lock it names (sm120kit/lock.py holds the schema and checks)."""
+    if "stack" not in data:
+        return None, None
+    stack = parse_stack(data["stack"], f.error)
+    torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
+    specs = {k: v for k, v in torch_specs.items() if v is not None}
+    return stack, check_stack_lock(stack, locks_root(patches_dir.parent), specs, f.error)
 
 
 def _torch_admits(spec: SpecifierSet | None, torch_version: str) -> bool:
@@ -1237,6 +1258,10 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
         put(base + "torch", spec_text(pkg.torch) if pkg.torch is not None else "", where)
         put(base + "needs_cuda_torch", pkg.needs_cuda_torch, where)
         put(base + "dependencies", [dict(d) for d in pkg.dependencies], where)
+    if recipe.stack is not None:
+        for key in ("top", "lock", "reason", "build"):
+            value = getattr(recipe.stack, key)
+            put(f"stack.{key}", list(value) if isinstance(value, tuple) else value, "stack")
     return values, sources
 
 
