@@ -14,6 +14,7 @@ wheel without a copy is verified on the host at provision, and `Choice.checked` 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,28 @@ def shown(choice: Choice, lock: Lock, lock_loaders: dict[str, Any] | None = None
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _verify_once(
+    path: str,
+    sha256: str,
+    driver: str,
+    arch: str,
+    python: str,
+    skip: tuple[tuple[str, str], ...],
+    variants: tuple[tuple[str, str], ...],
+) -> dict[str, Any]:
+    """One verification per file and target in a run, however many hosts share them."""
+    return verify_locked(
+        path,
+        sha256=sha256,
+        driver=driver,
+        arch=arch,
+        python=python,
+        not_for_arch=dict(skip),
+        variants=dict(variants) or None,
+    )
+
+
 def choose(
     resolved: ResolvedRecipe,
     *,
@@ -151,14 +174,14 @@ def choose(
         if verify is not None:
             doc = verify(entry, path)
         else:
-            doc = verify_locked(
+            doc = _verify_once(
                 str(path),
-                sha256=entry.sha256,
-                driver=driver,
-                arch=arch,
-                python=lock.python,
-                not_for_arch=skip,
-                variants=loaders.get(entry.key),
+                entry.sha256,
+                driver,
+                arch,
+                lock.python,
+                tuple(sorted(skip.items())),
+                tuple(sorted((loaders.get(entry.key) or {}).items())),
             )
         where = "local index file" if local_path(entry.url) else "controller's release cache"
         return (
@@ -181,11 +204,9 @@ def choose(
                 )
             choices.append(Choice(entry, "build", why, build=_build_pins(pkg, lock)))
             continue
+        on_host = "sha256 and verification" if entry.compiled else "sha256"
         choice = Choice(
-            entry,
-            "release",
-            "the lock's release",
-            checked="sha256 checked on the host before install",
+            entry, "release", "the lock's release", checked=f"{on_host} on the host before install"
         )
         if entry.compiled and shown(choice, lock, loaders):
             choice.verdict, choice.notes, choice.checked = check(entry)
