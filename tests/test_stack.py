@@ -215,6 +215,11 @@ def test_a_stack_part_chosen_as_build_is_built_from_the_pinned_source(
 
 def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
     recipes = _tiny_recipes(tmp_path, (files, url))
+    shutil.copytree(  # the recipe's path source, beside its recipes/ as in the repo
+        REPO / "examples" / "minikernel",
+        recipes.parent / "examples" / "minikernel",
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
     recipe = recipes / "r580.toml"
     recipe.write_text(
         recipe.read_text().replace('reason = "tiny"\n', 'reason = "tiny"\nbuild = ["minikernel"]\n')
