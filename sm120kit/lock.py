@@ -35,6 +35,7 @@ The recipe's ``[stack]`` table names the lock (`StackSpec`)::
     reason = "one line plan shows"
     build = []                          # lock distributions built from the recipe's source
     not_for_arch = { flash_ops = "why" }   # modules reported, not judged, by verification
+    loaders = { name = { "9.0" = "sm90", "*" = "sm100" } }   # a loader's per-arch dirs
 
 Loading checks every key and value and raises one `RecipeError` naming the file, the line
 and the key.
