@@ -128,7 +128,7 @@ def _tiny_recipes(tmp: Path, index: Any, bad: str | None = None) -> Path:
     (root / "locks" / "demo.toml").write_text(text)
     recipe = root / "recipes" / "r580.toml"
     body = recipe.read_text()
-    start = body.index("[stack]")
+    start = body.index("\n[stack]\n") + 1
     end = body.find("\n[", start + 1)
     table = '[stack]\ntop = "demo-app==1.0"\nlock = "locks/demo.toml"\nreason = "tiny"\n'
     recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))

@@ -2,9 +2,9 @@
 
 The env is ``<work_root>/envs/stack-<lock file stem>`` (apart from the build env: it holds
 exactly the lock's distributions plus what ``python -m venv`` puts in). Each locked file is
-obtained for the host by `locked_file_source` (today: the controller hands over a file of a
-``file://`` index it has; any other URL is downloaded by the host; a wheel store serving
-files by sha256 fits in the same place) into ``<work_root>/releases/<sha256>/<filename>``,
+obtained for the host by `locked_file_source` (today: the controller hands over a copy it has,
+to its own machine always, over SSH only from a ``file://`` index; any other URL is downloaded
+by the host; a wheel store serving files by sha256 fits in the same place) into ``<work_root>/releases/<sha256>/<filename>``,
 where a rerun finds it. `remote/install_lock.py` then checks every file's sha256 against the
 lock and verifies every compiled release for the host's driver and arch before it installs
 anything, and installs with ``pip install --no-deps --require-hashes --no-index``. What it
@@ -15,8 +15,10 @@ Check mode: the choices (`sm120kit.stack.choose`), one probe, and the commands i
 
 from __future__ import annotations
 
+import os
 import posixpath
 import shlex
+import shutil
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +28,7 @@ from packaging.version import Version
 from .. import release_check
 from ..errors import HostFailed
 from ..lock import Lock, LockEntry
-from ..lock_draft import local_path
+from ..lock_draft import cached_copy, local_path
 from ..recipes import resolve_for_host
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext
@@ -49,11 +51,24 @@ def release_path(state: ProvisionState, entry: LockEntry) -> str:
 
 
 def locked_file_source(ctx: HostContext, entry: LockEntry, dest: str) -> str:
-    """How the host gets `entry`'s file to `dest`: ``"controller"`` after copying a file of a
-    local (``file://``) index the controller holds to the host, else ``"index"`` (the host
-    downloads the URL). The one place a store serving files by sha256 would answer first."""
-    here = local_path(entry.url)
-    if here is not None and here.is_file() and not ctx.host.is_local:
+    """How the host gets `entry`'s file to `dest`, the one place a store serving files by
+    sha256 would answer first: ``"controller"`` when the controller has the file (a
+    ``file://`` index, or its release cache: hard-linked or copied for this machine's ``local``
+    host, copied over SSH only for a ``file://`` index a remote host cannot reach), else
+    ``"index"`` (the host downloads the URL). The host checks the sha256 either way."""
+    here = cached_copy(entry)
+    if here is None:
+        return "index"
+    if ctx.host.is_local:
+        os.makedirs(posixpath.dirname(dest), exist_ok=True)
+        part = dest + ".part"
+        try:
+            os.link(here, part)
+        except OSError:  # another filesystem
+            shutil.copyfile(here, part)
+        os.replace(part, dest)
+        return "controller"
+    if local_path(entry.url) is not None:
         ctx.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}")
         ctx.put(str(here), dest + ".part")
         ctx.run(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}")
