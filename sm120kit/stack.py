@@ -15,6 +15,7 @@ wheel without a copy is verified on the host at provision, and `Choice.checked` 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,26 @@ def _verify_once(
         python=python,
         not_for_arch=dict(skip),
         variants=dict(variants) or None,
+    )
+
+
+def glibc_problem(lock: Lock, glibc: object) -> str | None:
+    """Why a host with `glibc` (facts, "2.35") cannot install the lock's wheels: the lock's
+    platform (``manylinux_2_34_x86_64``) needs that glibc or newer. None when it can or the
+    host's glibc is unknown."""
+    m = re.match(r"^manylinux_(\d+)_(\d+)_", lock.platform)
+    if not m or not glibc:
+        return None
+    try:
+        have = tuple(int(x) for x in str(glibc).split(".")[:2])
+    except ValueError:
+        return None
+    want = (int(m.group(1)), int(m.group(2)))
+    if have >= want:
+        return None
+    return (
+        f"glibc {glibc} is older than {want[0]}.{want[1]}, which {lock.path.name} "
+        f"({lock.platform}) needs"
     )
 
 

@@ -215,3 +215,15 @@ def test_a_build_candidate_must_admit_the_locks_torch(tmp_path: Path) -> None:
         match=r"r570\.toml:\d+: stack\.lock: the recipe's sgl-kernel 0\.3\.21 entry wants torch '==2\.9\.0'",
     ):
         load_recipes(folder)
+
+
+def test_a_host_glibc_older_than_the_locks_platform_is_named() -> None:
+    from sm120kit.stack import glibc_problem
+
+    lock = load_recipes(REPO / "recipes")["r580"].lock
+    assert lock is not None and lock.platform == "manylinux_2_34_x86_64"
+    assert glibc_problem(lock, "2.35") is None and glibc_problem(lock, None) is None
+    assert glibc_problem(lock, "2.31") == (
+        "glibc 2.31 is older than 2.34, which sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml "
+        "(manylinux_2_34_x86_64) needs"
+    )

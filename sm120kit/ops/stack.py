@@ -32,7 +32,7 @@ from ..lock_draft import cached_copy, local_path
 from ..recipes import resolve_for_host
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext
-from ..stack import Choice, choose, not_for_arch, shown, target_of
+from ..stack import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..state import ProvisionState
 from .pyenv import choose_python
 
@@ -168,6 +168,9 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
     lock, choices = choose(state.resolved)
+    problem = glibc_problem(lock, state.facts.get("glibc"))
+    if problem:
+        raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
     env = env_path(state, lock) if install else None
     stack = state.resolved.recipe.stack
     doc = stack_document(lock, choices, env, stack.loaders if stack else {})
