@@ -162,10 +162,13 @@ def choose(
     resolved: ResolvedRecipe,
     *,
     verify: Any = None,
+    read_copies: bool = True,
 ) -> tuple[Lock, list[Choice]]:
     """Every locked distribution's source on this host. `verify(entry, path)` reads a
     controller copy (default: `verify_locked` for the host's target); only the rows plan
     shows are verified here, every compiled release again on the host before install.
+    `read_copies` False (provision: the host verifies anyway) reads a copy only for a
+    release the recipe could build instead, the one case where the verdict picks the source.
     Raises HostFailed with one line for a build without a pinned source or a release that
     fails verification with none."""
     recipe = resolved.recipe
@@ -229,7 +232,7 @@ def choose(
         choice = Choice(
             entry, "release", "the lock's release", checked=f"{on_host} on the host before install"
         )
-        if entry.compiled and shown(choice, lock, loaders):
+        if entry.compiled and shown(choice, lock, loaders) and (read_copies or pkg is not None):
             choice.verdict, choice.notes, choice.checked = check(entry)
         if choice.verdict.startswith("refused"):
             line = f"{entry.name} {entry.version}: {choice.verdict[len('refused: ') :]}"

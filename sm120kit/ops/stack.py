@@ -167,7 +167,7 @@ def stack_document(
 def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> dict[str, Any]:
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
-    lock, choices = choose(state.resolved)
+    lock, choices = choose(state.resolved, read_copies=ctx.check_mode or not install)
     problem = glibc_problem(lock, state.facts.get("glibc"))
     if problem:
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
