@@ -118,9 +118,9 @@ def plan(c, **f):
     cli.finish(s, result, report.render_plan)
 
 
-@task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "rebuild", "recheck")
+@task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "rebuild", "recheck", "stack")
 def provision(c, **f):
-    """Toolkit, env, builds (through the wheel cache), smoke: in order, one run, one recap."""
+    """Toolkit, env, builds (through the wheel cache), serving stack, smoke: one run, one recap."""
     from sm120kit import provision
     from sm120kit.output import report
 
@@ -131,6 +131,7 @@ def provision(c, **f):
         nvcc_threads=f["nvcc_threads"],
         rebuild=f["rebuild"],
         recheck=f["recheck"],
+        stack=f["stack"],
     )
     s = _session(c, f, break_lock=f["break_lock"])
     _check_recipes(s, opts)
@@ -385,6 +386,28 @@ def sources_list(c, **f):
 
 
 sources = Collection("sources", sources_fetch, sources_list)
+
+
+@task(
+    "top",
+    "recipe",
+    "out",
+    "platform",
+    "index",
+    "lock_python",
+    "driver",
+    "arch",
+    "json",
+    name="draft",
+)
+def lock_draft(c, **f):
+    """Draft a lock of --top's whole closure (pip's resolver) and the recipe's [stack] edit."""
+    from sm120kit import cli_lock
+
+    cli_lock.draft_command(c, **f)
+
+
+lock = Collection("lock", lock_draft)
 ns = Collection(
     facts,
     inventory,
@@ -399,4 +422,5 @@ ns = Collection(
     preflight,
     cache,
     sources,
+    lock,
 )

@@ -47,6 +47,20 @@ FLAGS: dict[str, Flag] = {
     "max_jobs": Flag(0, "override MAX_JOBS (parallel compile jobs) for this run"),
     "nvcc_threads": Flag(0, "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run"),
     "recheck": Flag(False, "run the smoke checks even where a remembered verdict still applies"),
+    "stack": Flag(
+        False,
+        "install the recipe's serving stack (its [stack] lock) into its own env; build only "
+        "what it chooses to build (host var provision_stack: true does the same)",
+    ),
+    "top": Flag(None, "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)"),
+    "out": Flag(None, "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)"),
+    "platform": Flag("manylinux_2_34_x86_64", "newest platform tag the lock accepts"),
+    "index": Flag(
+        None,
+        "resolve from this index alone (pip --isolated --index-url), e.g. "
+        "https://pypi.org/simple; default: pip's own configuration",
+    ),
+    "lock_python": Flag(None, "Python X.Y to lock for (default: the recipe's python, else 3.11)"),
     "python": Flag(None, "check this interpreter or venv instead of the recipe's managed env"),
     "url": Flag(
         "http://127.0.0.1:8000", "server URL as seen from the host, e.g. http://127.0.0.1:8000"

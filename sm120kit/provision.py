@@ -1,5 +1,13 @@
-"""`invoke plan` and `invoke provision`: the toolkit, the env, each package, then the smoke
-check, in that order on every host (plan runs the same steps in check mode)."""
+"""`invoke plan` and `invoke provision`: the toolkit, the env, each package, the serving
+stack, then the smoke check, in that order on every host (plan runs the same steps in check
+mode).
+
+With the stack requested (``--stack`` or host var ``provision_stack: true``; sm120kit/stack.py)
+the run installs the recipe's lock into its serving env instead of building the recipe's
+packages (``provision_packages`` still names any to build); the build env is made only when
+something is built. Plan always shows the
+stack of a recipe that has one.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ from .ops.toolkit import ensure_toolkit
 from .plan import PlanOptions, package_names, prepare
 from .runner import HostContext, HostOp
 from .smoke_memo import smoke_or_reuse
+from .stack import stack_requested
 
 
 def plan_or_provision_op(opts: PlanOptions) -> HostOp:
@@ -17,11 +26,21 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
         ctx.set(values=[list(r) for r in state.resolved.rows()], notes=state.resolved.notes)
+        stack = stack_requested(ctx.host.vars, bool(opts.extra.get("stack")))
         ensure_toolkit(ctx, state)
-        ensure_env(ctx, state)
-        names = package_names(state, opts)
+        names = (
+            package_names(state, opts)
+            if not stack or ctx.host.vars.get("provision_packages")
+            else []
+        )
+        if names or not stack:
+            ensure_env(ctx, state)
         for name in names:
             ensure_package(ctx, state, name)
+        if state.resolved.recipe.stack is not None:
+            from .ops.stack import ensure_stack
+
+            ensure_stack(ctx, state, install=stack)
         if not ctx.check_mode:
             smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
         ctx.set(

@@ -24,7 +24,7 @@ SOURCE_KINDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
 _SOURCE_KEYS = frozenset({"kind", "path", "url", "ref", "subdir", "index", "sha256"})
 
 _TOP_REQUIRED = {"name", "description", "drivers", "arch", "python", "cuda", "torch"}
-_TOP_OPTIONAL = {"packages"}
+_TOP_OPTIONAL = {"packages", "stack"}
 _CUDA_REQUIRED = {"version", "method", "gcc_max"}
 _CUDA_OPTIONAL = {"mirror", "runfile", "sha256", "pip_packages", "choices"}
 _CHOICE_REQUIRED = {"drivers", "version"}
@@ -269,6 +269,7 @@ _TOP_CHECKS: dict[str, _Check] = {
     "torch.version": _version,
     "torch.index": _index,
     "torch.cuda": _torch_cuda,
+    "stack.build": _str_list,
 }
 _PKG_CHECKS: dict[str, _Check] = {
     "version": _version,

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from . import drivers as drv
 from .errors import RecipeError
+from .lock import Lock, StackSpec, check_stack_lock, locks_root, parse_stack
 from .recipe_checks import (
     _CHOICE_OPTIONAL,
     _CHOICE_REQUIRED,
@@ -334,6 +336,7 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
+    stack, lock = _parse_stack(f, data, packages, patches_dir)
     return Recipe(
         name=name,
         path=path,
@@ -346,7 +349,21 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
         packages=packages,
         raw=data,
         patches_dir=patches_dir,
+        stack=stack,
+        lock=lock,
     )
+
+
+def _parse_stack(
+    f: _File, data: dict[str, Any], packages: list[PackageSpec], patches_dir: Path
+) -> tuple[StackSpec | None, Lock | None]:
+    """``[stack]`` and the lock it names (sm120kit/lock.py holds the schema and checks)."""
+    if "stack" not in data:
+        return None, None
+    stack = parse_stack(data["stack"], f.error)
+    torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
+    specs = {k: v for k, v in torch_specs.items() if v is not None}
+    return stack, check_stack_lock(stack, locks_root(patches_dir.parent), specs, f.error)
 
 
 def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:

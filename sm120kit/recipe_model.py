@@ -11,6 +11,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import drivers as drv
+from .lock import Lock, StackSpec
 from .recipe_checks import (
     _arch_admitted,
     _display,
@@ -100,6 +101,9 @@ class Recipe:
     packages: list[PackageSpec]
     raw: dict[str, Any]
     patches_dir: Path
+    #: The serving stack (``[stack]``) and its lock, checked on load (sm120kit/lock.py).
+    stack: StackSpec | None = None
+    lock: Lock | None = None
 
     @property
     def source(self) -> str:

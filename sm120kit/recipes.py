@@ -63,7 +63,8 @@ precedence decides per key and ``plan`` can name the file each value came from::
 Overridable keys: ``description``, ``arch``, ``python``, ``cuda.{version, method, gcc_max,
 mirror, runfile, sha256, url, pip_packages, apt_packages}``, ``torch.{version, index, cuda}``,
 ``packages.<name>.{version, patches, torch, needs_cuda_torch, dependencies}``,
-``packages.<name>.source.{kind, path, url, ref, subdir, index}``, ``packages.<name>.knobs.<K>``.
+``packages.<name>.source.{kind, path, url, ref, subdir, index}``, ``packages.<name>.knobs.<K>``,
+``stack.build`` (the ``[stack]`` table and its lock: sm120kit/lock.py).
 ``name`` and ``drivers`` select a recipe and cannot be overridden (use ``--recipe``). Overriding
 ``cuda.version`` drops the recipe's runfile/sha256/pip_packages of the old version and derives
 them anew. A nested ``recipe:`` dict is refused: dicts replace rather than merge across groups.
@@ -337,6 +338,10 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
         put(base + "torch", spec_text(pkg.torch) if pkg.torch is not None else "", where)
         put(base + "needs_cuda_torch", pkg.needs_cuda_torch, where)
         put(base + "dependencies", [dict(d) for d in pkg.dependencies], where)
+    if recipe.stack is not None:
+        for key in ("top", "lock", "reason", "build"):
+            value = getattr(recipe.stack, key)
+            put(f"stack.{key}", list(value) if isinstance(value, tuple) else value, "stack")
     return values, sources
 
 

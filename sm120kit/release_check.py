@@ -13,7 +13,7 @@ from typing import Any
 from . import drivers as drv
 from .errors import RecipeError
 from .remote.lib.cudaarch import parse_cc
-from .remote.lib.wheel_check import verify_wheel
+from .remote.lib.wheel_check import verify_locked_wheel, verify_wheel
 
 
 def driver_cuda(driver: str) -> str:
@@ -53,3 +53,41 @@ def verify_release(
         not_for_arch=dict(not_for_arch or {}),
     )
     return {**doc, "driver_cuda": cuda, "arch": arch}
+
+
+def verify_locked(
+    path: str,
+    *,
+    sha256: str,
+    driver: str,
+    arch: str,
+    python: str,
+    not_for_arch: dict[str, str] | None = None,
+    variants: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """`verify_release` for a lock's entry: the modules judged are those the package's loader
+    picks on `arch` under Python `python` (`wheel_check.loaded_modules`; `variants`: its
+    per-arch directories, from the recipe's ``stack.loaders``)."""
+    try:
+        cc = parse_cc(arch)
+    except ValueError:
+        cc = None
+    if cc is None:
+        raise RecipeError(f"arch {arch!r} is not a compute capability such as 12.0")
+    cuda = driver_cuda(driver)
+    doc = verify_locked_wheel(
+        path,
+        sha256=sha256,
+        cc=cc,
+        driver=driver,
+        driver_cuda=cuda,
+        python=python,
+        not_for_arch=dict(not_for_arch or {}),
+        variants=variants,
+    )
+    return {**doc, "driver_cuda": cuda, "arch": arch}
+
+
+def verdict_line(doc: dict[str, Any]) -> str:
+    """``ok`` or ``refused: <one line>``, as a lock and plan record a verification."""
+    return "ok" if doc.get("ok") else f"refused: {doc.get('refusal')}"

@@ -26,7 +26,9 @@ EXPECTED: dict[str, set[str]] = {
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
     "plan": COMMON | RECIPE | {"explain", "package"},
-    "provision": COMMON | RECIPE | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck"},
+    "provision": COMMON
+    | RECIPE
+    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
@@ -42,6 +44,17 @@ EXPECTED: dict[str, set[str]] = {
     "cache.import": {"directory", "json", "store"},
     "sources.fetch": {"package", "recipe", "mirror", "refresh", "json"},
     "sources.list": {"json"},
+    "lock.draft": {
+        "top",
+        "recipe",
+        "out",
+        "platform",
+        "index",
+        "lock-python",
+        "driver",
+        "arch",
+        "json",
+    },
 }
 
 #: The help text of each flag, as `invoke --help TASK` showed it before the flags were
@@ -80,6 +93,14 @@ HELP = {
     "mirror": "directory holding <dir>/ per source (default: setting sources_mirror)",
     "refresh": "read stored sources again and replace those whose tree changed (a corrected or "
     "deliberately patched mirror still claims the same commit)",
+    "stack": "install the recipe's serving stack (its [stack] lock) into its own env; build only "
+    "what it chooses to build (host var provision_stack: true does the same)",
+    "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
+    "out": "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)",
+    "platform": "newest platform tag the lock accepts",
+    "index": "resolve from this index alone (pip --isolated --index-url), e.g. "
+    "https://pypi.org/simple; default: pip's own configuration",
+    "lock-python": "Python X.Y to lock for (default: the recipe's python, else 3.11)",
 }
 HELP_OVERRIDES = {
     ("sources.fetch", "package"): "package whose source and dependencies to fetch (e.g. sgl-kernel)"
@@ -97,6 +118,7 @@ BOOL_FLAGS = {
     "recheck",
     "rebuild",
     "refresh",
+    "stack",
 }
 
 

@@ -116,6 +116,10 @@ def render_plan(console: Console, result: RunResult) -> None:
             console.print(vt)
         for note in d.get("notes") or []:
             console.print(f"  [yellow]note:[/] {escape(note)}", highlight=False)
+        if d.get("stack"):
+            from .stack import stack_table
+
+            stack_table(console, d["stack"])
         steps = Table(show_header=False, box=None, padding=(0, 2))
         steps.add_column("state")
         steps.add_column("step")

@@ -139,16 +139,19 @@ def verify_wheel(
     driver_cuda: str,
     loaded: list[str],
     not_for_arch: dict[str, str],
+    digest: str | None = None,
 ) -> dict[str, Any]:
     """The verdict on the wheel at `path` for one target.
 
     `loaded`: the module paths inside the wheel the package's loader uses on `cc` (for
     a loader that picks a per-arch directory, that directory's modules and the shared ones);
     a module of the wheel not listed is reported as not loaded there. `not_for_arch`: module
-    stem -> why it carries no code for the arch by design. Returns ``{"ok", "sha256",
+    stem (or path in the wheel without the suffix) -> why it carries no code for the arch by
+    design. `digest`: the file's sha256 when
+    the caller has just computed it (the file is not read twice). Returns ``{"ok", "sha256",
     "modules": [...], "refusal": one line or None, "notes": [...]}``.
     """
-    got = sha256_file(path)
+    got = digest or sha256_file(path)
     if got != sha256:
         return {
             "ok": False,
@@ -160,9 +163,13 @@ def verify_wheel(
     judged: list[dict[str, Any]] = []
     notes: list[str] = []
     for mod in read_wheel(path):
+        # A module is named by its stem (``flash_ops``) or, where stems repeat across
+        # packages, by its path in the wheel without the suffix (``torchao/_C``).
         stem = mod["module"].rsplit("/", 1)[-1].split(".", 1)[0]
-        if stem in not_for_arch:
-            judged.append({**mod, "status": "not for arch", "reason": not_for_arch[stem]})
+        qualified = mod["module"].split(".", 1)[0]
+        why = not_for_arch.get(qualified, not_for_arch.get(stem))
+        if why is not None:
+            judged.append({**mod, "status": "not for arch", "reason": why})
             continue
         if mod["module"] not in loaded:
             judged.append({**mod, "status": "not loaded", "reason": f"not loaded on {cc_text(cc)}"})
@@ -190,3 +197,64 @@ def verify_wheel(
         "refusal": refusal,
         "notes": notes,
     }
+
+
+_VARIANT_DIR = re.compile(r"(?:^|/)sm(\d+)/")
+_CPYTHON = re.compile(r"\.cpython-(\d+)-")
+
+
+def loaded_modules(
+    names: list[str], cc: tuple[int, int], python: str, variants: dict[str, str] | None = None
+) -> list[str]:
+    """The modules of `names` a process of Python `python` ("3.11") loads on capability `cc`:
+    a module tagged for another CPython cannot be imported, and of a loader's per-arch
+    directories (``smNN/``) only the one it picks is loaded, as `variants` says (capability
+    ``"9.0"`` -> directory, ``"*"`` for any other; recipe data, read from the package's own
+    loader). Every other shared object counts as loaded."""
+    want = "".join(python.split(".")[:2])
+    pick = None
+    if variants:
+        pick = variants.get(cc_text(cc), variants.get("*"))
+    out = []
+    for name in names:
+        tag = _CPYTHON.search(name)
+        if tag and tag.group(1) != want:
+            continue
+        variant = _VARIANT_DIR.search(name)
+        if variant and pick is not None and "sm" + variant.group(1) != pick:
+            continue
+        out.append(name)
+    return out
+
+
+def shared_objects(path: str) -> list[str]:
+    """The shared objects (``*.so``, ``*.so.N``) inside the wheel at `path`."""
+    with zipfile.ZipFile(path) as zf:
+        return [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
+
+
+def verify_locked_wheel(
+    path: str,
+    *,
+    sha256: str,
+    cc: tuple[int, int],
+    driver: str,
+    driver_cuda: str,
+    python: str,
+    not_for_arch: dict[str, str],
+    variants: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """`verify_wheel` with the loaded modules found by rule (`loaded_modules`): what a lock's
+    compiled release gets before it is installed, on the controller or on the host."""
+    got = sha256_file(path)
+    loaded = loaded_modules(shared_objects(path), cc, python, variants) if got == sha256 else []
+    return verify_wheel(
+        path,
+        sha256=sha256,
+        cc=cc,
+        driver=driver,
+        driver_cuda=driver_cuda,
+        loaded=loaded,
+        not_for_arch=not_for_arch,
+        digest=got,
+    )

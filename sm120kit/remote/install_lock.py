@@ -1,0 +1,216 @@
+"""Install a lock's files into the serving env, and nothing else: no resolver runs here.
+
+Runs on the host with any Python >= 3.8 and the standard library only. Argument (argv[1],
+JSON)::
+
+    {"action": "probe" | "apply", "env": path, "record": path, "python": interpreter for a
+     new venv, "entries": [{"name", "version", "filename", "url", "sha256", "compiled",
+     "dest"}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
+     "not_for_arch": {}, "loaders": {dist: {cc: dir}}} | null, "timeout": seconds}
+
+``probe`` changes nothing: ``{"exists", "record", "installed": {name: version},
+"present": [dest paths already on the host]}``. ``apply`` takes the entries to install, in
+three phases, each complete before the next: (1) every file is obtained into its ``dest``
+(downloaded unless a file is there already) and its sha256 compared with the lock's, and
+one mismatch refuses the whole install before anything is installed; (2) every compiled
+entry is verified for the target (`wheel_check`), and one refusal stops it likewise; (3) the
+venv is made if absent and pip installs the files with ``--no-deps --require-hashes
+--no-index``, then the record (what was installed, by sha256) is written atomically.
+Prints ``{"ok", "error", "downloaded": [[name, bytes]], "verdicts": {name: {...}},
+"installed": n, "seconds"}``.
+"""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from sm120kit.remote.lib.download import DownloadFailed, download
+from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
+from sm120kit.remote.lib.wheel_check import loaded_modules, shared_objects, verify_wheel
+
+
+def normalize(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed(env):
+    """Distribution name -> version of every .dist-info in the env's site-packages."""
+    out = {}
+    for info in glob.glob(os.path.join(env, "lib", "python*", "site-packages", "*.dist-info")):
+        base = os.path.basename(info)[: -len(".dist-info")]
+        name, _, version = base.partition("-")
+        out[normalize(name)] = version
+    return out
+
+
+def read_record(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def probe(args):
+    entries = args.get("entries") or []
+    return {
+        "ok": True,
+        "exists": os.path.isfile(os.path.join(args["env"], "bin", "python")),
+        "record": read_record(args["record"]),
+        "installed": installed(args["env"]),
+        "present": [e["dest"] for e in entries if os.path.isfile(e["dest"])],
+    }
+
+
+def obtain(entry, timeout):
+    """The entry's file at its dest with the lock's sha256, or an error line. Returns
+    (error or None, bytes downloaded)."""
+    dest, want = entry["dest"], entry["sha256"]
+    fetched = 0
+    if not os.path.isfile(dest):
+        part = dest + ".part"
+        try:
+            got = download(entry["url"], part, "", timeout=timeout)
+        except DownloadFailed as exc:
+            return "%s %s: %s" % (entry["name"], entry["version"], exc), 0
+        fetched = os.path.getsize(part)
+        os.rename(part, dest)
+    else:
+        got = sha256_file(dest)
+    if got != want:
+        remove(dest)  # never install it, never take it for the lock's file again
+        return (
+            "%s %s: sha256 %s differs from the lock's %s (%s)"
+            % (entry["name"], entry["version"], got, want, entry["url"])
+        ), fetched
+    return None, fetched
+
+
+def verify(entry, target):
+    cc = tuple(target["cc"])
+    path = entry["dest"]
+    variants = (target.get("loaders") or {}).get(normalize(entry["name"]))
+    loaded = loaded_modules(shared_objects(path), cc, target["python"], variants)
+    return verify_wheel(
+        path,
+        sha256=entry["sha256"],
+        cc=cc,
+        driver=target["driver"],
+        driver_cuda=target["driver_cuda"],
+        loaded=loaded,
+        not_for_arch=target.get("not_for_arch") or {},
+        digest=entry["sha256"],  # phase 1 checked it
+    )
+
+
+def apply(args):
+    start = time.time()
+    entries = args.get("entries") or []
+    timeout = float(args.get("timeout") or 3600)
+    downloaded = []
+    for entry in entries:
+        parent = os.path.dirname(entry["dest"])
+        if not os.path.isdir(parent):
+            os.makedirs(parent)
+        error, fetched = obtain(entry, timeout)
+        if fetched:
+            downloaded.append([entry["name"], fetched])
+        if error:
+            return {"ok": False, "error": error, "downloaded": downloaded, "installed": 0}
+    verdicts = {}
+    target = args.get("verify")
+    for entry in entries:
+        if not (target and entry.get("compiled")):
+            continue
+        doc = verify(entry, target)
+        verdicts[entry["name"]] = {
+            "ok": doc["ok"],
+            "refusal": doc["refusal"],
+            "notes": doc["notes"],
+        }
+        if not doc["ok"]:
+            error = "%s %s: %s" % (entry["name"], entry["version"], doc["refusal"])
+            return {
+                "ok": False,
+                "error": error,
+                "downloaded": downloaded,
+                "verdicts": verdicts,
+                "installed": 0,
+            }
+    env = args["env"]
+    py = os.path.join(env, "bin", "python")
+    if entries and not os.path.isfile(py):
+        proc = subprocess.run([args["python"], "-m", "venv", env], capture_output=True, text=True)
+        if proc.returncode != 0:
+            return {
+                "ok": False,
+                "error": "venv %s: %s" % (env, proc.stderr.strip()[-300:]),
+                "downloaded": downloaded,
+                "installed": 0,
+            }
+    if entries:
+        req = os.path.join(env, ".sm120kit-lock-requirements.txt")
+        with open(req, "w") as fh:
+            for e in entries:
+                fh.write("%s --hash=sha256:%s\n" % (e["dest"], e["sha256"]))
+        argv = [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--require-hashes",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-r",
+            req,
+        ]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or ["?"]
+            return {
+                "ok": False,
+                "error": "pip install --no-deps: " + lines[-1],
+                "downloaded": downloaded,
+                "verdicts": verdicts,
+                "installed": 0,
+            }
+    record = read_record(args["record"]) or {}
+    packages = dict(record.get("packages") or {})
+    for e in entries:
+        packages[normalize(e["name"])] = {"version": e["version"], "sha256": e["sha256"]}
+    write_atomic(
+        args["record"],
+        json.dumps({"lock": args.get("lock"), "packages": packages}, sort_keys=True, indent=1),
+    )
+    return {
+        "ok": True,
+        "error": None,
+        "downloaded": downloaded,
+        "verdicts": verdicts,
+        "installed": len(entries),
+        "seconds": round(time.time() - start, 3),
+    }
+
+
+def main():
+    args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    if args.get("action") == "probe":
+        doc = probe(args)
+    elif args.get("action") == "apply":
+        try:
+            doc = apply(args)
+        except Exception as exc:  # one line back to the controller, never a traceback
+            doc = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc), "installed": 0}
+    else:
+        doc = {"ok": False, "error": "unknown action %r" % args.get("action")}
+    print(json.dumps(doc, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""Which file of a recipe's serving stack each distribution comes from, for one host.
+
+Every distribution of the stack's lock (sm120kit/lock.py) is a ``release`` (the lock's wheel,
+sha256-pinned, verified before install when it holds shared objects) unless it is chosen as
+``build``: by the lock (``from = "build"``), by the recipe's ``stack.build`` list (host
+override ``recipe.stack.build``), or because its release fails verification. A build uses
+the recipe's pinned source entry for exactly that name and version, built against the lock's
+torch; with no such entry the host is refused with one line naming the package and version.
+
+Verification here (plan) reads the controller's copy of a wheel when one is present (the
+release cache `lock_draft.release_cache` or a ``file://`` index) and never downloads: a
+wheel without a copy is verified on the host at provision, and `Choice.checked` says which.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from .errors import HostFailed, RecipeError
+from .lock import Lock, LockEntry
+from .lock_draft import cached_copy, local_path
+from .recipes import PackageSpec, ResolvedRecipe
+from .release_check import verdict_line, verify_locked
+
+#: Host var that makes `provision` install the recipe's stack (flag: ``--stack``).
+STACK_VAR = "provision_stack"
+
+
+@dataclass
+class Choice:
+    """Where one locked distribution comes from on this host, and why."""
+
+    entry: LockEntry
+    source: str  # "release" | "build"
+    why: str
+    verdict: str = ""  # "ok" | "refused: ..." | "" (not verified yet)
+    checked: str = ""  # what was checked, in words
+    notes: list[str] = field(default_factory=list)
+    build: dict[str, Any] = field(default_factory=dict)  # the pinned source of a build
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "version": self.entry.version,
+            "from": self.source,
+            "why": self.why,
+            "sha256": self.entry.sha256,
+            "url": self.entry.url,
+            "compiled": self.entry.compiled,
+            "verdict": self.verdict,
+            "checked": self.checked,
+            "notes": self.notes,
+        }
+        if self.build:
+            doc["build"] = self.build
+        return doc
+
+
+def stack_requested(host_vars: dict[str, Any], flag: bool) -> bool:
+    """``--stack`` or host var ``provision_stack: true``."""
+    return bool(flag) or host_vars.get(STACK_VAR) is True
+
+
+def pinned_source(resolved: ResolvedRecipe, entry: LockEntry) -> PackageSpec | None:
+    """The recipe's package entry for exactly this distribution and version, if any."""
+    for pkg in resolved.recipe.packages:
+        if canonicalize_name(pkg.name) == entry.key and pkg.version == entry.version:
+            return pkg
+    return None
+
+
+def _build_pins(pkg: PackageSpec, lock: Lock) -> dict[str, Any]:
+    return {
+        "package": pkg.name,
+        "version": pkg.version,
+        "source": dict(pkg.source),
+        "patches": list(pkg.patches),
+        "torch": lock.torch,
+    }
+
+
+def target_of(resolved: ResolvedRecipe) -> tuple[str, str]:
+    """The host's target driver and arch (facts, host vars or flags, as the recipe chose)."""
+    driver = resolved.values.get("target.driver")
+    arch = resolved.values.get("target.arch") or (resolved.values.get("arch") or [""])[0]
+    if not driver:
+        raise RecipeError("the stack's releases are verified for the host's driver: it is unknown")
+    return str(driver), str(arch)
+
+
+def not_for_arch(resolved: ResolvedRecipe) -> dict[str, str]:
+    """Modules reported, not judged: the stack's table plus the recipe packages' own."""
+    out: dict[str, str] = {}
+    for pkg in resolved.recipe.packages:
+        out.update(pkg.not_for_arch)
+    if resolved.recipe.stack is not None:
+        out.update(resolved.recipe.stack.not_for_arch)
+    return out
+
+
+def shown(choice: Choice, lock: Lock, lock_loaders: dict[str, Any] | None = None) -> bool:
+    """Whether plan's table lists the row (the rest is counted): the top, torch, kernel
+    packages with a per-arch loader, builds, and anything with a verdict other than ok or
+    a note."""
+    e = choice.entry
+    return (
+        e.key in (lock.top_name, "torch")
+        or (lock_loaders is not None and e.key in lock_loaders)
+        or choice.source == "build"
+        or bool(choice.notes)
+        or bool(choice.verdict and choice.verdict != "ok")
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _verify_once(
+    path: str,
+    sha256: str,
+    driver: str,
+    arch: str,
+    python: str,
+    skip: tuple[tuple[str, str], ...],
+    variants: tuple[tuple[str, str], ...],
+) -> dict[str, Any]:
+    """One verification per file and target in a run, however many hosts share them."""
+    return verify_locked(
+        path,
+        sha256=sha256,
+        driver=driver,
+        arch=arch,
+        python=python,
+        not_for_arch=dict(skip),
+        variants=dict(variants) or None,
+    )
+
+
+def glibc_problem(lock: Lock, glibc: object) -> str | None:
+    """Why a host with `glibc` (facts, "2.35") cannot install the lock's wheels: the lock's
+    platform (``manylinux_2_34_x86_64``) needs that glibc or newer. None when it can or the
+    host's glibc is unknown."""
+    m = re.match(r"^manylinux_(\d+)_(\d+)_", lock.platform)
+    if not m or not glibc:
+        return None
+    try:
+        have = tuple(int(x) for x in str(glibc).split(".")[:2])
+    except ValueError:
+        return None
+    want = (int(m.group(1)), int(m.group(2)))
+    if have >= want:
+        return None
+    return (
+        f"glibc {glibc} is older than {want[0]}.{want[1]}, which {lock.path.name} "
+        f"({lock.platform}) needs"
+    )
+
+
+def choose(
+    resolved: ResolvedRecipe,
+    *,
+    verify: Any = None,
+    read_copies: bool = True,
+) -> tuple[Lock, list[Choice]]:
+    """Every locked distribution's source on this host. `verify(entry, path)` reads a
+    controller copy (default: `verify_locked` for the host's target); only the rows plan
+    shows are verified here, every compiled release again on the host before install.
+    `read_copies` False (provision: the host verifies anyway) reads a copy only for a
+    release the recipe could build instead, the one case where the verdict picks the source.
+    Raises HostFailed with one line for a build without a pinned source or a release that
+    fails verification with none."""
+    recipe = resolved.recipe
+    if recipe.stack is None or recipe.lock is None:
+        raise RecipeError(f"recipe {recipe.name} ({recipe.source}) has no [stack]")
+    lock = recipe.lock
+    driver, arch = target_of(resolved)
+    skip = not_for_arch(resolved)
+    loaders = recipe.stack.loaders
+    wanted = {str(canonicalize_name(n)) for n in resolved.values.get("stack.build") or []}
+    unknown = sorted(n for n in wanted if lock.entry(n) is None)
+    if unknown:
+        src = resolved.sources.get("stack.build", recipe.source)
+        raise RecipeError(
+            f"stack.build (from {src}): {', '.join(unknown)} not in {recipe.stack.lock}"
+        )
+
+    def check(entry: LockEntry) -> tuple[str, list[str], str]:
+        path = cached_copy(entry)
+        if path is None:
+            draft = (
+                f"; the lock's draft verdict for driver {lock.target.get('driver')}: {entry.verdict}"
+                if entry.verdict
+                else ""
+            )
+            return "", [], f"verified on the host at provision (no controller copy){draft}"
+        if verify is not None:
+            doc = verify(entry, path)
+        else:
+            doc = _verify_once(
+                str(path),
+                entry.sha256,
+                driver,
+                arch,
+                lock.python,
+                tuple(sorted(skip.items())),
+                tuple(sorted((loaders.get(entry.key) or {}).items())),
+            )
+        where = "local index file" if local_path(entry.url) else "controller's release cache"
+        return (
+            verdict_line(doc),
+            list(doc.get("notes") or []),
+            (
+                f"sha256, cudart and SASS/PTX read from the {where} copy for driver {driver}, arch {arch}"
+            ),
+        )
+
+    choices = []
+    for entry in lock.packages:
+        pkg = pinned_source(resolved, entry)
+        if entry.key in wanted or entry.source == "build":
+            why = "stack.build" if entry.key in wanted else "the lock says build"
+            if pkg is None:
+                raise HostFailed(
+                    f"{entry.name} {entry.version}: build chosen ({why}) but recipe "
+                    f"{recipe.name} pins no source for {entry.name} {entry.version}"
+                )
+            choices.append(Choice(entry, "build", why, build=_build_pins(pkg, lock)))
+            continue
+        on_host = "sha256 and verification" if entry.compiled else "sha256"
+        choice = Choice(
+            entry, "release", "the lock's release", checked=f"{on_host} on the host before install"
+        )
+        if entry.compiled and shown(choice, lock, loaders) and (read_copies or pkg is not None):
+            choice.verdict, choice.notes, choice.checked = check(entry)
+        if choice.verdict.startswith("refused"):
+            line = f"{entry.name} {entry.version}: {choice.verdict[len('refused: ') :]}"
+            if pkg is None:
+                raise HostFailed(f"{line}; recipe {recipe.name} pins no source to build instead")
+            choice = Choice(
+                entry,
+                "build",
+                f"the release fails verification ({line})",
+                build=_build_pins(pkg, lock),
+            )
+        choices.append(choice)
+    return lock, choices

@@ -1,0 +1,119 @@
+"""Tiny real wheels on a real loopback package index, for the lock and stack tests.
+
+`make_wheel` writes a valid wheel (METADATA, WHEEL, RECORD with sha256 lines; pip installs
+it) holding one module, and optionally a real shared object copied from this machine (a
+"compiled" wheel without device code). `serve` runs a PEP 503 simple index over
+`http.server` on 127.0.0.1 in a thread: ``/simple/<name>/`` lists each file with its
+``#sha256=`` fragment, as PyPI does, and ``/files/<wheel>`` serves the bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import re
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+#: A real ELF shared object of this machine (no CUDA in it): what a compiled wheel carries.
+SYSTEM_SO = next(
+    (
+        p
+        for p in (
+            Path("/lib/x86_64-linux-gnu/libz.so.1"),
+            Path("/usr/lib/x86_64-linux-gnu/libz.so.1"),
+        )
+        if p.exists()
+    ),
+    None,
+)
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(
+    out: Path,
+    name: str,
+    version: str,
+    *,
+    requires: tuple[str, ...] = (),
+    tag: str = "py3-none-any",
+    shared_object: Path | None = None,
+) -> Path:
+    """Write ``<name>-<version>-<tag>.whl`` into `out` and return its path."""
+    mod = re.sub(r"[-.]", "_", name).lower()
+    dist = f"{mod}-{version}.dist-info"
+    files: dict[str, bytes] = {f"{mod}/__init__.py": f"VERSION = {version!r}\n".encode()}
+    if shared_object is not None:
+        files[f"{mod}/_native.cpython-311-x86_64-linux-gnu.so"] = shared_object.read_bytes()
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    files[f"{dist}/METADATA"] = ("\n".join(meta) + "\n").encode()
+    pure = "true" if tag.endswith("-any") else "false"
+    wheel = f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: {pure}\nTag: {tag}\n"
+    files[f"{dist}/WHEEL"] = wheel.encode()
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{dist}/RECORD,,"]
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = out / f"{mod}-{version}-{tag}.whl"
+    out.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in files.items():
+            zf.writestr(n, d)
+    return path
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextmanager
+def serve(files: Path) -> Iterator[str]:
+    """A simple index of every wheel under `files`; yields its base URL (``.../simple``)."""
+    wheels = sorted(files.glob("*.whl"))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # quiet test output
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0]
+            if path.startswith("/files/"):
+                target = files / path[len("/files/") :]
+                if target.is_file():
+                    data = target.read_bytes()
+                    return self._send(200, data, "application/octet-stream")
+            m = re.fullmatch(r"/simple/([^/]+)/?", path)
+            if m:
+                want = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+                links = [
+                    f'<a href="/files/{w.name}#sha256={sha256_of(w)}">{w.name}</a>'
+                    for w in wheels
+                    if re.sub(r"[-_.]+", "-", w.name.split("-")[0]).lower() == want
+                ]
+                if links:
+                    body = "<html><body>" + "<br>".join(links) + "</body></html>"
+                    return self._send(200, body.encode(), "text/html")
+            self._send(404, b"not found", "text/plain")
+
+        def _send(self, code: int, data: bytes, kind: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,229 @@
+"""Locks and the recipe's ``[stack]``: loading, strict errors naming file, line and key, and
+the shipped locks' facts (sm120kit/lock.py; docs/stack-facts.md section 9).
+
+Real files only: the repo's recipes and locks, and lock/recipe files written to tmp dirs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sm120kit.errors import RecipeError
+from sm120kit.lock import dump_lock, load_lock, parse_lock
+from sm120kit.recipes import load_recipes
+
+REPO = Path(__file__).resolve().parent.parent
+SHA = "0" * 63 + "1"
+
+GOOD = f"""\
+[lock]
+top = "demo==1.0"
+python = "3.11"
+platform = "manylinux_2_34_x86_64"
+torch = "2.14.1"
+torch_cuda = "13.0"
+resolver = "pip 23.2.1 install --dry-run --ignore-installed --report"
+drafted = "2026-12-02"
+
+[[package]]
+name = "demo"
+version = "1.0"
+filename = "demo-1.0-py3-none-any.whl"
+url = "https://example.invalid/demo-1.0-py3-none-any.whl"
+sha256 = "{SHA}"
+from = "release"
+compiled = false
+
+[[package]]
+name = "torch"
+version = "2.14.1"
+filename = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+url = "https://example.invalid/torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+sha256 = "{SHA}"
+from = "release"
+compiled = true
+"""
+
+
+def _lock(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "demo.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_lock_loads_and_round_trips(tmp_path: Path) -> None:
+    lock = load_lock(_lock(tmp_path, GOOD))
+    assert lock.top_name == "demo" and lock.torch == "2.14.1"
+    assert [e.name for e in lock.packages] == ["demo", "torch"]
+    assert lock.entry("Torch") is lock.packages[1]
+    again = parse_lock(tmp_path / "x.toml", dump_lock(lock, ["header"]))
+    assert again.packages == lock.packages and again.top == lock.top
+
+
+@pytest.mark.parametrize(
+    ("edit", "where"),
+    [
+        (("compiled = false", "compiled = false\nsha = 1"), ":18: package[0].sha: unknown key"),
+        (
+            (
+                f'sha256 = "{SHA}"\nfrom = "release"\ncompiled = true',
+                'sha256 = "abc"\nfrom = "release"\ncompiled = true',
+            ),
+            ":24: package[1].sha256: expected 64 lower-case hex digits",
+        ),
+        (
+            ('from = "release"\ncompiled = false', 'from = "pypi"\ncompiled = false'),
+            ":16: package[0].from: 'pypi' is not one of release, build",
+        ),
+        (
+            ('torch = "2.14.1"', 'torch = "2.13.0"'),
+            ":5: lock.torch: 2.13.0 differs from the torch entry's 2.14.1",
+        ),
+        (
+            ('top = "demo==1.0"', 'top = "demo>=1.0"'),
+            ":2: lock.top: 'demo>=1.0' must pin one version exactly",
+        ),
+        (
+            ('top = "demo==1.0"', 'top = "other==1.0"'),
+            ":2: lock.top: other==1.0 is not among the lock's packages",
+        ),
+        (('drafted = "2026-12-02"\n', ""), ": lock: missing required key 'drafted'"),
+    ],
+)
+def test_bad_locks_name_file_line_and_key(
+    tmp_path: Path, edit: tuple[str, str], where: str
+) -> None:
+    old, new = edit
+    assert old in GOOD
+    path = _lock(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(RecipeError) as err:
+        load_lock(path, "locks/demo.toml")
+    msg = str(err.value)
+    assert msg.startswith("locks/demo.toml") and where in msg and "\n" not in msg
+
+
+def test_a_distribution_listed_twice_is_refused(tmp_path: Path) -> None:
+    twice = (
+        GOOD
+        + GOOD[GOOD.index("[[package]]") : GOOD.index("[[package]]", GOOD.index("[[package]]") + 1)]
+    )
+    with pytest.raises(RecipeError, match=r"demo.toml:\d+: package.name: demo is listed twice"):
+        load_lock(_lock(tmp_path, twice))
+
+
+def _recipes_with(tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
+    folder = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", folder)
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    path = folder / f"{name}.toml"
+    text = path.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    path.write_text(text)
+    return folder
+
+
+def test_repo_recipes_name_their_stacks() -> None:
+    recipes = load_recipes(REPO / "recipes")
+    tops = {name: r.stack.top for name, r in recipes.items() if r.stack is not None}
+    assert tops == {
+        "r570": "sglang==0.5.9",
+        "r575": "sglang==0.5.9",
+        "r580": "sglang==0.5.23",
+        "r590": "sglang==0.5.23",
+        "r595": "sglang==0.5.23",
+    }
+    new, old = recipes["r580"].lock, recipes["r570"].lock
+    assert new is not None and old is not None
+    assert "libcudart.so.13" in recipes["r570"].stack.reason  # type: ignore[union-attr]
+    assert (new.torch, new.torch_cuda, old.torch, old.torch_cuda) == (
+        "2.14.1",
+        "13.0",
+        "2.9.1",
+        "12.8",
+    )
+    kernel = new.entry("sglang-kernel")
+    assert kernel is not None and kernel.version == "0.4.10" and kernel.compiled
+    assert kernel.sha256 == "043cbe4a10e7887ea1b25599b729ff1ce115a0d5217b2c177aff9f9ae5327724"
+    assert kernel.size == 373_008_902 and kernel.verdict == "ok"
+    sgl = old.entry("sgl-kernel")
+    assert sgl is not None and sgl.version == "0.3.21" and sgl.size == 535_601_072
+    assert sgl.verdict == "ok" and any("minor-version compatibility" in n for n in sgl.notes)
+    for lock in (new, old):
+        assert all(e.url.startswith("https://files.pythonhosted.org/") for e in lock.packages)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        (
+            "[stack]\n",
+            "[stack]\nbuidl = []\n",
+            r"r580\.toml:\d+: stack\.buidl: unknown key; allowed: build, loaders, lock",
+        ),
+        (
+            'top = "sglang==0.5.23"',
+            'top = "sglang==0.5.22"',
+            r"r580\.toml:\d+: stack\.top: 'sglang==0\.5\.22' differs from locks/",
+        ),
+        (
+            'top = "sglang==0.5.23"',
+            'top = "sglang>=0.5"',
+            r"r580\.toml:\d+: stack\.top: 'sglang>=0\.5' must pin one version exactly",
+        ),
+        (
+            "[stack]\n",
+            '[stack]\nbuild = ["nosuch"]\n',
+            r"r580\.toml:\d+: stack\.build: nosuch is not a distribution of locks/",
+        ),
+        (
+            'lock = "locks/',
+            'lock = "/abs/locks/',
+            r"r580\.toml:\d+: stack\.lock: '/abs/locks/.*' must be a \.toml path relative",
+        ),
+        (
+            'lock = "locks/',
+            'lock = "locks/missing-',
+            r"^locks/missing-sglang.*: cannot read the lock",
+        ),
+    ],
+)
+def test_bad_stack_tables_name_file_line_and_key(
+    tmp_path: Path, old: str, new: str, expect: str
+) -> None:
+    folder = _recipes_with(tmp_path, "r580", (old, new))
+    with pytest.raises(RecipeError, match=expect) as err:
+        load_recipes(folder)
+    assert "\n" not in str(err.value)
+
+
+def test_a_build_candidate_must_admit_the_locks_torch(tmp_path: Path) -> None:
+    """r570 pins sgl-kernel 0.3.21's source for torch 2.9.1, the torch its lock holds; a pin
+    for another torch (with the recipe's [torch] moved along) cannot build for this lock."""
+    folder = _recipes_with(
+        tmp_path,
+        "r570",
+        ('torch = "==2.9.1"', 'torch = "==2.9.0"'),
+        ('version = "2.9.1"\nindex', 'version = "2.9.0"\nindex'),
+    )
+    with pytest.raises(
+        RecipeError,
+        match=r"r570\.toml:\d+: stack\.lock: the recipe's sgl-kernel 0\.3\.21 entry wants torch '==2\.9\.0'",
+    ):
+        load_recipes(folder)
+
+
+def test_a_host_glibc_older_than_the_locks_platform_is_named() -> None:
+    from sm120kit.stack import glibc_problem
+
+    lock = load_recipes(REPO / "recipes")["r580"].lock
+    assert lock is not None and lock.platform == "manylinux_2_34_x86_64"
+    assert glibc_problem(lock, "2.35") is None and glibc_problem(lock, None) is None
+    assert glibc_problem(lock, "2.31") == (
+        "glibc 2.31 is older than 2.34, which sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml "
+        "(manylinux_2_34_x86_64) needs"
+    )

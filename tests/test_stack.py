@@ -1,0 +1,251 @@
+"""The serving stack end to end on small real closures: drafting a lock from a loopback
+index with pip's resolver, and `invoke provision --stack` installing it over real SSH and
+locally, verified, idempotent, and refused before anything is installed when a file's
+sha256 differs from the lock's.
+
+Real parts: pip (resolver and installer), a PEP 503 index over http.server on 127.0.0.1
+(tests/support/tiny_index.py), wheels pip installs, one of them carrying a real shared
+object of this machine, the sshd fleet. Simulated: the target GPU and driver (host vars
+``target_driver`` / ``target_arch``, as a GPU-less build box names them).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sm120kit.lock import load_lock
+from sm120kit.lock_draft import Target, draft_lock, platform_tags
+from tests.conftest import invoke_env, json_of, run_invoke
+from tests.support.fleet import Fleet
+from tests.support.tiny_index import SYSTEM_SO, make_wheel, serve, sha256_of
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """demo-app 1.0 -> demo-lib 2.0 (pure) and demo-native 0.1 (a cp311 manylinux wheel
+    with a real .so), served on loopback."""
+    files = tmp_path_factory.mktemp("index")
+    assert SYSTEM_SO is not None
+    make_wheel(files, "demo-app", "1.0", requires=("demo-lib==2.0", "demo-native>=0.1"))
+    make_wheel(files, "demo-lib", "2.0")
+    make_wheel(
+        files,
+        "demo-native",
+        "0.1",
+        tag="cp311-cp311-manylinux_2_17_x86_64",
+        shared_object=SYSTEM_SO,
+    )
+    with serve(files) as url:
+        yield files, url
+
+
+def test_platform_tags_cover_every_older_manylinux() -> None:
+    tags = platform_tags("manylinux_2_34_x86_64")
+    assert tags[0] == "manylinux_2_34_x86_64" and "manylinux_2_5_x86_64" in tags
+    assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"} <= set(tags)
+    assert "manylinux_2_35_x86_64" not in tags
+
+
+def test_draft_locks_the_closure_with_the_index_hashes(index: Any, tmp_path: Path) -> None:
+    files, url = index
+    lock = draft_lock(
+        "demo-app==1.0",
+        python="3.11",
+        platform="manylinux_2_34_x86_64",
+        target=Target("580.95.05", "12.0", "3.11"),
+        cache=tmp_path / "cache",
+        index=url,
+    )
+    got = {e.name: e for e in lock.packages}
+    assert sorted(got) == ["demo-app", "demo-lib", "demo-native"]
+    for e in got.values():
+        assert e.sha256 == sha256_of(files / e.filename)
+        assert e.url.startswith(url.replace("/simple", "/files/")) and e.source == "release"
+    native = got["demo-native"]
+    assert native.compiled and native.size == (files / native.filename).stat().st_size
+    assert native.verdict == "ok"  # a .so without device code or cudart serves any GPU
+    assert not got["demo-lib"].compiled and got["demo-lib"].size is None
+    assert (tmp_path / "cache" / native.sha256 / native.filename).is_file()
+    assert lock.torch == "" and "--isolated --index-url" in lock.resolver
+
+
+def test_the_draft_task_writes_a_lock_that_loads(index: Any, tmp_path: Path) -> None:
+    _files, url = index
+    env = invoke_env(None, tmp_path, SM120KIT_RELEASE_CACHE=str(tmp_path / "cache"))
+    out = tmp_path / "locks" / "demo.toml"
+    args = ["lock.draft", "--top", "demo-app==1.0", "--index", url, "--out", str(out)]
+    proc = run_invoke([*args, "--driver", "580.95.05", "--arch", "12.0", "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    doc = json_of(proc)
+    assert doc["packages"] == 3 and doc["compiled"] == 1 and doc["lock"] == str(out)
+    assert doc["review"] == [] and 'top = "demo-app==1.0"' in doc["stack"]
+    lock = load_lock(out)
+    assert lock.target == {"driver": "580.95.05", "arch": "12.0"}
+    assert out.read_text().startswith("# Lock of demo-app==1.0 for Python 3.11")
+    bad = run_invoke(["lock.draft", "--top", "demo-app>=1.0", "--index", url], env)
+    assert bad.returncode == 1 and "pin one version exactly" in bad.stderr
+
+
+STACK_HOST = {
+    "target_driver": "580.95.05",
+    "target_arch": "12.0",
+    "provision_stack": True,
+}
+
+
+def _tiny_recipes(tmp: Path, index: Any, bad: str | None = None) -> Path:
+    """The repo's recipes with r580's [stack] pointing at a lock of the tiny closure (drafted
+    by the real drafting function); `bad`: a distribution whose sha256 is then wrong."""
+    files, url = index
+    root = tmp / "tree"
+    if not root.exists():
+        shutil.copytree(REPO / "recipes", root / "recipes")
+        shutil.copytree(REPO / "patches", root / "patches")
+    lock = draft_lock(
+        "demo-app==1.0",
+        python="3.11",
+        platform="manylinux_2_34_x86_64",
+        target=None,
+        cache=tmp / "cache",
+        index=url,
+    )
+    from sm120kit.lock import dump_lock
+
+    text = dump_lock(lock, ["tiny"])
+    if bad:
+        entry = lock.entry(bad)
+        assert entry is not None
+        text = text.replace(entry.sha256, "f" * 64)
+    (root / "locks").mkdir(exist_ok=True)
+    (root / "locks" / "demo.toml").write_text(text)
+    recipe = root / "recipes" / "r580.toml"
+    body = recipe.read_text()
+    start = body.index("\n[stack]\n") + 1
+    end = body.find("\n[", start + 1)
+    table = '[stack]\ntop = "demo-app==1.0"\nlock = "locks/demo.toml"\nreason = "tiny"\n'
+    recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
+    return root / "recipes"
+
+
+def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:
+    doc = yaml.safe_load(fleet.inventory.read_text())
+    for name in hosts:
+        vars_ = {**STACK_HOST, "work_root": str(tmp / "work" / name)}
+        if name == "local":
+            doc["all"]["hosts"]["local"] = {"ansible_connection": "local", **vars_}
+        else:
+            doc["all"]["hosts"][name].update(vars_)
+    inv = tmp / "hosts.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    return inv
+
+
+def test_provision_installs_the_lock_verified_and_idempotent(
+    fleet: Fleet, index: Any, tmp_path: Path
+) -> None:
+    recipes = _tiny_recipes(tmp_path, index)
+    inv = _inventory(fleet, tmp_path, ("gpu3", "local"))
+    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    args = ["provision", "-H", "gpu3,local", "-i", str(inv), "--json"]
+    first = run_invoke(args, env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    for name, host in json_of(first)["hosts"].items():
+        steps = {s["name"]: s for s in host["steps"]}
+        assert steps["stack"]["status"] == "changed", steps["stack"]
+        assert "env" not in steps  # nothing is built: no build env
+        stack = host["stack"]
+        native = stack["packages"]["demo-native"]
+        assert native["wheel_from"] == "release" and native["verdict"] == "ok"
+        assert native["index"].endswith("/files") and native["checked"].startswith("sha256")
+        py = Path(stack["env"]) / "bin" / "python"
+        assert py.exists() and (tmp_path / "work" / name).as_posix() in stack["env"]
+        assert stack["downloaded_bytes"] > 0
+    again = run_invoke(args, env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    for host in json_of(again)["hosts"].values():
+        assert host["changed"] == 0
+        step = next(s for s in host["steps"] if s["name"] == "stack")
+        assert step["status"] == "ok" and "3 distributions installed" in step["message"]
+        assert "downloaded_bytes" not in host["stack"]  # nothing fetched
+
+
+def test_a_lock_whose_sha256_differs_is_refused_before_install(
+    fleet: Fleet, index: Any, tmp_path: Path
+) -> None:
+    recipes = _tiny_recipes(tmp_path, index, bad="demo-native")
+    inv = _inventory(fleet, tmp_path, ("gpu5",))
+    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    proc = run_invoke(["provision", "-H", "gpu5", "-i", str(inv), "--json"], env)
+    assert proc.returncode == 2
+    host = json_of(proc)["hosts"]["gpu5"]
+    files, _url = index
+    real = sha256_of(next(files.glob("demo_native-*.whl")))
+    assert host["status"] == "failed"
+    assert f"demo-native 0.1: sha256 {real} differs from the lock's {'f' * 64}" in host["error"]
+    work = tmp_path / "work" / "gpu5"
+    assert not (work / "envs").exists()  # nothing installed, no env made
+    assert not list((work / "releases").rglob("demo_native-*.whl"))  # the bad file is gone
+
+
+@pytest.mark.slow
+def test_a_stack_part_chosen_as_build_is_built_from_the_pinned_source(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The lock holds a released minikernel 0.1.0; `stack.build` chooses the recipe's pinned
+    source instead (examples/minikernel, built with real nvcc for sm_120 against the build
+    env's torch 2.13.0+cpu), and the serving env gets that build, not the release."""
+    from tests.support.sample_wheel import nvcc_available
+
+    if not nvcc_available():
+        pytest.skip("needs nvcc")
+    files = tmp_path / "index2"
+    make_wheel(files, "demo-app", "1.0", requires=("minikernel==0.1.0",))
+    make_wheel(files, "minikernel", "0.1.0")
+    with serve(files) as url:
+        _build_stack(fleet, tmp_path, files, url)
+
+
+def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
+    recipes = _tiny_recipes(tmp_path, (files, url))
+    shutil.copytree(  # the recipe's path source, beside its recipes/ as in the repo
+        REPO / "examples" / "minikernel",
+        recipes.parent / "examples" / "minikernel",
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
+    recipe = recipes / "r580.toml"
+    recipe.write_text(
+        recipe.read_text().replace('reason = "tiny"\n', 'reason = "tiny"\nbuild = ["minikernel"]\n')
+    )
+    inv = _inventory(fleet, tmp_path, ("local",))
+    doc = yaml.safe_load(inv.read_text())
+    doc["all"]["hosts"]["local"].update(
+        {
+            "recipe.torch.index": "pypi",
+            "recipe.torch.version": "2.13.0",
+            "recipe.torch.cuda": "cpu",
+            "pip_args": ["--find-links", "/opt/wheels"],
+        }
+    )
+    inv.write_text(yaml.safe_dump(doc))
+    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    args = ["provision", "-H", "local", "-i", str(inv), "--json"]
+    first = run_invoke(args, env, timeout=1800)
+    assert first.returncode == 0, first.stdout + first.stderr
+    host = json_of(first)["hosts"]["local"]
+    row = host["stack"]["packages"]["minikernel"]
+    assert row["from"] == "build"
+    assert row["wheel_from"] == "build" or row["wheel_from"].startswith("cache:")
+    assert row["build"]["source"] == {"kind": "path", "path": "examples/minikernel"}
+    env_dir = Path(host["stack"]["env"])
+    infos = list(env_dir.glob("lib/python3.11/site-packages/minikernel-0.1.0*.dist-info"))
+    assert len(infos) == 1 and not (infos[0] / "direct_url.json").read_text().count("releases")
+    again = run_invoke(args, env)
+    assert again.returncode == 0 and json_of(again)["hosts"]["local"]["changed"] == 0

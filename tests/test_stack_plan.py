@@ -1,0 +1,138 @@
+"""`invoke plan` shows each host's serving stack from the shipped locks: on an R580 host
+sglang 0.5.23 with sglang-kernel 0.4.10 from the release, verified; on an R570 host
+sglang 0.5.9 with sgl-kernel 0.3.21 from the release and the minor-version note; with build
+chosen, the source build and its pins, or one line when the recipe pins no source.
+
+Real parts: the sshd fleet, the repo's recipes and locks, the released sglang-kernel 0.4.10
+and sgl-kernel 0.3.21 wheels from PyPI (tests/support/real_wheels.py), read by the tool's
+verification as the controller's cached copies. Simulated: the GPUs and drivers (the fleet's
+nvidia-smi stubs: gpu1 two RTX PRO 6000 on 580.95.05, gpu2 an RTX 5090 on 570.124.06).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sm120kit.recipes import load_recipes
+from tests.conftest import invoke_env, json_of, run_invoke
+from tests.support.fleet import Fleet
+from tests.support.real_wheels import real_wheel
+from tests.test_provision import tree_digest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+REPO = Path(__file__).resolve().parent.parent
+NEW = ("sglang-kernel", "0.4.10", "sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl")
+OLD = ("sgl-kernel", "0.3.21", "sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl")
+SGL_REF = "c86ca12875bbdea8f39267f02a0d55c68ea99d8e"
+
+
+def _cache(tmp: Path) -> Path:
+    """The controller's release cache holding the two real kernel wheels (links, by sha256)."""
+    recipes = load_recipes(REPO / "recipes")
+    cache = tmp / "releases"
+    for recipe, spec in (("r580", NEW), ("r570", OLD)):
+        lock = recipes[recipe].lock
+        assert lock is not None
+        entry = lock.entry(spec[0])
+        assert entry is not None and entry.filename == spec[2]
+        (cache / entry.sha256).mkdir(parents=True)
+        (cache / entry.sha256 / entry.filename).symlink_to(real_wheel(*spec))
+    return cache
+
+
+def _plan(fleet: Fleet, tmp: Path, extra: dict[str, dict[str, Any]], *flags: str) -> Any:
+    doc = yaml.safe_load(fleet.inventory.read_text())
+    for name in ("gpu1", "gpu2"):
+        doc["all"]["hosts"][name].update(
+            {"provision_packages": ["minikernel"], "work_root": str(tmp / "work" / name)},
+            **extra.get(name, {}),
+        )
+        (tmp / "work" / name).mkdir(parents=True, exist_ok=True)
+    inv = tmp / f"hosts{len(list(tmp.glob('hosts*.yaml')))}.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    env = invoke_env(fleet, tmp, SM120KIT_RELEASE_CACHE=str(tmp / "releases"))
+    return run_invoke(["plan", "-H", "gpu1,gpu2", "-i", str(inv), *flags], env)
+
+
+@pytest.fixture(scope="module")
+def planned(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("stackplan")
+    cache = _cache(tmp)
+    for name in ("gpu1", "gpu2"):
+        (tmp / "work" / name).mkdir(parents=True)
+    before = (tree_digest(tmp / "work"), tree_digest(cache))
+    out: dict[str, Any] = {"json": _plan(fleet, tmp, {}, "--json")}
+    out["text"] = _plan(fleet, tmp, {})
+    out["unchanged"] = (tree_digest(tmp / "work"), tree_digest(cache)) == before
+    out["cache"] = sorted(p.name for p in cache.rglob("*"))
+    build = {
+        "gpu1": {"recipe.stack.build": ["sglang-kernel"]},
+        "gpu2": {"recipe.stack.build": ["sgl-kernel"]},
+    }
+    out["build"] = _plan(fleet, tmp, build, "--json")
+    return out
+
+
+def test_r580_host_gets_sglang_0_5_23_from_the_release_verified(planned: dict[str, Any]) -> None:
+    proc = planned["json"]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    host = json_of(proc)["hosts"]["gpu1"]
+    stack = host["stack"]
+    assert host["recipe"] == "r580" and stack["top"] == "sglang==0.5.23"
+    assert stack["env"] is None  # shown, not requested
+    kernel = stack["packages"]["sglang-kernel"]
+    assert (kernel["version"], kernel["from"], kernel["verdict"]) == ("0.4.10", "release", "ok")
+    assert kernel["checked"] == (
+        "sha256, cudart and SASS/PTX read from the controller's release cache copy for driver "
+        "580.95.05, arch 12.0"
+    )
+    assert stack["packages"]["sglang"]["version"] == "0.5.23"
+    assert all(p["from"] == "release" for p in stack["packages"].values())
+    assert "sgl-kernel" not in stack["packages"] and "sglang-kernel" in stack["shown"]
+    assert not any(s["name"] == "stack" for s in host["steps"])  # not requested: no step
+
+
+def test_r570_host_gets_sglang_0_5_9_with_the_minor_version_note(planned: dict[str, Any]) -> None:
+    host = json_of(planned["json"])["hosts"]["gpu2"]
+    stack = host["stack"]
+    assert host["recipe"] == "r570" and stack["top"] == "sglang==0.5.9"
+    kernel = stack["packages"]["sgl-kernel"]
+    assert (kernel["version"], kernel["from"], kernel["verdict"]) == ("0.3.21", "release", "ok")
+    assert kernel["notes"] == [
+        "built with CUDA 12.9 for a driver of CUDA 12.8: runs through CUDA's minor-version "
+        "compatibility, from SASS only (no PTX JIT)"
+    ]
+    assert "570.124.06" in kernel["checked"]
+
+
+def test_plan_shows_it_as_a_table_and_changes_nothing(planned: dict[str, Any]) -> None:
+    proc = planned["text"]
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "stack sglang==0.5.23 from locks/sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml" in out
+    assert "stack sglang==0.5.9 from locks/sglang-0.5.9-cp311-manylinux_2_34_x86_64.toml" in out
+    assert "not requested (invoke provision --stack installs it)" in out
+    assert "more from the release (sha256-pinned" in out
+    assert planned["unchanged"]
+    assert len(planned["cache"]) == 4  # the two links and their sha256 directories: no download
+
+
+def test_build_chosen_shows_the_source_build_or_one_line(planned: dict[str, Any]) -> None:
+    doc = json_of(planned["build"])
+    gpu2 = doc["hosts"]["gpu2"]
+    kernel = gpu2["stack"]["packages"]["sgl-kernel"]
+    assert kernel["from"] == "build" and kernel["why"] == "stack.build"
+    assert kernel["build"]["source"]["ref"] == SGL_REF
+    assert kernel["build"]["patches"] == ["sgl-kernel/0002-cmake-sm-only-build.patch"]
+    assert kernel["build"]["torch"] == "2.9.1"
+    gpu1 = doc["hosts"]["gpu1"]
+    assert gpu1["status"] == "failed"
+    assert gpu1["error"] == (
+        "sglang-kernel 0.4.10: build chosen (stack.build) but recipe r580 pins no source for "
+        "sglang-kernel 0.4.10"
+    )
