@@ -26,7 +26,7 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
         ctx.set(values=[list(r) for r in state.resolved.rows()], notes=state.resolved.notes)
-        stack = stack_requested(ctx.host.vars, bool(opts.extra.get("stack")))
+        stack = stack_requested(ctx.host.vars, opts.flags.stack)
         ensure_toolkit(ctx, state)
         names = (
             package_names(state, opts)

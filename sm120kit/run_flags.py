@@ -28,6 +28,9 @@ class RunFlags:
     recheck: bool = False
     #: False for a task that builds nothing.
     builds: bool = True
+    #: ``--stack``: provision installs the recipe's serving stack (host var
+    #: ``provision_stack`` says the same per host; sm120kit/stack.py).
+    stack: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunFlags:

@@ -113,7 +113,7 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
         arch=resolved.values.get("target.arch"),
         forced=resolved.recipe.name,  # the recipe this host already got
     )
-    built = ProvisionState(host, state.facts, again, options={**state.options, "packages": [name]})
+    built = ProvisionState(host, state.facts, again, flags=state.flags, wanted=[name])
     built.toolkit = state.toolkit
     return built
 
