@@ -157,6 +157,7 @@ def test_provision_installs_the_lock_verified_and_idempotent(
     args = ["provision", "-H", "gpu3,local", "-i", str(inv), "--json"]
     first = run_invoke(args, env)
     assert first.returncode == 0, first.stdout + first.stderr
+    fetched = 0
     for name, host in json_of(first)["hosts"].items():
         steps = {s["name"]: s for s in host["steps"]}
         assert steps["stack"]["status"] == "changed", steps["stack"]
@@ -167,7 +168,8 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert native["index"].endswith("/files") and native["checked"].startswith("sha256")
         py = Path(stack["env"]) / "bin" / "python"
         assert py.exists() and (tmp_path / "work" / name).as_posix() in stack["env"]
-        assert stack["downloaded_bytes"] > 0
+        fetched += stack["downloaded_bytes"]
+    assert fetched > 0  # one of the two downloaded, the other took the wheel stores' copies
     again = run_invoke(args, env)
     assert again.returncode == 0, again.stdout + again.stderr
     for host in json_of(again)["hosts"].values():
@@ -193,6 +195,55 @@ def test_a_lock_whose_sha256_differs_is_refused_before_install(
     work = tmp_path / "work" / "gpu5"
     assert not (work / "envs").exists()  # nothing installed, no env made
     assert not list((work / "releases").rglob("demo_native-*.whl"))  # the bad file is gone
+
+
+def test_three_hosts_download_each_locked_file_from_the_index_once(
+    fleet: Fleet, index: Any, tmp_path: Path
+) -> None:
+    """A fleet of three provisioning one lock: every file leaves the index once (counted by
+    the index server), one host per file downloads it and the wheel stores hand it to the
+    others; a fourth host provisioned with the index gone installs from the stores alone; a
+    rerun of the three changes nothing and asks the index for nothing."""
+    files, _url = index
+    served: list[str] = []
+    store = tmp_path / "controller-store"
+    trio = ("gpu1", "gpu6", "gpu8")
+    with serve(files, log=served) as url:
+        recipes = _tiny_recipes(tmp_path, (files, url))
+        inv = _inventory(fleet, tmp_path, (*trio, "gpu3"))
+        env = invoke_env(
+            fleet,
+            tmp_path,
+            INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+            INVOKE_SM120KIT_CACHE_CONTROLLER=str(store),
+            SM120KIT_RELEASE_CACHE=str(tmp_path / "no-release-cache"),
+        )
+        served.clear()  # what drafting the lock read
+        args = ["provision", "-H", ",".join(trio), "-i", str(inv), "--json"]
+        first = run_invoke(args, env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        wheels = sorted(w.name for w in files.glob("*.whl"))
+        assert sorted(served) == wheels  # each file from the index once, for three hosts
+        hosts = json_of(first)["hosts"]
+        origins: dict[str, int] = {}
+        for name in trio:
+            stack = hosts[name]["stack"]
+            assert Path(stack["env"], "bin", "python").exists()
+            for where, n in stack["files_from"].items():
+                origins[where] = origins.get(where, 0) + n
+            assert sum(stack["files_from"].values()) == 3
+        assert origins == {"index": 3, "cache:local": 6}
+        served.clear()
+        again = run_invoke(args, env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert all(h["changed"] == 0 for h in json_of(again)["hosts"].values())
+        assert served == []
+    # The index is gone: a new host installs the lock from the stores alone.
+    offline = run_invoke(["provision", "-H", "gpu3", "-i", str(inv), "--json"], env)
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    stack = json_of(offline)["hosts"]["gpu3"]["stack"]
+    assert stack["files_from"] == {"cache:local": 3} and stack["downloaded_bytes"] == 0
+    assert Path(stack["env"], "bin", "python").exists()
 
 
 @pytest.mark.slow

@@ -76,7 +76,7 @@ class Election:
         """The wheel from a store, after this host built it or waited for its builder."""
         ctx, inputs, key = req.ctx, req.inputs, req.key
         name = ctx.host.name
-        designated = str(ctx.host.vars.get(BUILD_HOST_VAR) or "")
+        designated = "" if req.any_host else str(ctx.host.vars.get(BUILD_HOST_VAR) or "")
         may_build = not designated or designated == name
         slot = self._slot(key)
         what = req.what

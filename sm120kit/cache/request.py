@@ -59,6 +59,8 @@ class WheelRequest:
     dest_dir: str
     sources: list[Source]
     rebuild: bool = False  # stored wheels of the key are not taken until this run built one
+    #: Any host may produce it (a download, not a build): the ``build_host`` var does not apply.
+    any_host: bool = False
     events: list[str] = field(default_factory=list)
 
     @property

@@ -93,13 +93,19 @@ class WheelCache:
         build: Callable[[], BuiltWheel],
         dest_dir: str,
         rebuild: bool = False,
+        *,
+        download: bool = False,
     ) -> Obtained:
         """The wheel for ``inputs`` in ``dest_dir`` on ctx's host, from a cache or a build.
 
         `rebuild`: a wheel already stored under the key is not taken; this run builds it once
-        (one host per key, as for a miss) and replaces the stored one."""
+        (one host per key, as for a miss) and replaces the stored one. `download`: `build`
+        fetches a released file (sm120kit/ops/stack_files.py): any host may, and ``dest_dir``
+        is the host's own copy, so the host store is left out."""
         key = compute_key(inputs)
         sources = self._stores.sources(ctx)
+        if download:
+            sources = [s for s in sources if s.host_root is None]
         ctx.log.info(
             "wheel cache: %s key %s, stores %s", inputs.package, key, [s.name for s in sources]
         )
@@ -107,7 +113,9 @@ class WheelCache:
             if rebuild:
                 return Obtained("", "", "would build", key)
             return self._lookup.peek(sources, key)
-        req = WheelRequest(ctx, inputs, key, build, dest_dir, sources, rebuild=rebuild)
+        req = WheelRequest(
+            ctx, inputs, key, build, dest_dir, sources, rebuild=rebuild, any_host=download
+        )
         try:
             return self._election.obtain(req)
         finally:

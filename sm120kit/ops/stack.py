@@ -2,9 +2,9 @@
 
 The env is ``<work_root>/envs/stack-<lock file stem>`` (apart from the build env: it holds
 exactly the lock's distributions plus what ``python -m venv`` puts in). Each locked file is
-obtained for the host by `locked_file_source` (today: the controller hands over a copy it has,
-to its own machine always, over SSH only from a ``file://`` index; any other URL is downloaded
-by the host; a wheel store serving files by sha256 fits in the same place) into ``<work_root>/releases/<sha256>/<filename>``,
+obtained for the host by `stack_files.obtain_release` (the controller's own copy, else the
+wheel stores, else one host of the run downloads it from the index and the stores take it) into
+``<work_root>/releases/<sha256>/<filename>``,
 where a rerun finds it. `remote/install_lock.py` then checks every file's sha256 against the
 lock and verifies every compiled release for the host's driver and arch before it installs
 anything, and installs with ``pip install --no-deps --require-hashes --no-index``. What it
@@ -15,10 +15,8 @@ Check mode: the choices (`sm120kit.stack.choose`), one probe, and the commands i
 
 from __future__ import annotations
 
-import os
 import posixpath
-import shlex
-import shutil
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -28,13 +26,13 @@ from packaging.version import Version
 from .. import release_check
 from ..errors import HostFailed
 from ..lock import Lock, LockEntry
-from ..lock_draft import cached_copy, local_path
 from ..recipes import resolve_for_host
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext
 from ..stack import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..state import ProvisionState
 from .pyenv import choose_python
+from .stack_files import obtain_release
 
 RECORD = ".sm120kit-lock.json"
 INSTALL_TIMEOUT = 4 * 3600.0
@@ -48,32 +46,6 @@ def env_path(state: ProvisionState, lock: Lock) -> str:
 def release_path(state: ProvisionState, entry: LockEntry) -> str:
     """Where the host keeps a locked file: by sha256, so one file is fetched once."""
     return state.paths.join("releases", entry.sha256, entry.filename)
-
-
-def locked_file_source(ctx: HostContext, entry: LockEntry, dest: str) -> str:
-    """How the host gets `entry`'s file to `dest`, the one place a store serving files by
-    sha256 would answer first: ``"controller"`` when the controller has the file (a
-    ``file://`` index, or its release cache: hard-linked or copied for this machine's ``local``
-    host, copied over SSH only for a ``file://`` index a remote host cannot reach), else
-    ``"index"`` (the host downloads the URL). The host checks the sha256 either way."""
-    here = cached_copy(entry)
-    if here is None:
-        return "index"
-    if ctx.host.is_local:
-        os.makedirs(posixpath.dirname(dest), exist_ok=True)
-        part = dest + ".part"
-        try:
-            os.link(here, part)
-        except OSError:  # another filesystem
-            shutil.copyfile(here, part)
-        os.replace(part, dest)
-        return "controller"
-    if local_path(entry.url) is not None:
-        ctx.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}")
-        ctx.put(str(here), dest + ".part")
-        ctx.run(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}")
-        return "controller"
-    return "index"
 
 
 def _needs(entry: dict[str, Any], probe: dict[str, Any]) -> bool:
@@ -244,11 +216,12 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
             return doc
         step.commands = commands
         by_dest = {release_path(state, c.entry): c for c in releases}
-        origins = {
-            e["dest"]: locked_file_source(ctx, by_dest[e["dest"]].entry, e["dest"])
-            for e in fetch
-            if e["dest"] in by_dest
-        }
+        origins: dict[str, str] = {}
+        fetched = 0
+        for e in fetch:
+            if e["dest"] in by_dest:
+                origins[e["dest"]], n = obtain_release(ctx, by_dest[e["dest"]].entry, e["dest"])
+                fetched += n
         result = ctx.script(
             "install_lock",
             {
@@ -269,11 +242,12 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
             row["checked"] = "sha256, cudart and SASS/PTX read on the host before install"
         if not result.get("ok"):
             raise HostFailed(f"{state.host.name}: stack {lock.top}: {result.get('error')}")
-        got = sum(n for _, n in result.get("downloaded") or [])
-        handed = sum(1 for v in origins.values() if v == "controller")
+        got = fetched + sum(n for _, n in result.get("downloaded") or [])
         doc["downloaded_bytes"] = got
+        doc["files_from"] = dict(Counter(origins.values()))
+        sources = ", ".join(f"{n} from {k}" for k, n in sorted(doc["files_from"].items()))
         step.message = (
             f"{what}: installed {result.get('installed')} in {result.get('seconds', 0):.1f}s, "
-            f"{got / 1e9:.2f} GB downloaded, {handed} files from the controller"
+            f"{got / 1e9:.2f} GB downloaded by this host (files: {sources or 'none fetched'})"
         )
     return doc

@@ -3,13 +3,15 @@
 Runs on the host with any Python >= 3.8 and the standard library only. Argument (argv[1],
 JSON)::
 
-    {"action": "probe" | "apply", "env": path, "record": path, "python": interpreter for a
+    {"action": "probe" | "fetch" | "apply", "env": path, "record": path, "python": interpreter for a
      new venv, "entries": [{"name", "version", "filename", "url", "sha256", "compiled",
      "dest"}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
      "not_for_arch": {}, "loaders": {dist: {cc: dir}}} | null, "timeout": seconds}
 
 ``probe`` changes nothing: ``{"exists", "record", "installed": {name: version},
-"present": [dest paths already on the host]}``. ``apply`` takes the entries to install, in
+"present": [dest paths already on the host]}``. ``fetch`` is apply's first phase alone, for
+the entries given (a file the wheel stores did not have, fetched by the one host elected to
+download it): ``{"ok", "error", "downloaded"}``. ``apply`` takes the entries to install, in
 three phases, each complete before the next: (1) every file is obtained into its ``dest``
 (downloaded unless a file is there already) and its sha256 compared with the lock's, and
 one mismatch refuses the whole install before anything is installed; (2) every compiled
@@ -107,6 +109,21 @@ def verify(entry, target):
     )
 
 
+def fetch(args):
+    timeout = float(args.get("timeout") or 3600)
+    downloaded = []
+    for entry in args.get("entries") or []:
+        parent = os.path.dirname(entry["dest"])
+        if not os.path.isdir(parent):
+            os.makedirs(parent)
+        error, fetched = obtain(entry, timeout)
+        if fetched:
+            downloaded.append([entry["name"], fetched])
+        if error:
+            return {"ok": False, "error": error, "downloaded": downloaded}
+    return {"ok": True, "error": None, "downloaded": downloaded}
+
+
 def apply(args):
     start = time.time()
     entries = args.get("entries") or []
@@ -202,9 +219,9 @@ def main():
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     if args.get("action") == "probe":
         doc = probe(args)
-    elif args.get("action") == "apply":
+    elif args.get("action") in ("apply", "fetch"):
         try:
-            doc = apply(args)
+            doc = apply(args) if args["action"] == "apply" else fetch(args)
         except Exception as exc:  # one line back to the controller, never a traceback
             doc = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc), "installed": 0}
     else:

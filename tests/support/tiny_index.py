@@ -74,8 +74,9 @@ def sha256_of(path: Path) -> str:
 
 
 @contextmanager
-def serve(files: Path) -> Iterator[str]:
-    """A simple index of every wheel under `files`; yields its base URL (``.../simple``)."""
+def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
+    """A simple index of every wheel under `files`; yields its base URL (``.../simple``).
+    `log` gets the name of every file served (to count downloads)."""
     wheels = sorted(files.glob("*.whl"))
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -87,6 +88,8 @@ def serve(files: Path) -> Iterator[str]:
             if path.startswith("/files/"):
                 target = files / path[len("/files/") :]
                 if target.is_file():
+                    if log is not None:
+                        log.append(target.name)
                     data = target.read_bytes()
                     return self._send(200, data, "application/octet-stream")
             m = re.fullmatch(r"/simple/([^/]+)/?", path)
