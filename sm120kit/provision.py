@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .ops.build import ensure_package
 from .ops.pyenv import ensure_env
+from .ops.smoke_check import smoke_stack
 from .ops.toolkit import ensure_toolkit
 from .plan import PlanOptions, package_names, prepare
 from .runner import HostContext, HostOp
@@ -40,7 +41,11 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
         if state.resolved.recipe.stack is not None:
             from .ops.stack import ensure_stack
 
-            ensure_stack(ctx, state, install=stack)
+            doc = ensure_stack(ctx, state, install=stack)
+            if stack and not ctx.check_mode:
+                step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
+                fresh = step.status == "changed" or opts.flags.recheck
+                smoke_stack(ctx, state, str(doc["env"]), fresh=fresh)
         if not ctx.check_mode:
             smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
         ctx.set(

@@ -169,6 +169,12 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         py = Path(stack["env"]) / "bin" / "python"
         assert py.exists() and (tmp_path / "work" / name).as_posix() in stack["env"]
         fetched += stack["downloaded_bytes"]
+        # The JIT packages' CUDA_HOME: the toolkit step's, set by a .pth file of the env.
+        [pth] = Path(stack["env"]).glob("lib/python*/site-packages/sm120kit_cuda_home.pth")
+        home = host["toolkit"]["cuda_home"]
+        assert pth.read_text() == f"import os; os.environ.setdefault('CUDA_HOME', {home!r})\n"
+        smoke = steps["stack smoke"]
+        assert smoke["status"] == "ok" and smoke["message"].startswith("checked nothing")
     assert fetched > 0  # one of the two downloaded, the other took the wheel stores' copies
     again = run_invoke(args, env)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -176,6 +182,8 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert host["changed"] == 0
         step = next(s for s in host["steps"] if s["name"] == "stack")
         assert step["status"] == "ok" and "3 distributions installed" in step["message"]
+        smoke = next(s for s in host["steps"] if s["name"] == "stack smoke")
+        assert smoke["status"] == "ok" and smoke["message"].startswith("reused the verdict of")
         assert "downloaded_bytes" not in host["stack"]  # nothing fetched
 
 

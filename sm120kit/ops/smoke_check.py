@@ -18,6 +18,7 @@ installed" instead of a bare ok.
 from __future__ import annotations
 
 import posixpath
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -513,6 +514,59 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
             }
         step.message = _summary(run.packages)
         raise_on_failure(ctx, target, run)
+
+
+#: Beside the serving env: its last passing smoke, reused while the stack step changes nothing.
+STACK_MEMO = ".sm120kit-smoke.json"
+
+
+def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
+    """`provision --stack`'s last step: smoke the serving env as ``invoke smoke --python ENV``
+    does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
+    package's toolchain), judged for the GPU's capability, else the recipe's first arch.
+    `fresh` (the stack changed, or ``--recheck``): run it; otherwise the last passing verdict
+    (kept beside the env) is reused. A fail raises HostFailed and keeps no verdict."""
+    memo_path = posixpath.join(env, STACK_MEMO)
+    memo = None if fresh else ctx.read_json(memo_path)
+    with ctx.step("stack smoke") as step:
+        if memo is not None:
+            step.message = (
+                f"reused the verdict of {memo.get('checked_at')} ({memo.get('summary')}): "
+                "the serving env is unchanged"
+            )
+            ctx.set(stack_smoke={**memo, "reused": True})
+            return
+        names = tuple(state.resolved.package_names())
+        cc, cc_source = choose_arch(
+            None, state.facts, {}, state.arch_list, state.resolved.recipe.name
+        )
+        target = Target(
+            posixpath.join(env, "bin", "python"),
+            "the serving env",
+            None,
+            names,
+            False,
+            cc,
+            cc_source,
+            gpu_capability(state.facts) is not None,
+            declarations(state),
+            serving.probe_knowledge(names),
+        )
+        run = run_probe(ctx, target)
+        summary = _summary(run.packages, run.stack)
+        doc = {
+            "checked": checked_summary(run.packages, run.stack),
+            "summary": summary,
+            "arch": cc,
+            "packages": {n: p["status"] for n, p in run.packages.items()},
+            "stack": run.stack,
+        }
+        ctx.set(stack_smoke=doc)
+        step.message = nothing_checked(target, run) or summary
+        raise_on_failure(ctx, target, run)
+        memo = {k: doc[k] for k in ("checked", "summary", "arch")}
+        memo["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ctx.script("install_lock", {"action": "memo", "env": env, "memo": memo})
 
 
 def __getattr__(name: str) -> Any:

@@ -35,6 +35,8 @@ from .pyenv import choose_python
 from .stack_files import obtain_release
 
 RECORD = ".sm120kit-lock.json"
+#: The .pth file giving the env's JIT packages the toolkit step's CUDA_HOME (install_lock).
+PTH = "sm120kit_cuda_home.pth"
 INSTALL_TIMEOUT = 4 * 3600.0
 
 
@@ -193,8 +195,12 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
         for c in releases:
             doc["packages"][c.entry.name]["wheel_from"] = "release"
             doc["packages"][c.entry.name]["index"] = posixpath.dirname(c.entry.url)
-        if not todo:
+        home = state.toolkit.cuda_home if state.toolkit is not None else None
+        pth_ok = probe.get("cuda_home") == home
+        if not todo and pth_ok:
             step.message = f"{lock.top}: {len(entries)} distributions installed in {env} as locked"
+            if home:
+                step.message += f", CUDA_HOME {home}"
             return doc
         present = set(probe.get("present") or [])
         fetch = [e for e in todo if e["dest"] not in present]
@@ -206,48 +212,88 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
         what = (
             f"install {len(todo)} of {len(entries)} locked distributions of {lock.top} into {env} "
             f"({len(fetch)} files to fetch, {size / 1e9:.2f} GB known)"
+            if todo
+            else f"{lock.top} in {env}: installed as locked"
         )
-        commands = [f"fetch {e['url']} -> {e['dest']} (sha256 {e['sha256']})" for e in fetch] + [
-            f"verify compiled releases for driver {target_of(state.resolved)[0]}, arch {target_of(state.resolved)[1]}",
-            f"{python['path']} -m venv {env}  # if absent",
-            f"{env}/bin/python -m pip install --no-deps --require-hashes --no-index -r <{len(todo)} locked files with --hash>",
-        ]
+        driver, arch = target_of(state.resolved)
+        commands = [f"fetch {e['url']} -> {e['dest']} (sha256 {e['sha256']})" for e in fetch]
+        if todo:
+            commands += [
+                f"verify compiled releases for driver {driver}, arch {arch}",
+                f"{python['path']} -m venv {env}  # if absent",
+                f"{env}/bin/python -m pip install --no-deps --require-hashes --no-index "
+                f"-r <{len(todo)} locked files with --hash>",
+            ]
+        if not pth_ok:
+            what += f"; CUDA_HOME for its JIT packages: {home or 'none (no toolkit)'}"
+            commands.append(
+                f"write <site-packages>/{PTH}: CUDA_HOME={home} unless set"
+                if home
+                else f"remove <site-packages>/{PTH}"
+            )
         if not ctx.may_act(step, what, commands):
             return doc
         step.commands = commands
-        by_dest = {release_path(state, c.entry): c for c in releases}
-        origins: dict[str, str] = {}
-        fetched = 0
-        for e in fetch:
-            if e["dest"] in by_dest:
-                origins[e["dest"]], n = obtain_release(ctx, by_dest[e["dest"]].entry, e["dest"])
-                fetched += n
-        result = ctx.script(
-            "install_lock",
-            {
-                "action": "apply",
-                "env": env,
-                "record": record,
-                "python": python["path"],
-                "lock": str(lock.path),
-                "entries": todo,
-                "verify": _target(state, lock),
-            },
-            timeout=INSTALL_TIMEOUT,
-        )
-        for name, verdict in (result.get("verdicts") or {}).items():
-            row = doc["packages"][name]
-            row["verdict"] = "ok" if verdict["ok"] else f"refused: {verdict['refusal']}"
-            row["notes"] = verdict["notes"]
-            row["checked"] = "sha256, cudart and SASS/PTX read on the host before install"
-        if not result.get("ok"):
-            raise HostFailed(f"{state.host.name}: stack {lock.top}: {result.get('error')}")
-        got = fetched + sum(n for _, n in result.get("downloaded") or [])
-        doc["downloaded_bytes"] = got
-        doc["files_from"] = dict(Counter(origins.values()))
-        sources = ", ".join(f"{n} from {k}" for k, n in sorted(doc["files_from"].items()))
-        step.message = (
-            f"{what}: installed {result.get('installed')} in {result.get('seconds', 0):.1f}s, "
-            f"{got / 1e9:.2f} GB downloaded by this host (files: {sources or 'none fetched'})"
-        )
+        if todo:
+            _install(ctx, state, lock, doc, releases, todo, fetch, python["path"], record)
+            step.message = f"{what}: {doc.pop('install_message')}"
+        else:
+            step.message = what
+        if not pth_ok or todo:
+            done = ctx.script(
+                "install_lock", {"action": "cuda_home", "env": env, "cuda_home": home}
+            )
+            if not done.get("ok"):
+                raise HostFailed(f"{state.host.name}: stack {lock.top}: {done.get('error')}")
     return doc
+
+
+def _install(
+    ctx: HostContext,
+    state: ProvisionState,
+    lock: Lock,
+    doc: dict[str, Any],
+    releases: list[Choice],
+    todo: list[dict[str, Any]],
+    fetch: list[dict[str, Any]],
+    python: str,
+    record: str,
+) -> None:
+    """Obtain the files to fetch (`stack_files.obtain_release`), then check, verify and
+    install `todo` on the host (`install_lock` ``apply``); fills `doc`."""
+    env = str(doc["env"])
+    by_dest = {release_path(state, c.entry): c for c in releases}
+    origins: dict[str, str] = {}
+    fetched = 0
+    for e in fetch:
+        if e["dest"] in by_dest:
+            origins[e["dest"]], n = obtain_release(ctx, by_dest[e["dest"]].entry, e["dest"])
+            fetched += n
+    result = ctx.script(
+        "install_lock",
+        {
+            "action": "apply",
+            "env": env,
+            "record": record,
+            "python": python,
+            "lock": str(lock.path),
+            "entries": todo,
+            "verify": _target(state, lock),
+        },
+        timeout=INSTALL_TIMEOUT,
+    )
+    for name, verdict in (result.get("verdicts") or {}).items():
+        row = doc["packages"][name]
+        row["verdict"] = "ok" if verdict["ok"] else f"refused: {verdict['refusal']}"
+        row["notes"] = verdict["notes"]
+        row["checked"] = "sha256, cudart and SASS/PTX read on the host before install"
+    if not result.get("ok"):
+        raise HostFailed(f"{state.host.name}: stack {lock.top}: {result.get('error')}")
+    got = fetched + sum(n for _, n in result.get("downloaded") or [])
+    doc["downloaded_bytes"] = got
+    doc["files_from"] = dict(Counter(origins.values()))
+    sources = ", ".join(f"{n} from {k}" for k, n in sorted(doc["files_from"].items()))
+    doc["install_message"] = (
+        f"installed {result.get('installed')} in {result.get('seconds', 0):.1f}s, "
+        f"{got / 1e9:.2f} GB downloaded by this host (files: {sources or 'none fetched'})"
+    )

@@ -70,8 +70,22 @@ STACK = (
     # sgl-deep-ep 0.1.2.post1's deep_ep/_C (cpython-311, NEEDs libcudart.so.13): its loaded
     # fatbin holds SASS sm_90, sm_100, sm_103; sm_120 SASS and compute_120 PTX are only
     # relocatable device code (__nv_relfatbin), never loaded: no code for 12.0 (PyPI wheel).
-    # Judged like any module (no declaration): on 12.0 its arch coverage fails.
-    StackPackage("sgl-deep-ep"),
+    # Declared like FlashMLA: DeepEP (expert-parallel all-to-all) is not available on 12.0,
+    # reported, not a failed smoke (the r580/r590/r595 stacks say the same).
+    StackPackage(
+        "sgl-deep-ep",
+        module_archs=(
+            ModuleArchs(
+                "deep_ep._C",
+                "DeepEP (sgl-deep-ep: expert-parallel all-to-all for Hopper and Blackwell "
+                "B200/B300; sm_120 only as relocatable device code, never loaded)",
+                ("sm_90", "sm_100", "sm_103"),
+                ("0.1.2.post1",),
+                ".nv_fatbin of deep_ep/_C.cpython-311-x86_64-linux-gnu.so in the PyPI "
+                "sgl-deep-ep 0.1.2.post1 wheel",
+            ),
+        ),
+    ),
     # sgl-deep-gemm 0.2.3.post2's deep_gemm/_C.so holds no device code: its kernels are
     # compiled at run time (deep_gemm/__init__.py, _C.init with find_cuda_home()).
     StackPackage(

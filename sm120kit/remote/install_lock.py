@@ -3,13 +3,18 @@
 Runs on the host with any Python >= 3.8 and the standard library only. Argument (argv[1],
 JSON)::
 
-    {"action": "probe" | "fetch" | "apply", "env": path, "record": path, "python": interpreter for a
+    {"action": "probe" | "fetch" | "apply" | "cuda_home" | "memo", "env": path, "record": path, "python": interpreter for a
      new venv, "entries": [{"name", "version", "filename", "url", "sha256", "compiled",
      "dest"}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
      "not_for_arch": {}, "loaders": {dist: {cc: dir}}} | null, "timeout": seconds}
 
 ``probe`` changes nothing: ``{"exists", "record", "installed": {name: version},
-"present": [dest paths already on the host]}``. ``fetch`` is apply's first phase alone, for
+"present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's .pth file
+sets or null, "memo": the env's last passing smoke or null}``. ``cuda_home`` writes (or with
+null removes) ``<site-packages>/sm120kit_cuda_home.pth``, which sets CUDA_HOME for every
+process of the env's Python unless it is set already: the JIT packages (flashinfer, deep_gemm,
+humming) look there first for nvcc and the headers, so they get the toolkit step's one
+release instead of whatever pip put beside them. ``memo`` writes the smoke memo (``memo``). ``fetch`` is apply's first phase alone, for
 the entries given (a file the wheel stores did not have, fetched by the one host elected to
 download it): ``{"ok", "error", "downloaded"}``. ``apply`` takes the entries to install, in
 three phases, each complete before the next: (1) every file is obtained into its ``dest``
@@ -57,6 +62,27 @@ def read_record(path):
         return None
 
 
+PTH = "sm120kit_cuda_home.pth"
+PTH_LINE = "import os; os.environ.setdefault('CUDA_HOME', %r)\n"
+MEMO = ".sm120kit-smoke.json"
+
+
+def site_packages(env):
+    found = sorted(glob.glob(os.path.join(env, "lib", "python*", "site-packages")))
+    return found[0] if found else None
+
+
+def pth_cuda_home(env):
+    site = site_packages(env)
+    try:
+        with open(os.path.join(site or "", PTH)) as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    m = re.match(r"import os; os\.environ\.setdefault\('CUDA_HOME', '(.*)'\)\n?$", text)
+    return m.group(1) if m else "(unreadable)"
+
+
 def probe(args):
     entries = args.get("entries") or []
     return {
@@ -65,7 +91,26 @@ def probe(args):
         "record": read_record(args["record"]),
         "installed": installed(args["env"]),
         "present": [e["dest"] for e in entries if os.path.isfile(e["dest"])],
+        "cuda_home": pth_cuda_home(args["env"]),
+        "memo": read_record(os.path.join(args["env"], MEMO)),
     }
+
+
+def set_cuda_home(args):
+    site = site_packages(args["env"])
+    if site is None:
+        return {"ok": False, "error": "no site-packages under %s" % args["env"]}
+    path = os.path.join(site, PTH)
+    if args.get("cuda_home"):
+        write_atomic(path, PTH_LINE % str(args["cuda_home"]))
+    else:
+        remove(path)
+    return {"ok": True, "error": None}
+
+
+def write_memo(args):
+    write_atomic(os.path.join(args["env"], MEMO), json.dumps(args["memo"], sort_keys=True))
+    return {"ok": True, "error": None}
 
 
 def obtain(entry, timeout):
@@ -224,6 +269,10 @@ def main():
             doc = apply(args) if args["action"] == "apply" else fetch(args)
         except Exception as exc:  # one line back to the controller, never a traceback
             doc = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc), "installed": 0}
+    elif args.get("action") == "cuda_home":
+        doc = set_cuda_home(args)
+    elif args.get("action") == "memo":
+        doc = write_memo(args)
     else:
         doc = {"ok": False, "error": "unknown action %r" % args.get("action")}
     print(json.dumps(doc, sort_keys=True))
