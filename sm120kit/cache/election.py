@@ -99,7 +99,7 @@ class Election:
                 got = self.lookup.find(req, failed, sha256=fresh if replacing else "")
             if got is not None:
                 if waited_for:
-                    got.events.append(f"{inputs.package}: waited for {waited_for}'s build")
+                    got.events.append(f"{inputs.package}: waited for {waited_for}'s {req.work}")
                 return got
             with slot.cond:
                 if slot.finished != seen:
@@ -137,7 +137,7 @@ class Election:
                         )
                     builder = designated
                 waited_for = builder
-                detail = f"waiting for {builder}'s build"
+                detail = f"waiting for {builder}'s {req.work}"
                 if not in_run:  # whole minutes, so the line changes once a minute at most
                     detail += f" ({elapsed // 60:.0f} of {self.config.wait_timeout / 60:.0f} min)"
                 if detail != shown:  # progress lines only when the wait changes

@@ -62,7 +62,7 @@ class LockedBuild:
                 if got is not None:
                     return got
             with self._refreshing(lock if held else None, key, owner):
-                req.progress("building")
+                req.progress("downloading" if req.any_host else "building")
                 built = req.build()
             self.counters.add("builds")
             return self.publisher.publish(req, built)
@@ -105,7 +105,7 @@ class LockedBuild:
             if not announced:
                 announced = True
                 req.ctx.log.info("cache lock %s held by %s; waiting", key[:12], who)
-                req.progress(f"another run builds it ({who})")
+                req.progress(f"another run {req.work}s it ({who})")
             time.sleep(self.config.poll_interval)
             # --rebuild waits for the lock itself: a wheel that shows up meanwhile may be the
             # one being replaced.

@@ -64,6 +64,11 @@ class WheelRequest:
     events: list[str] = field(default_factory=list)
 
     @property
+    def work(self) -> str:
+        """What producing the wheel is, for messages: "build", or "download" for a release."""
+        return "download" if self.any_host else "build"
+
+    @property
     def what(self) -> str:
         """The package and short key, for messages."""
         return f"{self.inputs.package} (key {self.key[:12]})"

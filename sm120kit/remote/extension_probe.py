@@ -141,6 +141,14 @@ def probe_package(
     skip = skip or not_for_arch(ctx, libs, declared)
     ext_modules = {e["module"] for e in exts.values() if e["module"]}
     tops = [t for t in info.get("top_level") or [] if t not in ext_modules]
+    # A package whose every extension module is not for this arch (sgl-deep-ep on 12.0) may
+    # refuse to import without a device it supports: that is the same gap, reported, not judged.
+    with_code = [p for p, e in exts.items() if e.get("module")]
+    top_skip = (
+        f"every extension module of {name} is not for this arch: {skip[with_code[0]]}"
+        if with_code and all(p in skip for p in with_code)
+        else None
+    )
 
     jobs = []
     for t in tops:
@@ -221,7 +229,14 @@ def probe_package(
             )
         else:
             mod = modules.setdefault(
-                key, {"module": key, "kind": "package", "with_torch": None, "alone": None}
+                key,
+                {
+                    "module": key,
+                    "kind": "package",
+                    "with_torch": None,
+                    "alone": None,
+                    "not_for_arch": top_skip,
+                },
             )
         mod["with_torch" if with_torch else "alone"] = res.get("import")
 

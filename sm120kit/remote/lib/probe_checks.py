@@ -46,10 +46,12 @@ def check_import_order(ctx: Context, modules: list[dict[str, Any]]) -> dict[str,
         hint = " (no RPATH into torch/lib)" if re.search(r"lib(c10|torch)\w*\.so", err) else ""
         reason = "needs torch first: {} alone fails: {}{}".format(m["module"], err, hint)
         return {"check": "import_order", "status": "warn", "reason": reason, "details": details}
+    skipped = [m for m in modules if m.get("not_for_arch") and (m["with_torch"] or m["alone"])]
+    extra = f" ({len(skipped)} not for this arch fail to import, not judged)" if skipped else ""
     return {
         "check": "import_order",
         "status": "pass",
-        "reason": f"{len(modules)} module(s) import alone and after torch",
+        "reason": f"{len(modules) - len(skipped)} module(s) import alone and after torch{extra}",
         "details": details,
     }
 

@@ -158,7 +158,12 @@ def stack_section(
             jit[n] = dict(spec, version=installed[n].get("version"),
                           location=installed[n].get("location"))  # fmt: skip
     where = cc_text(ctx.cc) if ctx.cc else None
-    out["jit"] = check_jit(jit, env_info.get("sys_path") or [], ctx.cc, ctx.torch.get("cuda"))
+    # The lookups run here, in the environment the target interpreter sees (its .pth files
+    # may set CUDA_HOME), not the probe's own.
+    environ = {**os.environ, **(env_info.get("environ") or {})}
+    out["jit"] = check_jit(
+        jit, env_info.get("sys_path") or [], ctx.cc, ctx.torch.get("cuda"), env=environ
+    )
     out["jit"]["arch"] = where
     out["checks"].append({"check": "jit_toolchain", "status": out["jit"]["status"],
                           "reason": out["jit"]["reason"], "details": {}})  # fmt: skip

@@ -25,6 +25,13 @@ out = {
     "torch_dir": None,
     "torch_dist_version": None,
     "sys_path": [p for p in sys.path if p],
+    # The variables the JIT packages' toolchain lookups read, as this interpreter sees them
+    # after site's .pth files ran (the tool's sm120kit_cuda_home.pth sets CUDA_HOME there).
+    "environ": {
+        k: v
+        for k, v in os.environ.items()
+        if re.search(r"CUDA|NVCC|HUMMING|FLASHINFER|CUTE_DSL", k) or k == "PATH"
+    },
 }
 try:
     out["site_packages"] = list(site.getsitepackages())
