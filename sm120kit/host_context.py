@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,9 @@ class HostContext:
         #: This host's facts and resolved recipe, once ``plan.prepare`` made them.
         self.state: ProvisionState | None = None
         self._conn: Connection | None = None
+        #: File copies one at a time: an SSH connection has one SFTP session, which is not
+        #: safe to share between threads (an op may run commands from several threads).
+        self._transfer = threading.Lock()
         #: Set while `probing()`: the ops only probe although the run may change the host.
         self._probing = False
 
@@ -165,12 +169,14 @@ class HostContext:
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         """Copy a controller file to the host (logged like a command)."""
         self.log.info("put %s -> %s", local, remote)
-        self._connection().put(local, remote)
+        with self._transfer:
+            self._connection().put(local, remote)
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
         """Copy a host file to the controller (logged like a command)."""
         self.log.info("get %s -> %s", remote, local)
-        self._connection().get(remote, local)
+        with self._transfer:
+            self._connection().get(remote, local)
 
     def sftp_opener(self) -> Callable[[], Any] | None:
         """What opens an SFTP session to an SSH host (the wheel cache's host store); None on
