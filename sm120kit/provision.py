@@ -5,8 +5,8 @@ mode).
 With the stack requested (``--stack`` or host var ``provision_stack: true``; sm120kit/stack.py)
 the run installs the recipe's lock into its serving env instead of building the recipe's
 packages (``provision_packages`` still names any to build); the build env is made only when
-something is built. Plan always shows the
-stack of a recipe that has one.
+something is built. Plan always shows the stack of a recipe that has one; provision
+without the stack requested leaves it alone (choosing its parts reads wheels).
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             ensure_env(ctx, state)
         for name in names:
             ensure_package(ctx, state, name)
-        if state.resolved.recipe.stack is not None:
+        # Without --stack, provision leaves the stack alone: choosing its parts reads the
+        # controller's copies of released wheels (seconds per wheel), which only plan shows.
+        if state.resolved.recipe.stack is not None and (stack or ctx.check_mode):
             from .ops.stack import ensure_stack
 
             doc = ensure_stack(ctx, state, install=stack)
