@@ -260,7 +260,10 @@ def test_a_stack_part_chosen_as_build_is_built_from_the_pinned_source(
 ) -> None:
     """The lock holds a released minikernel 0.1.0; `stack.build` chooses the recipe's pinned
     source instead (examples/minikernel, built with real nvcc for sm_120 against the build
-    env's torch 2.13.0+cpu), and the serving env gets that build, not the release."""
+    env's torch 2.13.0+cpu), and the serving env gets that build, not the release. The tiny
+    lock holds no torch, so the `stack smoke` step rightly fails that env (its minikernel
+    cannot load): the host fails there, after the stack step did its work, and again on the
+    rerun, which changes nothing."""
     from tests.support.sample_wheel import nvcc_available
 
     if not nvcc_available():
@@ -297,8 +300,12 @@ def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
     env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
     args = ["provision", "-H", "local", "-i", str(inv), "--json"]
     first = run_invoke(args, env, timeout=1800)
-    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.returncode == 2, first.stdout + first.stderr
     host = json_of(first)["hosts"]["local"]
+    steps = {s["name"]: s for s in host["steps"]}
+    assert steps["stack"]["status"] == "changed"
+    assert steps["stack smoke"]["status"] == "failed"
+    assert "this env has no importable torch" in steps["stack smoke"]["message"]
     row = host["stack"]["packages"]["minikernel"]
     assert row["from"] == "build"
     assert row["wheel_from"] == "build" or row["wheel_from"].startswith("cache:")
@@ -307,4 +314,4 @@ def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
     infos = list(env_dir.glob("lib/python3.11/site-packages/minikernel-0.1.0*.dist-info"))
     assert len(infos) == 1 and not (infos[0] / "direct_url.json").read_text().count("releases")
     again = run_invoke(args, env)
-    assert again.returncode == 0 and json_of(again)["hosts"]["local"]["changed"] == 0
+    assert again.returncode == 2 and json_of(again)["hosts"]["local"]["changed"] == 0
