@@ -24,6 +24,18 @@ def driver_cuda(driver: str) -> str:
     return drv.cuda_major_minor(newest)
 
 
+def _target(driver: str, arch: str) -> tuple[tuple[int, int], str]:
+    """The compute capability of `arch` and the CUDA release `driver` runs; RecipeError for
+    an arch it cannot read (`driver_cuda` raises its own for the driver)."""
+    try:
+        cc = parse_cc(arch)
+    except ValueError:
+        cc = None
+    if cc is None:
+        raise RecipeError(f"arch {arch!r} is not a compute capability such as 12.0")
+    return cc, driver_cuda(driver)
+
+
 def verify_release(
     path: str,
     *,
@@ -36,13 +48,7 @@ def verify_release(
     """The verdict on the wheel at `path` for a GPU of `arch` ("12.0") behind `driver`:
     ``{"ok", "refusal", "modules", "notes", "sha256", "driver_cuda", "arch"}`` (see
     `wheel_check.verify_wheel`). Raises RecipeError for an arch or driver it cannot read."""
-    try:
-        cc = parse_cc(arch)
-    except ValueError:
-        cc = None
-    if cc is None:
-        raise RecipeError(f"arch {arch!r} is not a compute capability such as 12.0")
-    cuda = driver_cuda(driver)
+    cc, cuda = _target(driver, arch)
     doc = verify_wheel(
         path,
         sha256=sha256,
@@ -68,13 +74,7 @@ def verify_locked(
     """`verify_release` for a lock's entry: the modules judged are those the package's loader
     picks on `arch` under Python `python` (`wheel_check.loaded_modules`; `variants`: its
     per-arch directories, from the recipe's ``stack.loaders``)."""
-    try:
-        cc = parse_cc(arch)
-    except ValueError:
-        cc = None
-    if cc is None:
-        raise RecipeError(f"arch {arch!r} is not a compute capability such as 12.0")
-    cuda = driver_cuda(driver)
+    cc, cuda = _target(driver, arch)
     doc = verify_locked_wheel(
         path,
         sha256=sha256,

@@ -62,7 +62,7 @@ class LockedBuild:
                 if got is not None:
                     return got
             with self._refreshing(lock if held else None, key, owner):
-                req.progress("downloading" if req.any_host else "building")
+                req.progress(f"{req.work}ing")
                 built = req.build()
             self.counters.add("builds")
             return self.publisher.publish(req, built)

@@ -187,16 +187,10 @@ def apply(args):
     start = time.time()
     entries = args.get("entries") or []
     timeout = float(args.get("timeout") or 3600)
-    downloaded = []
-    for entry in entries:
-        parent = os.path.dirname(entry["dest"])
-        if not os.path.isdir(parent):
-            os.makedirs(parent)
-        error, fetched = obtain(entry, timeout)
-        if fetched:
-            downloaded.append([entry["name"], fetched])
-        if error:
-            return {"ok": False, "error": error, "downloaded": downloaded, "installed": 0}
+    got = fetch(args)
+    downloaded = got["downloaded"]
+    if not got["ok"]:
+        return dict(got, installed=0)
     verdicts = {}
     target = args.get("verify")
     compiled = [e for e in entries if target and e.get("compiled")]
