@@ -295,6 +295,22 @@ class TestLocalStore(StoreContract):
     def store(self, tmp_path: Path) -> LocalStore:
         return LocalStore(tmp_path / "store")
 
+    def test_a_released_file_is_hard_linked_not_copied(self, store: Store, tmp_path: Path) -> None:
+        """``link=True`` (a host's own copy of a released file, on this disk): the store's
+        wheel is the same inode, so a 4 GB lock is not written twice; without it, a copy."""
+        key, meta = new_entry()
+        wheel = make_wheel(tmp_path / "src")
+        digest = (file_sha256(wheel), wheel.stat().st_size)
+        written = store.put(key, wheel, meta, link=True, digest=digest)
+        assert written["sha256"] == digest[0]
+        stored = store.root / entry_dir(key) / wheel.name  # type: ignore[attr-defined]
+        assert stored.stat().st_ino == wheel.stat().st_ino
+        assert store.fetch(key, tmp_path / "out").read_bytes() == wheel.read_bytes()
+        other, _ = new_entry("other")
+        store.put(other, wheel, meta)
+        copied = store.root / entry_dir(other) / wheel.name  # type: ignore[attr-defined]
+        assert copied.stat().st_ino != wheel.stat().st_ino
+
 
 # ---- SFTP: a real sshd of the shared fleet -------------------------------------------------
 

@@ -671,3 +671,59 @@ def test_probe_runs_under_python38(smoke_fixtures: Any) -> None:
     assert variants["status"] == "pass" and "sm_120f" in variants["reason"]  # 12.1 runs only f
     assert "C++11 ABI mismatch" in _check(doc, "smoke-abi", "undefined_symbols")["reason"]
     assert _check(doc, "smoke-abi", "gpu_op")["reason"] == "no GPU run requested (gpu=false)"
+
+
+def _driverless(gpu: bool, checks: list[dict[str, Any]], exts: list[dict[str, Any]]) -> None:
+    from types import SimpleNamespace
+
+    from sm120kit.remote.lib.probe_checks import without_driver
+
+    without_driver(SimpleNamespace(args={"gpu": gpu}), checks, exts)  # type: ignore[arg-type]
+
+
+def _driver_case() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """sglang-kernel 0.4.10 on a GPU-less host, as its smoke met it: common_ops NEEDS
+    libcuda.so.1, so neither its import nor the loader's pick can load; symbols otherwise
+    resolve."""
+    so = "/env/sgl_kernel/sm100/common_ops.abi3.so"
+    exts = [{"path": so, "rel": "sgl_kernel/sm100/common_ops.abi3.so",
+             "missing_libs": ["libcuda.so.1"], "causes": [{"cause": "no_driver"}]}]  # fmt: skip
+    checks = [
+        {"check": "import_order", "status": "fail", "details": {},
+         "reason": "sgl_kernel fails even after import torch: ImportError: libcuda.so.1: "
+                   "cannot open shared object file"},
+        {"check": "undefined_symbols", "status": "fail", "reason": "common_ops: no driver",
+         "details": {"failing": [{"path": so}], "not_judged": []}},
+        {"check": "loader", "status": "fail", "details": {},
+         "reason": "loading it failed (ImportError: libcuda.so.1: cannot open shared object)"},
+        {"check": "arch_coverage", "status": "pass", "reason": "ok", "details": {}},
+    ]  # fmt: skip
+    return checks, exts
+
+
+def test_a_gpu_less_host_warns_where_only_the_driver_is_missing() -> None:
+    """No GPU and no libcuda.so.1: what fails only for want of the driver cannot be checked
+    there, and says so as a warning naming the module and the library."""
+    checks, exts = _driver_case()
+    _driverless(False, checks, exts)
+    assert [c["status"] for c in checks] == ["warn", "warn", "warn", "pass"]
+    for c in checks[:3]:
+        assert c["reason"].startswith(
+            "not checkable here: needs the NVIDIA driver (libcuda.so.1, e.g. "
+            "sgl_kernel/sm100/common_ops.abi3.so needs it), which this GPU-less host lacks: "
+        )
+        assert c["details"]["needs_driver"] == ["sgl_kernel/sm100/common_ops.abi3.so"]
+
+
+def test_a_gpu_host_without_its_driver_fails_as_before() -> None:
+    checks, exts = _driver_case()
+    _driverless(True, checks, exts)
+    assert [c["status"] for c in checks] == ["fail", "fail", "fail", "pass"]
+
+
+def test_a_failure_the_driver_does_not_explain_stays_a_failure() -> None:
+    checks, exts = _driver_case()
+    exts[0]["causes"].append({"cause": "torch_abi"})
+    checks[0]["reason"] = "sgl_kernel fails even after import torch: undefined symbol: _ZN3c10"
+    _driverless(False, checks, exts)
+    assert [c["status"] for c in checks] == ["fail", "fail", "warn", "pass"]

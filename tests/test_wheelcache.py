@@ -561,8 +561,8 @@ class MetaReadFailsOnce(LocalStore):
         self.raised = 0
         self._guard = threading.Lock()
 
-    def put(self, key: str, wheel_path: Any, meta: Any) -> dict[str, Any]:
-        full = super().put(key, wheel_path, meta)
+    def put(self, key: str, wheel_path: Any, meta: Any, **how: Any) -> dict[str, Any]:
+        full = super().put(key, wheel_path, meta, **how)
         self.armed = True
         return full
 
@@ -616,7 +616,7 @@ def test_a_store_error_while_the_builder_publishes_strands_no_waiter(
 class PutRefused(LocalStore):
     """A controller store that refuses every put (as a read-only mount would)."""
 
-    def put(self, key: str, wheel_path: Any, meta: Any) -> dict[str, Any]:
+    def put(self, key: str, wheel_path: Any, meta: Any, **how: Any) -> dict[str, Any]:
         raise PermissionError(13, "Permission denied (injected)")
 
 

@@ -1,7 +1,8 @@
 """After a build: the wheel goes once to the controller, is checked, and is put in every store.
 
-The wheel is fetched once from the builder, checked against the build's sha256 and put
-(atomically: wheel first, meta.json last) into the controller and shared stores; the host
+The wheel is fetched once from the builder (a ``local`` host's file is taken as it is),
+checked against the build's sha256 and put (atomically: wheel first, meta.json last) into
+the controller and shared stores, a store on the controller's disk hard-linking a released file; the host
 store gets an on-host copy, and ``dest_dir`` the wheel under its final name. A store that
 refuses the put is recorded in the events; nothing is retried blindly.
 """
@@ -9,10 +10,12 @@ refuses the put is recorded in the events; nothing is retried blindly.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ..errors import HostFailed, Sm120Error
 from .health import StoreHealth, one_line
@@ -44,23 +47,30 @@ class Publisher:
         }
         moved = 0
         with tempfile.TemporaryDirectory(prefix="sm120kit-built-") as tmp:
-            local = Path(tmp) / filename
-            try:
-                ctx.get(built.path, local)
-            except Sm120Error:
-                raise
-            except Exception as exc:
-                raise HostFailed(
-                    f"fetching {built.path} from {ctx.host.name} failed: {exc}"
-                ) from None
-            moved = local.stat().st_size
-            self.counters.add("bytes_from_hosts", moved)
-            got = file_sha256(local)
-            if got != built.sha256:
-                raise HostFailed(
-                    f"{built.path} on {ctx.host.name}: sha256 {got[:12]} != the build's "
-                    f"{built.sha256[:12]}"
-                )
+            if ctx.host.is_local:
+                # This machine's own file: the stores take it as it is, with the sha256 the
+                # host just checked; a released file (named by its sha256, never rewritten)
+                # is hard-linked by a store on the same disk.
+                local = Path(os.path.expanduser(built.path))
+                digest: tuple[str, int] | None = (built.sha256, local.stat().st_size)
+            else:
+                local, digest = Path(tmp) / filename, None
+                try:
+                    ctx.get(built.path, local)
+                except Sm120Error:
+                    raise
+                except Exception as exc:
+                    raise HostFailed(
+                        f"fetching {built.path} from {ctx.host.name} failed: {exc}"
+                    ) from None
+                moved = local.stat().st_size
+                self.counters.add("bytes_from_hosts", moved)
+                got = file_sha256(local)
+                if got != built.sha256:
+                    raise HostFailed(
+                        f"{built.path} on {ctx.host.name}: sha256 {got[:12]} != the build's "
+                        f"{built.sha256[:12]}"
+                    )
             stored: list[str] = []
             for src in sources:
                 # A store in its back-off is still tried: publishing matters more than a
@@ -68,7 +78,7 @@ class Publisher:
                 if src.host_root is not None:
                     continue
                 try:
-                    src.store.put(key, local, meta)
+                    src.store.put(key, local, meta, link=req.any_host, digest=digest)
                 except Exception as exc:  # noqa: BLE001 - other stores still get it
                     ctx.log.warning("put of %s into %s failed", key[:12], src.name, exc_info=True)
                     if unreachable(exc):
@@ -84,7 +94,16 @@ class Publisher:
             host.store.delete_blob(f"{entry_dir(key)}/{META_NAME}")
             entry = posixpath.join(host.host_root, entry_dir(key))
             ops.append({"src": built.path, "dir": entry, "name": filename, "sha256": built.sha256})
-        results = place(ctx, ops)
+        if (
+            host is None
+            and built.path.startswith("/")
+            and posixpath.dirname(built.path) == dest_dir
+        ):
+            # A download into its final place, its sha256 checked there as it arrived: there
+            # is nothing to copy, and reading it once more would only cost time.
+            results: list[dict[str, Any]] = [{"ok": True, "path": built.path}]
+        else:
+            results = place(ctx, ops)
         if not results[0]["ok"]:
             raise HostFailed(
                 f"{built.path} on {ctx.host.name}: cannot place it in {dest_dir}: "

@@ -205,6 +205,10 @@ class Store(ABC):
     def upload_blob(self, path: str, src: Path) -> None:
         """Atomically create or replace a blob with a local file's content."""
 
+    def upload_wheel(self, path: str, src: Path, *, link: bool) -> None:
+        """`upload_blob` of a wheel; a store on this machine's disk may hard-link it (`link`)."""
+        self.upload_blob(path, src)
+
     @abstractmethod
     def download_blob(self, path: str, dest: Path) -> bool:
         """Copy a blob to a local file path; False when the blob is absent."""
@@ -346,8 +350,20 @@ class Store(ABC):
             rows.append(meta)
         return rows
 
-    def put(self, key: str, wheel_path: str | os.PathLike[str], meta: Mapping[str, Any]) -> dict:
+    def put(
+        self,
+        key: str,
+        wheel_path: str | os.PathLike[str],
+        meta: Mapping[str, Any],
+        *,
+        link: bool = False,
+        digest: tuple[str, int] | None = None,
+    ) -> dict:
         """Store a wheel under a key; returns the meta written.
+
+        `link`: the file is one nobody rewrites (a host's own copy of a released file, a
+        fetched build), so a store on this machine's disk may hard-link it rather than copy
+        it. `digest`: its (sha256, size) when the caller has just checked them.
 
         ``meta`` carries the caller's fields (``inputs``, ``build_seconds``, ``builder_host``,
         ``log_path``, ...); ``key``, ``filename``, ``sha256``, ``size`` and ``format_version``
@@ -358,10 +374,10 @@ class Store(ABC):
         src = Path(wheel_path)
         filename = _check_wheel_name(src.name)
         base = entry_dir(key)
-        sha256, size = _sha256_file(src)
+        sha256, size = digest or _sha256_file(src)
         # Hide any previous entry first: from here until meta.json is back, the key is absent.
         self.delete_blob(f"{base}/{META_NAME}")
-        self.upload_blob(f"{base}/{filename}", src)
+        self.upload_wheel(f"{base}/{filename}", src, link=link)
         for blob in self.list_blobs(base):
             name = blob.path.rsplit("/", 1)[-1]
             if name.endswith(".whl") and name != filename:
@@ -652,6 +668,19 @@ class LocalStore(Store):
                 shutil.copyfileobj(sfh, fh, 1 << 20)
 
         os.replace(self._write_temp(target, fill), target)
+
+    def upload_wheel(self, path: str, src: Path, *, link: bool) -> None:
+        if link:
+            target = self._p(path)
+            tmp = self._temp_beside(target)
+            try:
+                os.link(src, tmp)
+            except OSError:
+                pass  # another filesystem (or no links there): copied below
+            else:
+                os.replace(tmp, target)
+                return
+        self.upload_blob(path, src)
 
     def download_blob(self, path: str, dest: Path) -> bool:
         try:

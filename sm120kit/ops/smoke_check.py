@@ -525,9 +525,14 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
     package's toolchain), judged for the GPU's capability, else the recipe's first arch.
     `fresh` (the stack changed, or ``--recheck``): run it; otherwise the last passing verdict
-    (kept beside the env) is reused. A fail raises HostFailed and keeps no verdict."""
+    (kept beside the env) is reused, unless the host has gained or lost its GPU since (on a
+    GPU-less host what needs the NVIDIA driver only warns). A fail raises HostFailed and
+    keeps no verdict."""
     memo_path = posixpath.join(env, STACK_MEMO)
     memo = None if fresh else ctx.read_json(memo_path)
+    gpu = gpu_capability(state.facts) is not None
+    if memo is not None and memo.get("gpu") is not gpu:
+        memo = None  # judged without a GPU (what needs the driver only warned), or with one
     with ctx.step("stack smoke") as step:
         if memo is not None:
             step.message = (
@@ -548,7 +553,7 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
             False,
             cc,
             cc_source,
-            gpu_capability(state.facts) is not None,
+            gpu,
             declarations(state),
             serving.probe_knowledge(names),
         )
@@ -565,6 +570,7 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
         step.message = nothing_checked(target, run) or summary
         raise_on_failure(ctx, target, run)
         memo = {k: doc[k] for k in ("checked", "summary", "arch")}
+        memo["gpu"] = gpu
         memo["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         ctx.script("install_lock", {"action": "memo", "env": env, "memo": memo})
 

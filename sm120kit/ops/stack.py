@@ -15,6 +15,8 @@ Check mode: the choices (`sm120kit.stack.choose`), one probe, and the commands i
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +30,7 @@ from .. import release_check
 from ..errors import HostFailed
 from ..lock import Lock, LockEntry
 from ..recipes import resolve_for_host
+from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext
 from ..stack import Choice, choose, glibc_problem, not_for_arch, shown, target_of
@@ -115,9 +118,11 @@ def ensure_stack_builds(
 
 
 def _target(state: ProvisionState, lock: Lock) -> dict[str, Any]:
+    """What the releases are verified for, with the digest a kept verdict is filed under: of
+    the target and of the program that judges (a change to either judges again)."""
     driver, arch = target_of(state.resolved)
     cc = parse_cc(arch)
-    return {
+    target = {
         "cc": list(cc) if cc else None,
         "driver": driver,
         "driver_cuda": release_check.driver_cuda(driver),
@@ -125,6 +130,8 @@ def _target(state: ProvisionState, lock: Lock) -> dict[str, Any]:
         "not_for_arch": not_for_arch(state.resolved),
         "loaders": state.resolved.recipe.stack.loaders if state.resolved.recipe.stack else {},
     }
+    judge = json.dumps(target, sort_keys=True) + script_bundle("install_lock")
+    return {**target, "digest": hashlib.sha256(judge.encode()).hexdigest()}
 
 
 def stack_document(
@@ -267,6 +274,7 @@ def _install(
     env = str(doc["env"])
     by_dest = {release_path(state, c.entry): c for c in releases}
     wanted = [e for e in fetch if e["dest"] in by_dest]
+    target = _target(state, lock)
     # A few files at once: most of a lock's 200 files are small, where one file's lookup,
     # download and store put cost more in round trips than in bytes.
     with ThreadPoolExecutor(FETCH_WORKERS) as pool:
@@ -284,7 +292,7 @@ def _install(
             "python": python,
             "lock": str(lock.path),
             "entries": todo,
-            "verify": _target(state, lock),
+            "verify": target,
         },
         timeout=INSTALL_TIMEOUT,
     )

@@ -87,6 +87,7 @@ from sm120kit.remote.lib.probe_checks import (
     check_import_order,
     check_loader,
     check_undefined,
+    without_driver,
 )
 from sm120kit.remote.lib.probe_env import Context, exports, static_extension
 from sm120kit.remote.lib.probe_stack import facts_not_for_arch, stack_section
@@ -251,6 +252,7 @@ def probe_package(
         loader,
         check_gpu(ctx, name),
     ]
+    without_driver(ctx, checks, ext_list)
     return {
         "installed": True,
         "distribution": info.get("distribution"),
@@ -393,36 +395,48 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     out["arch"] = cc_text(ctx.cc) if ctx.cc else None
     out["arch_source"] = ctx.arch_source
     out["gpu"] = bool(args.get("gpu"))
-    with ThreadPoolExecutor(max_workers=max(1, ctx.jobs)) as pool:
-        for name in packages:
-            info = env_info["packages"].get(name) or {"installed": False}
-            if not info.get("installed"):
-                out["packages"][name] = {
-                    "installed": False,
-                    "version": None,
-                    "requires_torch": None,
-                    "provenance": None,
-                    "built_for": None,
-                    "torch": None,
-                    "checks": [],
-                    "extensions": [],
-                }
-                continue
-            out["packages"][name] = probe_package(ctx, name, info, pool)
-        # The serving stack's other packages this env holds: checked as if named, once per
-        # distribution (a package asked for may be installed under its newer name).
-        seen = {p.get("distribution") for p in out["packages"].values() if p.get("installed")}
-        out["discovered"] = []
-        for name in args.get("discover") or []:
-            info = env_info["packages"].get(name) or {}
-            if name in out["packages"] or not info.get("installed"):
-                continue
-            if info.get("distribution") in seen or not info.get("libraries"):
-                continue
-            seen.add(info.get("distribution"))
-            out["discovered"].append(name)
-            out["packages"][name] = probe_package(ctx, name, info, pool)
-    out["stack"] = stack_section(ctx, env_info, args)
+    # Every package's checks and the stack's are started at once, each in its own thread,
+    # and share one pool of `jobs` fresh interpreters: no package waits for the one before
+    # it to finish its slowest import.
+    seen = set()
+    todo = []
+    for name in packages:
+        info = env_info["packages"].get(name) or {"installed": False}
+        if not info.get("installed"):
+            out["packages"][name] = {
+                "installed": False,
+                "version": None,
+                "requires_torch": None,
+                "provenance": None,
+                "built_for": None,
+                "torch": None,
+                "checks": [],
+                "extensions": [],
+            }
+            continue
+        out["packages"][name] = None  # its place in the order asked; filled below
+        seen.add(info.get("distribution"))
+        todo.append((name, info))
+    # The serving stack's other packages this env holds: checked as if named, once per
+    # distribution (a package asked for may be installed under its newer name).
+    out["discovered"] = []
+    for name in args.get("discover") or []:
+        info = env_info["packages"].get(name) or {}
+        if name in out["packages"] or not info.get("installed"):
+            continue
+        if info.get("distribution") in seen or not info.get("libraries"):
+            continue
+        seen.add(info.get("distribution"))
+        out["discovered"].append(name)
+        out["packages"][name] = None
+        todo.append((name, info))
+    pool = ThreadPoolExecutor(max_workers=max(1, ctx.jobs))
+    with pool, ThreadPoolExecutor(max_workers=len(todo) + 1) as each:
+        stack = each.submit(stack_section, ctx, env_info, args)
+        started = [(name, each.submit(probe_package, ctx, name, info, pool)) for name, info in todo]
+        for name, fut in started:
+            out["packages"][name] = fut.result()
+        out["stack"] = stack.result()
     return out
 
 

@@ -3,10 +3,11 @@
 Runs on the host with any Python >= 3.8 and the standard library only. Argument (argv[1],
 JSON)::
 
-    {"action": "probe" | "fetch" | "apply" | "cuda_home" | "memo", "env": path, "record": path, "python": interpreter for a
-     new venv, "entries": [{"name", "version", "filename", "url", "sha256", "compiled",
-     "dest"}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
-     "not_for_arch": {}, "loaders": {dist: {cc: dir}}} | null, "timeout": seconds}
+    {"action": "probe" | "fetch" | "apply" | "cuda_home" | "memo", "env": path,
+     "record": path, "python": interpreter for a new venv, "entries": [{"name", "version",
+     "filename", "url", "sha256", "compiled", "dest"}], "verify": {"cc": [12, 0], "driver",
+     "driver_cuda", "python", "not_for_arch": {}, "loaders": {dist: {cc: dir}}, "digest"} |
+     null, "timeout": seconds}
 
 ``probe`` changes nothing: ``{"exists", "record", "installed": {name: version},
 "present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's .pth file
@@ -14,17 +15,23 @@ sets or null, "memo": the env's last passing smoke or null}``. ``cuda_home`` wri
 null removes) ``<site-packages>/sm120kit_cuda_home.pth``, which sets CUDA_HOME for every
 process of the env's Python unless it is set already: the JIT packages (flashinfer, deep_gemm,
 humming) look there first for nvcc and the headers, so they get the toolkit step's one
-release instead of whatever pip put beside them. ``memo`` writes the smoke memo (``memo``). ``fetch`` is apply's first phase alone, for
-the entries given (a file the wheel stores did not have, fetched by the one host elected to
-download it): ``{"ok", "error", "downloaded"}``. ``apply`` takes the entries to install, in
-three phases, each complete before the next: (1) every file is obtained into its ``dest``
-(downloaded unless a file is there already) and its sha256 compared with the lock's, and
-one mismatch refuses the whole install before anything is installed; (2) every compiled
-entry is verified for the target (`wheel_check`), and one refusal stops it likewise; (3) the
-venv is made if absent and pip installs the files with ``--no-deps --require-hashes
---no-index``, then the record (what was installed, by sha256) is written atomically.
-Prints ``{"ok", "error", "downloaded": [[name, bytes]], "verdicts": {name: {...}},
-"installed": n, "seconds"}``.
+release instead of whatever pip put beside them. ``memo`` writes the smoke memo (``memo``).
+
+``fetch`` is apply's first phase alone, for the entries given (a file the wheel stores did
+not have, fetched by the one host elected to download it): ``{"ok", "error",
+"downloaded"}``.
+
+``apply`` takes the entries to install, in three phases, each complete before the next:
+(1) every file is obtained into its ``dest`` (downloaded unless a file is there already)
+and its sha256 compared with the lock's, and one mismatch refuses the whole install before
+anything is installed; (2) every compiled entry is verified for the target (`wheel_check`),
+and one refusal stops it likewise; a verdict is kept beside its file, keyed by the target's
+``digest`` (of the target and of this program) and the file's sha256, so that a file
+installed again (another env, an env removed) is not read again; (3) the venv is made if absent
+and the files are installed with ``pip install --no-deps --require-hashes --no-index``, one
+pip per CPU at once, then byte-compiled (`wheel_install`), and the record (what was
+installed, by sha256) is written atomically. Prints ``{"ok", "error", "downloaded":
+[[name, bytes]], "verdicts": {name: {...}}, "installed": n, "seconds", "timings"}``.
 """
 
 import concurrent.futures
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import time
 
+from sm120kit.remote.lib import wheel_install
 from sm120kit.remote.lib.download import DownloadFailed, download
 from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
 from sm120kit.remote.lib.wheel_check import loaded_modules, shared_objects, verify_wheel
@@ -68,13 +76,8 @@ PTH_LINE = "import os; os.environ.setdefault('CUDA_HOME', %r)\n"
 MEMO = ".sm120kit-smoke.json"
 
 
-def site_packages(env):
-    found = sorted(glob.glob(os.path.join(env, "lib", "python*", "site-packages")))
-    return found[0] if found else None
-
-
 def pth_cuda_home(env):
-    site = site_packages(env)
+    site = wheel_install.site_packages(env)
     try:
         with open(os.path.join(site or "", PTH)) as fh:
             text = fh.read()
@@ -98,7 +101,7 @@ def probe(args):
 
 
 def set_cuda_home(args):
-    site = site_packages(args["env"])
+    site = wheel_install.site_packages(args["env"])
     if site is None:
         return {"ok": False, "error": "no site-packages under %s" % args["env"]}
     path = os.path.join(site, PTH)
@@ -151,12 +154,30 @@ def verify_all(entries, target):
         return [futures[i].result() for i in range(len(entries))]
 
 
+VERDICTS = ".sm120kit-verdicts.json"
+
+
+def verdict_memo(entry, target):
+    """(path, key) of the memo of `entry`'s verdict for `target`, beside the file; key None
+    when the target carries no digest (of the target and of the verifier's code)."""
+    path = os.path.join(os.path.dirname(entry["dest"]), VERDICTS)
+    digest = target.get("digest")
+    return path, ("%s:%s" % (digest, entry["sha256"]) if digest else None)
+
+
 def verify(entry, target):
+    """The verdict on one compiled release for the target: the memo beside the file when one
+    was written for this file, target and verifier, else read from the file (and memoised)."""
+    memo, key = verdict_memo(entry, target)
+    if key is not None:
+        doc = (read_record(memo) or {}).get(key)
+        if isinstance(doc, dict) and "ok" in doc:
+            return doc
     cc = tuple(target["cc"])
     path = entry["dest"]
     variants = (target.get("loaders") or {}).get(normalize(entry["name"]))
     loaded = loaded_modules(shared_objects(path), cc, target["python"], variants)
-    return verify_wheel(
+    doc = verify_wheel(
         path,
         sha256=entry["sha256"],
         cc=cc,
@@ -166,18 +187,27 @@ def verify(entry, target):
         not_for_arch=target.get("not_for_arch") or {},
         digest=entry["sha256"],  # phase 1 checked it
     )
+    if key is not None:
+        kept = read_record(memo) or {}
+        kept[key] = {k: doc[k] for k in ("ok", "refusal", "notes")}
+        write_atomic(memo, json.dumps(kept, sort_keys=True))
+    return doc
 
 
 def fetch(args):
+    """Phase 1 for the given entries, several files at once (the hashing of files already
+    present is most of it after the controller has placed them)."""
     timeout = float(args.get("timeout") or 3600)
-    downloaded = []
-    for entry in args.get("entries") or []:
+    entries = args.get("entries") or []
+    for entry in entries:
         parent = os.path.dirname(entry["dest"])
         if not os.path.isdir(parent):
             os.makedirs(parent)
-        error, fetched = obtain(entry, timeout)
-        if fetched:
-            downloaded.append([entry["name"], fetched])
+    workers = max(1, min(len(entries), os.cpu_count() or 1, 8))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda e: obtain(e, timeout), entries))
+    downloaded = [[e["name"], n] for e, (_err, n) in zip(entries, results) if n]
+    for error, _n in results:
         if error:
             return {"ok": False, "error": error, "downloaded": downloaded}
     return {"ok": True, "error": None, "downloaded": downloaded}
@@ -209,6 +239,7 @@ def apply(args):
                 "verdicts": verdicts,
                 "installed": 0,
             }
+    verified = time.time()
     env = args["env"]
     py = os.path.join(env, "bin", "python")
     if entries and not os.path.isfile(py):
@@ -220,30 +251,19 @@ def apply(args):
                 "downloaded": downloaded,
                 "installed": 0,
             }
+    timings = {"verify_s": round(verified - start, 3)}
     if entries:
-        req = os.path.join(env, ".sm120kit-lock-requirements.txt")
-        with open(req, "w") as fh:
-            for e in entries:
-                fh.write("%s --hash=sha256:%s\n" % (e["dest"], e["sha256"]))
-        argv = [
-            py,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--require-hashes",
-            "--no-index",
-            "--disable-pip-version-check",
-            "--no-input",
-            "-r",
-            req,
-        ]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0:
-            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()] or ["?"]
+        scratch = os.path.join(env, ".sm120kit-install")
+        remove(scratch)
+        os.makedirs(scratch)
+        files = [(e["dest"], e["sha256"]) for e in entries]
+        error, done = wheel_install.install(env, files, scratch, timeout)
+        remove(scratch)
+        timings.update(done)
+        if error:
             return {
                 "ok": False,
-                "error": "pip install --no-deps: " + lines[-1],
+                "error": error,
                 "downloaded": downloaded,
                 "verdicts": verdicts,
                 "installed": 0,
@@ -263,24 +283,29 @@ def apply(args):
         "verdicts": verdicts,
         "installed": len(entries),
         "seconds": round(time.time() - start, 3),
+        "timings": timings,
     }
+
+
+ACTIONS = {
+    "probe": probe,
+    "fetch": fetch,
+    "apply": apply,
+    "cuda_home": set_cuda_home,
+    "memo": write_memo,
+}
 
 
 def main():
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    if args.get("action") == "probe":
-        doc = probe(args)
-    elif args.get("action") in ("apply", "fetch"):
+    action = ACTIONS.get(args.get("action"))
+    if action is None:
+        doc = {"ok": False, "error": "unknown action %r" % args.get("action")}
+    else:
         try:
-            doc = apply(args) if args["action"] == "apply" else fetch(args)
+            doc = action(args)
         except Exception as exc:  # one line back to the controller, never a traceback
             doc = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc), "installed": 0}
-    elif args.get("action") == "cuda_home":
-        doc = set_cuda_home(args)
-    elif args.get("action") == "memo":
-        doc = write_memo(args)
-    else:
-        doc = {"ok": False, "error": "unknown action %r" % args.get("action")}
     print(json.dumps(doc, sort_keys=True))
 
 

@@ -46,13 +46,16 @@ def make_wheel(
     requires: tuple[str, ...] = (),
     tag: str = "py3-none-any",
     shared_object: Path | None = None,
+    extra: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write ``<name>-<version>-<tag>.whl`` into `out` and return its path."""
+    """Write ``<name>-<version>-<tag>.whl`` into `out` and return its path; `extra`: more
+    files, by their path in the wheel."""
     mod = re.sub(r"[-.]", "_", name).lower()
     dist = f"{mod}-{version}.dist-info"
     files: dict[str, bytes] = {f"{mod}/__init__.py": f"VERSION = {version!r}\n".encode()}
     if shared_object is not None:
         files[f"{mod}/_native.cpython-311-x86_64-linux-gnu.so"] = shared_object.read_bytes()
+    files.update(extra or {})
     meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     files[f"{dist}/METADATA"] = ("\n".join(meta) + "\n").encode()

@@ -399,3 +399,48 @@ def check_gpu(ctx: Context, name: str) -> dict[str, Any]:
         "reason": "op ran on {}".format(ctx.torch.get("device_name", "the GPU")),
         "details": {},
     }
+
+
+#: The NVIDIA driver's own library: a GPU-less host (a build box) has none by design.
+DRIVER_LIB = "libcuda.so.1"
+#: The checks a missing driver can fail on its own: a module that needs libcuda.so.1 cannot
+#: load without it, so neither its import nor the loader's pick can be tried there.
+DRIVER_BOUND = ("import_order", "undefined_symbols", "loader")
+
+
+def without_driver(ctx: Context, checks: list[dict[str, Any]], exts: list[dict[str, Any]]) -> None:
+    """On a host without a GPU whose loader finds no NVIDIA driver, a check that fails only
+    because a module needs the driver becomes a warning that says so: nothing that needs
+    libcuda.so.1 can be loaded there, which says nothing about the GPU host the env is for.
+    A failure with any other cause stays a failure (an import error that names neither the
+    driver nor a module needing it, a symbol another library should have given). On a host
+    with a GPU it changes nothing: a missing driver there is a broken host."""
+    if ctx.args.get("gpu"):
+        return
+    needs = [e for e in exts if DRIVER_LIB in (e.get("missing_libs") or [])]
+    if not needs:
+        return
+    # Examples from the modules that are judged first (not those not for this arch).
+    skipped = {n["path"] for c in checks for n in (c.get("details") or {}).get("not_judged") or []}
+    needs.sort(key=lambda e: (e["path"] in skipped, e.get("rel") or e["path"]))
+    names = [e.get("rel") or e["path"] for e in needs]
+    bases = [os.path.basename(e["path"]) for e in needs]
+    only = {
+        e["path"] for e in needs if {c["cause"] for c in e.get("causes") or []} <= {"no_driver"}
+    }
+    for check in checks:
+        if check["check"] not in DRIVER_BOUND or check["status"] != "fail":
+            continue
+        if check["check"] == "undefined_symbols":
+            failing = (check.get("details") or {}).get("failing") or []
+            if any(f["path"] not in only for f in failing):
+                continue
+        elif not any(n in check["reason"] for n in [DRIVER_LIB] + bases):
+            continue  # it failed on something the driver does not explain
+        example = next((n for n in names if n in check["reason"]), names[0])
+        why = "needs the NVIDIA driver ({}, e.g. {} needs it), which this GPU-less host lacks"
+        check["status"] = "warn"
+        check["reason"] = "not checkable here: {}: {}".format(
+            why.format(DRIVER_LIB, example), check["reason"]
+        )
+        check.setdefault("details", {})["needs_driver"] = names
