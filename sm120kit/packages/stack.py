@@ -4,8 +4,8 @@ must know about each, read from the released files (named per entry).
 sglang 0.5.23's METADATA requires sglang-kernel==0.4.10, flashinfer_python[cu13]==0.7.2,
 sgl-flash-mla==1.0.0, flash-attn-4>=4.0.0b18, quack-kernels==0.6.5,
 humming-kernels[cu13]==0.1.12, sgl-deep-gemm==0.2.3.post2 and sgl-deep-ep==0.1.2.post1
-(docs/stack-facts.md section 8). tilelang==0.1.12, which it also pins, compiles through TVM
-and is not covered yet. Kernel packages the tool builds
+(docs/stack-facts.md section 8), and it pins tilelang==0.1.12, which ships TVM's compiled
+libraries and compiles its kernels at run time with nvcc. Kernel packages the tool builds
 have a descriptor (`registry`); the others are only installed from releases and are listed
 here. `smoke` checks every one of them an env holds: the compiled ones like a named package,
 the ones that compile at run time through their CUDA toolchain (`jit`, the rule in
@@ -112,6 +112,12 @@ STACK = (
         jit="cute-dsl",
         jit_source="Requires-Dist nvidia-cutlass-dsl>=4.7, no nvcc or CUDA_HOME lookup in its "
         "sources (quack-kernels 0.6.5)",
+    ),
+    StackPackage(
+        "tilelang",
+        jit="tilelang",
+        jit_source="tilelang/env.py _find_cuda_home(); tilelang/contrib/nvcc.py "
+        "get_nvcc_compiler(), -I<home>/include (tilelang 0.1.12)",
     ),
     StackPackage(
         "humming-kernels",

@@ -35,6 +35,13 @@ The lookup rules, each read from the package's released source:
   ``deep_gemm/__init__.py`` passes that home to its C++ JIT (``_C.init``), which runs
   ``<home>/bin/nvcc``; headers ``<home>/include`` (and ``include/cccl``:
   ``deep_gemm/build_ext.py``).
+- ``tilelang`` (tilelang 0.1.12, ``tilelang/env.py`` ``_find_cuda_home()``): ``$CUDA_HOME``,
+  else ``$CUDA_PATH``, else the directory above the ``bin/`` of ``which nvcc`` (two above when
+  that path names ``hpc_sdk`` and not ``cuda``), else the directory above the ``bin/`` of the
+  ``nvcc`` file of the ``nvidia-cuda-nvcc`` distribution (it fails to import when that
+  distribution has none), else ``/usr/local/cuda``, else ``/opt/nvidia/hpc_sdk/Linux_x86_64``;
+  a home that does not exist counts as none. ``tilelang/contrib/nvcc.py``
+  ``get_nvcc_compiler()`` runs ``<home>/bin/nvcc`` with ``-I<home>/include``.
 - ``cute-dsl`` (the packages that compile through nvidia-cutlass-dsl, CuTe DSL, and its own
   compiler libraries; which ones, and the files read, in ``sm120kit/packages/stack.py``): no
   nvcc, CUDA_HOME or CUDA header lookup is in their sources; a system ptxas runs only when
@@ -387,11 +394,95 @@ def _deep_gemm(
     }
 
 
+def _dist_file(sys_path: list[str], name: str, filename: str) -> tuple[bool, str | None]:
+    """(whether distribution `name` is installed on `sys_path`, the path of its first file
+    called `filename` per its RECORD, or None)."""
+    stem = re.sub(r"[-_.]+", "_", name).lower()
+    for entry in sys_path:
+        for info in sorted(glob.glob(os.path.join(entry, "*.dist-info"))):
+            dist = os.path.basename(info)[: -len(".dist-info")].partition("-")[0]
+            if re.sub(r"[-_.]+", "_", dist).lower() != stem:
+                continue
+            try:
+                with open(os.path.join(info, "RECORD")) as fh:
+                    rows = [line.split(",")[0] for line in fh]
+            except OSError:
+                return True, None
+            for rel in rows:
+                if os.path.basename(rel) == filename:
+                    return True, os.path.normpath(os.path.join(entry, rel))
+            return True, None
+    return False, None
+
+
+def _tilelang_home(env: dict[str, str], sys_path: list[str]) -> tuple[str | None, str]:
+    """(CUDA home or None, how) by tilelang's ``_find_cuda_home()``."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(var):
+            return env[var], f"${var}"
+    found = shutil.which("nvcc", path=env.get("PATH"))
+    if found:
+        up = 3 if "hpc_sdk" in found.lower() and "cuda" not in found.lower() else 2
+        home = found
+        for _ in range(up):
+            home = os.path.dirname(home)
+        how = f"which nvcc ({found})"
+    else:
+        installed, nvcc = _dist_file(sys_path, "nvidia-cuda-nvcc", "nvcc")
+        if installed and nvcc is None:
+            return None, "nvidia-cuda-nvcc is installed without an nvcc: tilelang fails to import"
+        if nvcc:
+            home, how = os.path.dirname(os.path.dirname(nvcc)), f"nvidia-cuda-nvcc's nvcc ({nvcc})"
+        elif os.path.exists("/usr/local/cuda"):
+            home, how = "/usr/local/cuda", "default /usr/local/cuda"
+        elif os.path.exists("/opt/nvidia/hpc_sdk/Linux_x86_64"):
+            home, how = "/opt/nvidia/hpc_sdk/Linux_x86_64", "default HPC SDK"
+        else:
+            return None, "no $CUDA_HOME, nvcc on PATH, nvidia-cuda-nvcc or /usr/local/cuda"
+    if not os.path.exists(home):
+        return None, f"{home} (from {how}) does not exist"
+    return home, how
+
+
+def _tilelang(
+    env: dict[str, str],
+    sys_path: list[str],
+    location: str,
+    cc: tuple[int, int] | None,
+    torch_cuda: str | None,
+) -> dict[str, Any]:
+    home, how = _tilelang_home(env, sys_path)
+    out: dict[str, Any] = {
+        "cuda_home": home,
+        "cuda_home_from": how,
+        "source": "tilelang/env.py _find_cuda_home(); tilelang/contrib/nvcc.py "
+        "get_nvcc_compiler(), the -I<home>/include option",
+    }
+    if home is None:
+        return dict(out, status="fail", reason=f"no CUDA home: {how}; it cannot compile a kernel")
+    nvcc = os.path.join(home, "bin", "nvcc")
+    include = os.path.join(home, "include")
+    ver, err = nvcc_version(nvcc)
+    hdr = headers_version(include)
+    status, reason = judge_pair(nvcc, ver, include, hdr, cc)
+    return dict(
+        out,
+        nvcc=nvcc,
+        nvcc_version=ver,
+        nvcc_error=err,
+        headers=include,
+        headers_version=hdr,
+        status=status,
+        reason=f"{reason} (CUDA home {home}, from {how})",
+    )
+
+
 RULES: dict[str, Callable[..., dict[str, Any]]] = {
     "flashinfer": _flashinfer,
     "deep-gemm": _deep_gemm,
     "humming": _humming,
     "cute-dsl": _cute_dsl,
+    "tilelang": _tilelang,
 }
 
 

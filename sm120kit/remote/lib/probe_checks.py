@@ -437,7 +437,10 @@ def without_driver(ctx: Context, checks: list[dict[str, Any]], exts: list[dict[s
                 continue
         elif not any(n in check["reason"] for n in [DRIVER_LIB] + bases):
             continue  # it failed on something the driver does not explain
-        example = next((n for n in names if n in check["reason"]), names[0])
+        example = next(
+            (n for n, b in zip(names, bases) if b in check["reason"] or n in check["reason"]),
+            names[0],
+        )
         why = "needs the NVIDIA driver ({}, e.g. {} needs it), which this GPU-less host lacks"
         check["status"] = "warn"
         check["reason"] = "not checkable here: {}: {}".format(

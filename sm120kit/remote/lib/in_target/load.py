@@ -12,8 +12,14 @@ if ARGS.get("module"):
 
         if ARGS["kind"] == "extension":
             spec = importlib.util.spec_from_file_location(ARGS["module"], ARGS["path"])
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
+            try:  # an extension module's init runs in module_from_spec
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            except ModuleNotFoundError:
+                # A Python module the extension imports that only its own package puts on the
+                # path (tilelang's cython wrapper imports tvm from tilelang/3rdparty): import
+                # it as a user does, its packages first. A missing library (ImportError) is
+                # not retried, so "needs torch first" still shows.
+                importlib.import_module(ARGS["module"])
         else:
             importlib.import_module(ARGS["module"])
     except BaseException as e:
