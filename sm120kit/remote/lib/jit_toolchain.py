@@ -123,16 +123,23 @@ def cccl_version(include: str | None) -> str | None:
     return f"{v // 1000000}.{(v // 1000) % 1000}.{v % 1000}"
 
 
-def dist_version(sys_path: list[str], name: str) -> str | None:
-    """The version of distribution `name` installed on `sys_path` (its .dist-info name)."""
+def _dist_info(sys_path: list[str], name: str) -> tuple[str, str] | None:
+    """(the sys.path entry, the .dist-info directory) of distribution `name`, or None."""
     stem = re.sub(r"[-_.]+", "_", name).lower()
     for entry in sys_path:
         for info in sorted(glob.glob(os.path.join(entry, "*.dist-info"))):
-            base = os.path.basename(info)[: -len(".dist-info")]
-            dist, _, version = base.partition("-")
+            dist = os.path.basename(info)[: -len(".dist-info")].partition("-")[0]
             if re.sub(r"[-_.]+", "_", dist).lower() == stem:
-                return version
+                return entry, info
     return None
+
+
+def dist_version(sys_path: list[str], name: str) -> str | None:
+    """The version of distribution `name` installed on `sys_path` (its .dist-info name)."""
+    found = _dist_info(sys_path, name)
+    if found is None:
+        return None
+    return os.path.basename(found[1])[: -len(".dist-info")].partition("-")[2]
 
 
 def judge_pair(
@@ -362,17 +369,9 @@ def _cute_dsl(
     return dict(out, status="pass", reason=f"compiles with nvidia-cutlass-dsl {dsl}'s own compiler: no nvcc or CUDA headers needed")  # fmt: skip
 
 
-def _deep_gemm(
-    env: dict[str, str],
-    sys_path: list[str],
-    location: str,
-    cc: tuple[int, int] | None,
-    torch_cuda: str | None,
-) -> dict[str, Any]:
-    home, how = _cuda_home(env)
-    # deep_gemm/__init__.py hands find_cuda_home() to its C++ JIT (_C.init); the backend runs
-    # <home>/bin/nvcc unless its JIT_NVCC_COMPILER setting names another (read from _C.so's
-    # strings: the override's exact variable name is compiled in, so it is not followed here).
+def _home_toolchain(home: str, how: str, cc: tuple[int, int] | None) -> dict[str, Any]:
+    """The verdict on ``<home>/bin/nvcc`` with ``<home>/include``: the pair a package runs
+    when it takes nvcc and the headers from one CUDA home (deep_gemm, tilelang)."""
     nvcc = os.path.join(home, "bin", "nvcc")
     include = os.path.join(home, "include")
     ver, err = nvcc_version(nvcc)
@@ -386,33 +385,44 @@ def _deep_gemm(
         "nvcc_error": err,
         "headers": include,
         "headers_version": hdr,
-        "cccl_version": cccl_version(os.path.join(include, "cccl")),
         "status": status,
         "reason": f"{reason} (CUDA home {home}, from {how})",
-        "source": "deep_gemm/cuda_helpers.py find_cuda_home(); deep_gemm/__init__.py _C.init; "
-        "deep_gemm/build_ext.py include dirs",
     }
+
+
+def _deep_gemm(
+    env: dict[str, str],
+    sys_path: list[str],
+    location: str,
+    cc: tuple[int, int] | None,
+    torch_cuda: str | None,
+) -> dict[str, Any]:
+    home, how = _cuda_home(env)
+    # deep_gemm/__init__.py hands find_cuda_home() to its C++ JIT (_C.init); the backend runs
+    # <home>/bin/nvcc unless its JIT_NVCC_COMPILER setting names another (read from _C.so's
+    # strings: the override's exact variable name is compiled in, so it is not followed here).
+    return dict(
+        _home_toolchain(home, how, cc),
+        cccl_version=cccl_version(os.path.join(home, "include", "cccl")),
+        source="deep_gemm/cuda_helpers.py find_cuda_home(); deep_gemm/__init__.py _C.init; "
+        "deep_gemm/build_ext.py include dirs",
+    )
 
 
 def _dist_file(sys_path: list[str], name: str, filename: str) -> tuple[bool, str | None]:
     """(whether distribution `name` is installed on `sys_path`, the path of its first file
     called `filename` per its RECORD, or None)."""
-    stem = re.sub(r"[-_.]+", "_", name).lower()
-    for entry in sys_path:
-        for info in sorted(glob.glob(os.path.join(entry, "*.dist-info"))):
-            dist = os.path.basename(info)[: -len(".dist-info")].partition("-")[0]
-            if re.sub(r"[-_.]+", "_", dist).lower() != stem:
-                continue
-            try:
-                with open(os.path.join(info, "RECORD")) as fh:
-                    rows = [line.split(",")[0] for line in fh]
-            except OSError:
-                return True, None
-            for rel in rows:
-                if os.path.basename(rel) == filename:
-                    return True, os.path.normpath(os.path.join(entry, rel))
-            return True, None
-    return False, None
+    found = _dist_info(sys_path, name)
+    if found is None:
+        return False, None
+    entry, info = found
+    try:
+        with open(os.path.join(info, "RECORD")) as fh:
+            rows = [line.split(",")[0] for line in fh]
+    except OSError:
+        return True, None
+    path = next((r for r in rows if os.path.basename(r) == filename), None)
+    return True, (os.path.normpath(os.path.join(entry, path)) if path else None)
 
 
 def _tilelang_home(env: dict[str, str], sys_path: list[str]) -> tuple[str | None, str]:
@@ -452,29 +462,14 @@ def _tilelang(
     torch_cuda: str | None,
 ) -> dict[str, Any]:
     home, how = _tilelang_home(env, sys_path)
-    out: dict[str, Any] = {
-        "cuda_home": home,
-        "cuda_home_from": how,
-        "source": "tilelang/env.py _find_cuda_home(); tilelang/contrib/nvcc.py "
-        "get_nvcc_compiler(), the -I<home>/include option",
-    }
-    if home is None:
-        return dict(out, status="fail", reason=f"no CUDA home: {how}; it cannot compile a kernel")
-    nvcc = os.path.join(home, "bin", "nvcc")
-    include = os.path.join(home, "include")
-    ver, err = nvcc_version(nvcc)
-    hdr = headers_version(include)
-    status, reason = judge_pair(nvcc, ver, include, hdr, cc)
-    return dict(
-        out,
-        nvcc=nvcc,
-        nvcc_version=ver,
-        nvcc_error=err,
-        headers=include,
-        headers_version=hdr,
-        status=status,
-        reason=f"{reason} (CUDA home {home}, from {how})",
+    source = (
+        "tilelang/env.py _find_cuda_home(); tilelang/contrib/nvcc.py get_nvcc_compiler(), "
+        "the -I<home>/include option"
     )
+    if home is None:
+        return {"cuda_home": None, "cuda_home_from": how, "source": source, "status": "fail",
+                "reason": f"no CUDA home: {how}; it cannot compile a kernel"}  # fmt: skip
+    return dict(_home_toolchain(home, how, cc), source=source)
 
 
 RULES: dict[str, Callable[..., dict[str, Any]]] = {
