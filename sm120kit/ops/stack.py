@@ -232,7 +232,9 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
                 f"verify compiled releases for driver {driver}, arch {arch}",
                 f"{python['path']} -m venv {env}  # if absent",
                 f"{env}/bin/python -m pip install --no-deps --require-hashes --no-index "
-                f"-r <{len(todo)} locked files with --hash>",
+                f"--no-compile -r <a group of the {len(todo)} locked files with --hash>  "
+                "# one pip per CPU at once",
+                f"{env}/bin/python -m compileall -q -i <each group's .py files>  # as its pip ends",
             ]
         if not pth_ok:
             what += f"; CUDA_HOME for its JIT packages: {home or 'none (no toolkit)'}"
