@@ -2,9 +2,9 @@
 
 The wheel is fetched once from the builder (a ``local`` host's file is taken as it is),
 checked against the build's sha256 and put (atomically: wheel first, meta.json last) into
-the controller and shared stores, a store on the controller's disk hard-linking a released file; the host
-store gets an on-host copy, and ``dest_dir`` the wheel under its final name. A store that
-refuses the put is recorded in the events; nothing is retried blindly.
+the controller and shared stores, a store on the controller's disk hard-linking a released
+file; the host store gets an on-host copy, and ``dest_dir`` the wheel under its final name.
+A store that refuses the put is recorded in the events; nothing is retried blindly.
 """
 
 from __future__ import annotations
