@@ -119,10 +119,11 @@ def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
     unset = " ".join(SECRET_ENV)
     args = f"{shlex.quote(inner)} sm120kit {shlex.quote(command)} {shlex.quote(pgid_dir or '')}"
     # Without a setsid that can wait (-w: util-linux >= 2.26), sshd's own setsid() for the
-    # session (no pty) already makes the shell a group leader, and `exec` keeps its pid.
+    # session (no pty) already makes the shell a group leader, and `exec` keeps its pid. The
+    # command appears once: the line's length is the command's plus a constant.
     return (
-        f"unset {unset}; if setsid -w true 2>/dev/null; then exec setsid -w /bin/sh -c {args}; "
-        f"else exec /bin/sh -c {args}; fi"
+        f"unset {unset}; if setsid -w true 2>/dev/null; then set -- setsid -w; else set --; fi; "
+        f'exec "$@" /bin/sh -c {args}'
     )
 
 

@@ -35,15 +35,18 @@ CUDA_130 = Path("/usr/local/cuda-13.0/bin/nvcc")
 SSH_HOST = "gpu6"  # RTX PRO 6000 pair on driver 580.95.05: recipe r580, CUDA 13.0
 
 SLOW_PY = """#!/bin/sh
-# tests only: a host whose remote steps are slow while {gate} exists
-case "$*" in *'"action": "'*) exec {python} "$@";; esac
+# tests only: a host whose remote steps are slow while {gate} exists. A script's arguments
+# travel on stdin with its program: scripts with an "action" (the run lock's) run at once.
+prog=$(mktemp)
+cat > "$prog"
+if grep -q '"action": "' "$prog"; then exec {python} "$@" < "$prog"; fi
 if [ -e {gate} ]; then
   echo $$ > {dir}/wrapper.pid
   sleep 300 &
   echo $! > {dir}/sleeper.pid
   wait
 fi
-exec {python} "$@"
+exec {python} "$@" < "$prog"
 """
 
 

@@ -343,3 +343,61 @@ def test_runner_unexpected_error_stays_on_its_host(fleet: Fleet, tmp_path: Path)
     assert "Traceback" in Path(result.hosts["gpu1"].log or "").read_text()
     assert result.hosts["gpu2"].error == "a clear failure"
     assert result.hosts["gpu3"].status == "ok"
+
+
+def test_a_script_argument_of_any_size_reaches_the_host_intact(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A host script's arguments travel on stdin with the program, never on the command line
+    (Linux refuses one argument over 128 KiB): a 1 MB document over real SSH is stored by the
+    host script byte for byte, and a lock-sized list of 207 entries (the real r580 lock's
+    count, each with a dest, URL and sha256) is read whole by install_lock's probe."""
+    import hashlib
+    import json
+
+    from sm120kit.connection import connect
+
+    host = _hosts(fleet, "gpu6")[0]
+    conn = connect(host, ConnectOptions(known_hosts=str(fleet.known_hosts)))
+    try:
+        memo = f"{host.work_root}/argtest"
+        blob = "".join(f"{i:07d}-" + "x" * 120 + "\n" for i in range(8000))  # 1 MB
+        assert len(blob) > 1_000_000
+        doc = {"blob": blob, "quotes": "'\"$(touch /tmp/no)`x`;\\"}
+        stored = run_script(
+            conn, "smoke_memo", {"action": "store", "memo_dir": memo, "key": "k", "doc": doc}
+        )
+        assert stored == {"ok": True}
+        back = conn.run(f"cat {memo}/k.json").stdout
+        assert json.loads(back) == doc
+
+        dests = [
+            f"{host.work_root}/releases/{i:03d}/dist_{i:03d}-1.0-py3-none-any.whl"
+            for i in range(207)
+        ]
+        conn.run(" && ".join(f"mkdir -p {os.path.dirname(d)} && : > {d}" for d in dests[::2]))
+        entries = [
+            {
+                "name": f"dist-{i:03d}",
+                "version": "1.0",
+                "filename": os.path.basename(d),
+                "url": f"https://files.example.invalid/packages/{'ab/' * 40}{os.path.basename(d)}",
+                "sha256": hashlib.sha256(d.encode()).hexdigest(),
+                "compiled": False,
+                "dest": d,
+            }
+            for i, d in enumerate(dests)
+        ]
+        probe = run_script(
+            conn,
+            "install_lock",
+            {
+                "action": "probe",
+                "env": f"{host.work_root}/envs/none",
+                "record": "/nonexistent",
+                "entries": entries,
+            },
+        )
+        assert sorted(probe["present"]) == sorted(dests[::2])
+    finally:
+        conn.close()

@@ -457,22 +457,18 @@ def test_dropped_download_leaves_nothing(
 
 
 def _remote_pid(marker: str, timeout: float = 30) -> int:
-    """The pid of the remote install script whose arguments mention `marker`."""
+    """The pid of the remote install script downloading under `marker`: the process holding
+    a ``.part-`` file there open (its arguments travel on stdin, not on its command line)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             try:
-                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                targets = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
             except OSError:
                 continue
-            if (
-                len(argv) >= 3
-                and argv[1] == b"-"
-                and marker.encode() in argv[2]
-                and b'"download"' in argv[2]
-            ):
+            if any(t.startswith(marker) and ".part-" in t for t in targets):
                 return int(proc.name)
         time.sleep(0.1)
     raise AssertionError(f"no remote install process for {marker}")

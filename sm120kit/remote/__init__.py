@@ -1,8 +1,11 @@
 """Stdlib-only scripts that run on hosts, shipped over SSH like Ansible modules.
 
 Each script reads one JSON document from argv[1] and prints one JSON document on stdout.
-The script travels on stdin (`python3 - ARGS`), so running one costs exactly one command. A
-script may import the hosts' library, ``sm120kit.remote.lib.<module>`` (stdlib only, like
+The script travels on stdin (`python3 -`), and so do its arguments: `script_program` puts
+them in front of the program, which sets ``sys.argv[1]`` before the script runs. The command
+line stays a few bytes whatever the arguments weigh (Linux refuses any single argument over
+128 KiB, MAX_ARG_STRLEN, and a lock's file list is larger), and running a script still costs
+exactly one command. A script may import the hosts' library, ``sm120kit.remote.lib.<module>`` (stdlib only, like
 Ansible's module_utils): `script_bundle` ships those modules with it in the same program, served
 from memory by an import hook, so the host needs no sm120kit and no file is written.
 """
@@ -143,8 +146,31 @@ def script_bundle(name: str) -> str:
 
 
 def script_command(python: str, args: dict[str, Any]) -> str:
-    """The shell command that runs a script fed on stdin with JSON arguments."""
-    return f"{shlex.quote(python)} - {shlex.quote(json.dumps(args, sort_keys=True))}"
+    """How a script run is shown to people (plan, logs): the interpreter, then the arguments
+    that travel on stdin with the program (`script_program`), never on the command line."""
+    shown = json.dumps(args, sort_keys=True)
+    return f"{shlex.quote(python)} - {shlex.quote(shown)}  # program and arguments on stdin"
+
+
+#: What runs first in every program fed to a host: the arguments become ``sys.argv[1]``, then
+#: the script (with its bundled library) runs as ``__main__``, compiled on its own so that its
+#: ``from __future__`` imports still count.
+_ARGV = """\
+import sys as _sm120kit_sys
+_sm120kit_sys.argv[1:] = [%(args)r]
+del _sm120kit_sys
+exec(compile(%(program)r, %(origin)r, "exec"))
+"""
+
+
+def script_program(name: str, args: dict[str, Any] | None = None) -> str:
+    """The whole program fed to ``python3 -`` for remote script `name`: its arguments
+    (any size) followed by `script_bundle`."""
+    return _ARGV % {
+        "args": json.dumps(args or {}, sort_keys=True),
+        "program": script_bundle(name),
+        "origin": f"<sm120kit>/{__package__.replace('.', '/')}/{name}.py",
+    }
 
 
 class ScriptHost(Protocol):
@@ -181,10 +207,10 @@ def run_script(
     its stderr; one that prints JSON is returned as is (the JSON says what went wrong).
     """
     interpreter = python or conn.host.python
-    command = script_command(interpreter, args or {})
+    command = f"{shlex.quote(interpreter)} -"
     if path:
         command = f'PATH={shlex.quote(":".join(path))}:"$PATH" ' + command
-    result = conn.run(command, stdin=script_bundle(name), timeout=timeout)
+    result = conn.run(command, stdin=script_program(name, args), timeout=timeout)
     doc = parse_last_json(result.stdout)
     if doc is None:
         tail = (result.stderr.strip() or result.stdout.strip())[-800:]
