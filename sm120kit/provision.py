@@ -12,6 +12,7 @@ without the stack requested leaves it alone (choosing its parts reads wheels).
 from __future__ import annotations
 
 from .ops.build import ensure_package
+from .ops.host_python import ensure_python
 from .ops.pyenv import ensure_env
 from .ops.smoke_check import smoke_stack
 from .ops.toolkit import ensure_toolkit
@@ -28,6 +29,10 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
         state = prepare(ctx, opts)
         ctx.set(values=[list(r) for r in state.resolved.rows()], notes=state.resolved.notes)
         stack = stack_requested(ctx.host.vars, opts.flags.stack)
+        # Which Python (and stack lock) the env and the stack use: first, so a host that
+        # has none it can get stops before the toolkit's download.
+        with_stack = state.resolved.recipe.stack is not None and (stack or ctx.check_mode)
+        ensure_python(ctx, state, stack=with_stack)
         ensure_toolkit(ctx, state)
         names = (
             package_names(state, opts)

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from . import drivers as drv
 from .errors import RecipeError
-from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack
+from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack, stack_locks
 from .recipe_checks import (
     _CHOICE_OPTIONAL,
     _CHOICE_REQUIRED,
@@ -45,7 +45,7 @@ from .recipe_checks import (
     _nonempty,
     _patches,
     _probes,
-    _python,
+    _python_list,
     _runfile,
     _sha256,
     _source_value,
@@ -336,14 +336,16 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
-    stack, lock = _parse_stack(f, data, packages, patches_dir)
+    stack, lock, locks = _parse_stack(f, data, packages, patches_dir)
+    pythons = f.get(data, ("python",), _python_list)
     return Recipe(
         name=name,
         path=path,
         description=f.get(data, ("description",), _str),
         drivers=drivers,
         arch=f.get(data, ("arch",), _arch_list),
-        python=f.get(data, ("python",), _python),
+        python=pythons[0],
+        pythons=tuple(pythons),
         cuda=cuda,
         torch=torch,
         packages=packages,
@@ -351,20 +353,23 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
         patches_dir=patches_dir,
         stack=stack,
         lock=lock,
+        locks=locks,
     )
 
 
 def _parse_stack(
     f: _File, data: dict[str, Any], packages: list[PackageSpec], patches_dir: Path
-) -> tuple[StackSpec | None, Lock | None]:
-    """``[stack]`` and the lock it names (sm120kit/lock.py holds the schema and checks)."""
+) -> tuple[StackSpec | None, Lock | None, dict[str, Lock]]:
+    """``[stack]``, the lock of the recipe's first Python that has one, and every Python's
+    lock (sm120kit/lock.py holds the schema and checks)."""
     if "stack" not in data:
-        return None, None
+        return None, None, {}
     stack = parse_stack(data["stack"], f.error)
     torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
     specs = {k: v for k, v in torch_specs.items() if v is not None}
     root = locks_root(patches_dir.parent)
-    return load_stack(stack, root, specs, f.error, data.get("python"))
+    stack, lock = load_stack(stack, root, specs, f.error, data.get("python"))
+    return stack, lock, stack_locks(stack, root)
 
 
 def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:

@@ -63,6 +63,20 @@ class ProvisionState:
     flags: RunFlags = field(default_factory=RunFlags)
     #: ``--package``: the packages this run builds (None: the host's, `host_packages`).
     wanted: list[str] | None = None
+    #: The ``python`` step's choice (`sm120kit.ops.host_python.PythonChoice`) and the
+    #: stack's lock of that Python (None: no stack or not chosen yet).
+    python: Any = None
+    stack_lock: Any = None
+
+    def python_version(self) -> str:
+        """The X.Y this host's envs use: the ``python`` step's, else the recipe's first."""
+        if self.python is not None and self.python.version:
+            return str(self.python.version)
+        from .ops.host_python import pick_python, preference
+
+        prefer = preference(self.resolved.values.get("python")) or ["3.11"]
+        # Without the python step (build, compile): the first the host has, else the first.
+        return pick_python(self.facts, prefer, None).version or prefer[0]
 
     def host_packages(self) -> list[str]:
         """The packages this host provisions: host var ``provision_packages``, else every

@@ -95,6 +95,7 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
     )
     built = ProvisionState(host, state.facts, again, flags=state.flags, wanted=[name])
     built.toolkit = state.toolkit
+    built.python, built.stack_lock = state.python, state.stack_lock
     return built
 
 
@@ -151,7 +152,9 @@ def stack_document(
 def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> dict[str, Any]:
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
-    lock, choices = choose(state.resolved, read_copies=ctx.check_mode or not install)
+    lock, choices = choose(
+        state.resolved, read_copies=ctx.check_mode or not install, lock=state.stack_lock
+    )
     problem = glibc_problem(lock, state.facts.get("glibc"))
     if problem:
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
@@ -164,7 +167,13 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     assert env is not None
     releases = [c for c in choices if c.source == "release"]
     builds = [c for c in choices if c.source == "build"]
-    python = choose_python(state.facts, lock.python, state.host.name)
+    # The python step's interpreter (host_python.py) when it is the lock's Python.
+    chosen = state.python
+    python = (
+        {"path": chosen.path, "version": chosen.version}
+        if chosen is not None and chosen.version == lock.python
+        else choose_python(state.facts, lock.python, state.host.name)
+    )
     record = posixpath.join(env, RECORD)
     entries: list[dict[str, Any]] = [
         {
