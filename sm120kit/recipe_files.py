@@ -336,8 +336,8 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
+    pythons = f.get(data, ("python",), _python_list)  # checked before the locks use it
     stack, lock, locks = _parse_stack(f, data, packages, patches_dir)
-    pythons = f.get(data, ("python",), _python_list)
     return Recipe(
         name=name,
         path=path,

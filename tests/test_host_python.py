@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
+from sm120kit.errors import RecipeError
 from sm120kit.lock import Lock, LockEntry, dump_lock, lock_file_name
 from sm120kit.ops.host_python import archive_has, pick_python
+from sm120kit.recipe_files import load_recipes
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.tiny_index import make_wheel, serve, sha256_of
@@ -147,6 +149,39 @@ def test_the_archive_lookups_are_read_as_apt_and_dnf_print_them() -> None:
     assert archive_has("apt", apt) == {"python3.11", "python3.11-venv"}
     dnf = "Available Packages\nName         : python3.11\nVersion      : 3.11.9\n"
     assert archive_has("dnf", dnf) == {"python3.11"}
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ('"3.11"', None),
+        ('["3.12", "3.11"]', None),
+        ('["3.12"]', "locks/sglang-0.5.23 has locks for Python 3.11, none for the recipe's 3.12"),
+        ("[]", "expected a Python X.Y or a non-empty list"),
+        ('["3.11", "3.11"]', "3.11 listed more than once"),
+        ('["3.11", "3"]', "expected a Python X.Y like '3.11', got '3'"),
+        ("3.11", "expected a Python X.Y or a non-empty list"),
+    ],
+)
+def test_the_recipe_python_is_one_or_an_ordered_list(
+    tmp_path: Path, value: str, problem: str | None
+) -> None:
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    text = (REPO / "recipes" / "r580.toml").read_text()
+    text = text.replace('python = ["3.11", "3.12", "3.13"]', f"python = {value}", 1)
+    (folder / "r580.toml").write_text(text)
+    if problem is None:
+        recipe = load_recipes(folder, patches_dir=REPO / "patches")["r580"]
+        want = yaml.safe_load(value)
+        want = [want] if isinstance(want, str) else want
+        assert list(recipe.pythons) == want and recipe.python == want[0]
+        assert recipe.lock is not None and recipe.lock.python == "3.11"  # the only lock
+        return
+    with pytest.raises(RecipeError) as err:
+        load_recipes(folder, patches_dir=REPO / "patches")
+    line = str(err.value)
+    assert "\n" not in line and "r580.toml" in line and "python" in line and problem in line
 
 
 # --- real hosts ----------------------------------------------------------------------------
