@@ -49,8 +49,11 @@ FLAGS: dict[str, Flag] = {
     "recheck": Flag(False, "run the smoke checks even where a remembered verdict still applies"),
     "stack": Flag(
         False,
-        "install the recipe's serving stack (its [stack] lock) into its own env; build only "
-        "what it chooses to build (host var provision_stack: true does the same)",
+        "install the recipe's serving stack even where host var provision_stack is false "
+        "(the stack is the default)",
+    ),
+    "no_stack": Flag(
+        False, "leave the serving stack alone: build only the packages named (--package, vars)"
     ),
     "top": Flag(None, "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)"),
     "out": Flag(None, "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)"),

@@ -63,12 +63,14 @@ class ProvisionState:
     flags: RunFlags = field(default_factory=RunFlags)
     #: ``--package``: the packages this run builds (None: the host's, `host_packages`).
     wanted: list[str] | None = None
+    #: The serving stack's own builds this run (lock entries marked build, ``stack.build``):
+    #: their toolkit library needs count like the named packages'.
+    stack_builds: list[str] = field(default_factory=list)
 
     def host_packages(self) -> list[str]:
-        """The packages this host provisions: host var ``provision_packages``, else every
-        package of its recipe."""
-        host_list = self.host.vars.get("provision_packages")
-        return list(host_list) if host_list else self.resolved.package_names()
+        """The recipe packages this host builds: host var ``provision_packages`` (default
+        none: a host's provision is its recipe's serving stack, sm120kit/stack.py)."""
+        return list(self.host.vars.get("provision_packages") or [])
 
     def run_packages(self) -> list[str]:
         """The packages this run builds: ``--package``, else `host_packages`. A name the
