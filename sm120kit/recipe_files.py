@@ -12,6 +12,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from . import drivers as drv
 from .errors import RecipeError
@@ -337,6 +338,8 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
     stack, lock = _parse_stack(f, data, packages, patches_dir)
+    if lock is not None and lock.torch:
+        _check_torch_is_the_locks(f, torch, lock)
     return Recipe(
         name=name,
         path=path,
@@ -364,6 +367,24 @@ def _parse_stack(
     torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
     specs = {k: v for k, v in torch_specs.items() if v is not None}
     return stack, check_stack_lock(stack, locks_root(patches_dir.parent), specs, f.error)
+
+
+def _check_torch_is_the_locks(f: _File, torch: TorchSpec, lock: Lock) -> None:
+    """One torch per recipe: [torch] is the serving stack's, the lock's (every build is
+    against it)."""
+    name = lock.path.name
+    if Version(torch.version).public != Version(lock.torch).public:
+        raise f.error(
+            ("torch", "version"),
+            f"{torch.version!r} differs from {name}'s torch {lock.torch}: a recipe has one "
+            "torch, its lock's",
+        )
+    if torch.cuda != lock.torch_cuda:
+        raise f.error(
+            ("torch", "cuda"),
+            f"{torch.cuda!r} differs from {name}'s torch_cuda {lock.torch_cuda}: a recipe has "
+            "one torch, its lock's",
+        )
 
 
 def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:
