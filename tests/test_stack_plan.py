@@ -84,7 +84,7 @@ def test_r580_host_gets_sglang_0_5_23_from_the_release_verified(planned: dict[st
     host = json_of(proc)["hosts"]["gpu1"]
     stack = host["stack"]
     assert host["recipe"] == "r580" and stack["top"] == "sglang==0.5.23"
-    assert stack["env"] is None  # shown, not requested
+    assert stack["env"].endswith("/envs/stack-sglang-0.5.23-cp311-manylinux_2_34_x86_64")
     kernel = stack["packages"]["sglang-kernel"]
     assert (kernel["version"], kernel["from"], kernel["verdict"]) == ("0.4.10", "release", "ok")
     assert kernel["checked"] == (

@@ -371,6 +371,7 @@ def test_runfile_install_idempotent_and_plan_changes_nothing(
             "recipe.torch.cuda": "cpu",
             "allow_cpu_torch": True,
             "provision_packages": ["minikernel"],
+            "provision_stack": False,
         },
     )
     # plan first: would install, with the exact commands; nothing on the host changes.
