@@ -1,14 +1,18 @@
 """`provision_parts`: what a host's provision does (the stack or not, which builds) and why,
-from flags and host vars. A pure function: a table, no hosts, nothing simulated."""
+from flags and host vars. A pure function: a table, no hosts, nothing simulated; and the
+CLI's one line for both flags."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sm120kit.errors import RecipeError
 from sm120kit.stack import provision_parts
+from tests.conftest import invoke_env, run_invoke
 
 CASES: list[tuple[str, dict[str, Any], tuple[bool, str, tuple[str, ...], str]]] = [
     (
@@ -88,3 +92,17 @@ def test_provision_parts_refuses_with_one_line(given: dict[str, Any], line: str)
     with pytest.raises(RecipeError) as exc:
         provision_parts(**kwargs)
     assert str(exc.value) == line
+
+
+def test_both_flags_are_one_error_before_any_host(tmp_path: Path) -> None:
+    """The real CLI: bad input (a flag conflict) is exit 1 with one JSON error, no host run
+    (docs/failure-behaviour.md). Nothing simulated; no host is contacted."""
+    proc = run_invoke(
+        ["provision", "-H", "local", "--stack", "--no-stack", "--json"], invoke_env(None, tmp_path)
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "error": "--stack and --no-stack both given: choose one",
+        "hosts": {},
+    }
+    assert not (tmp_path / "runs").exists()

@@ -120,6 +120,7 @@ BOOL_FLAGS = {
     "rebuild",
     "refresh",
     "stack",
+    "no-stack",
 }
 
 
