@@ -125,16 +125,21 @@ def test_plan_passes_over_a_toolkit_without_cublas_for_sgl_kernel(
     for f in (repo / "recipes").glob("*.toml"):
         (recipes / f.name).write_text(f.read_text())
     r570 = (repo / "recipes" / "r570.toml").read_text()
-    sgl = r570[r570.index('[[packages]]\nname = "sgl-kernel"') : r570.index("# The serving stack")]
+    sgl = r570[
+        r570.index('[[packages]]\nname = "sgl-kernel"') : r570.index(
+            "# The serving stack (sm120kit"
+        )
+    ]
     r580 = recipes / "r580.toml"
     text = r580.read_text()
-    at = text.index("# The serving stack")
+    at = text.index("# The serving stack (sm120kit")
     r580.write_text(text[:at] + sgl.replace('torch = "==2.9.1"\n', "") + text[at:])
     proc = run_invoke(
         ["plan", "-H", "gpu1", "--driver", "580.95.05", "-i", str(inv), "--json"],
         invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes)),
     )
     doc = json_of(proc)
+    assert "gpu1" in doc["hosts"], proc.stdout + proc.stderr
     entry = doc["hosts"]["gpu1"]
     step = step_of(entry, "toolkit")
     assert step["message"] == (
