@@ -243,3 +243,126 @@ def test_only_proven_processes_are_the_server(
 )
 def test_serves_url(address: str, url_addresses: set[str], serves: bool) -> None:
     assert serve_probe.serves_url(address, url_addresses) is serves
+
+
+# ---------------------------------------------------------------- preflight input
+
+SHELL_LAUNCHES = [
+    "python -m sglang.launch_server --model-path m; rm -rf /tmp/x",
+    "python -m sglang.launch_server --model-path m | tee log",
+    "python -m sglang.launch_server --model-path m && echo ok",
+    "python -m sglang.launch_server --model-path m || true",
+    "python -m sglang.launch_server --model-path m & sleep 1",
+    "python -m sglang.launch_server --model-path 'm\nrm -rf /'",
+    "python -m sglang.launch_server --model-path `cat /etc/m`",
+    "python -m sglang.launch_server --model-path $(cat /etc/m)",
+    "python -m sglang.launch_server --model-path m > /tmp/log",
+    "python -m sglang.launch_server --tp 2;--port 8001",
+]
+
+
+@pytest.mark.parametrize("text", SHELL_LAUNCHES)
+def test_shell_syntax_in_a_launch_is_refused(text: str) -> None:
+    from sm120kit.launch import launch_words
+
+    with pytest.raises(Sm120Error) as caught:
+        launch_words(text, ["invoke"])
+    message = str(caught.value)
+    assert message.startswith("--launch: shell syntax") and "\n" not in message
+    # The same words after -- (as a shell that was told to pass them on would give them).
+    import shlex
+
+    words = shlex.split(text)
+    with pytest.raises(Sm120Error, match="shell syntax"):
+        launch_words(None, ["invoke", "preflight", "--", *words])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "python -m sglang.launch_server --model-path /m --tp 2",
+        "sglang serve --model-path '/models/a b' --chat-template x.jinja",
+        "python -m sglang.launch_server --model-path org/name --json-model-override-args {}",
+    ],
+)
+def test_plain_launches_pass(text: str) -> None:
+    from sm120kit.launch import launch_words
+
+    assert launch_words(text, ["invoke"])
+
+
+def _model(tmp_path: Path, kind: str) -> str:
+    path = tmp_path / kind
+    if kind == "null":
+        return "/dev/null"
+    if kind == "empty_dir":
+        path.mkdir()
+    elif kind == "no_config":
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"x" * 16)
+    elif kind in ("hf", "mistral"):
+        path.mkdir()
+        (path / ("config.json" if kind == "hf" else "params.json")).write_text("{}")
+    elif kind == "text_file":
+        path.write_text("not a model\n")
+    elif kind == "gguf_magic":
+        path.write_bytes(b"GGUF" + b"\0" * 12)
+    elif kind == "gguf_suffix":
+        path = tmp_path / "m.gguf"
+        path.write_bytes(b"\0" * 8)
+    elif kind == "missing":
+        pass
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "says"),
+    [
+        ("null", "fail", "not a regular file or directory"),
+        ("empty_dir", "fail", "an empty directory"),
+        ("no_config", "fail", "without config.json"),
+        ("text_file", "fail", "not GGUF"),
+        ("missing", "fail", "does not exist"),
+        ("hf", "pass", "GB in"),
+        ("mistral", "pass", "GB in"),
+        ("gguf_magic", "pass", "GB in"),
+        ("gguf_suffix", "pass", "GB in"),
+    ],
+)
+def test_a_model_path_that_is_no_model_fails(
+    tmp_path: Path, kind: str, status: str, says: str
+) -> None:
+    """The host probe's own reading (a real file system) and the check's verdict."""
+    from sm120kit.launch import parse_launch
+    from sm120kit.preflight_host import model_check
+    from sm120kit.remote.preflight_probe import model_state
+
+    path = _model(tmp_path, kind)
+    verdict = model_check(parse_launch(["--model-path", path]), {"model": model_state(path)})
+    assert verdict["status"] == status, verdict
+    assert says in verdict["reason"] and "\n" not in verdict["reason"]
+
+
+@pytest.mark.parametrize(
+    ("role", "name", "accepted"),
+    [
+        ("attention", "FA3", "fa3"),
+        ("attention", "FlashInfer", "flashinfer"),
+        ("attention", "TRITON", "triton"),
+        ("moe", "Triton", "triton"),
+        ("moe", "FLASHINFER_CUTLASS", "flashinfer_cutlass"),
+    ],
+)
+@pytest.mark.parametrize("version", ["0.5.23", None])
+def test_a_backend_in_the_wrong_case_is_refused(
+    role: str, name: str, accepted: str, version: str | None
+) -> None:
+    """sglang's argparse `choices` are exact: refused whatever sglang is installed."""
+    from sm120kit.preflight import backend_verdict
+    from sm120kit.preflight_rules import ATTENTION_BACKENDS, MOE_BACKENDS
+
+    table = ATTENTION_BACKENDS if role == "attention" else MOE_BACKENDS
+    assert accepted in table
+    verdict = backend_verdict(role, name, table, {}, (12, 0), version)
+    assert verdict["status"] == "fail", verdict
+    assert repr(accepted) in verdict["reason"] and "case-sensitive" in verdict["reason"]
