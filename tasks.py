@@ -17,10 +17,13 @@ from typing import Any  # noqa: E402
 
 from invoke import Collection  # noqa: E402
 
-from sm120kit import cli  # noqa: E402
+from sm120kit import cli, cli_errors  # noqa: E402
 from sm120kit.cli import task  # noqa: E402
 from sm120kit.flags import BUILD, COMMON, RECIPE  # noqa: E402
 from sm120kit.packages import registry  # noqa: E402
+
+# invoke's parser errors and unmergeable config files: one line, JSON under --json, exit 1.
+cli_errors.install()
 
 
 def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
