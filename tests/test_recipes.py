@@ -92,7 +92,10 @@ def test_a_torch_other_than_the_locks_is_refused_at_load(tmp_path: Path) -> None
         load_recipes(folder, patches_dir=REPO / "patches")
     msg = str(err.value)
     assert "r580.toml:" in msg and "torch.version" in msg and "\n" not in msg, msg
-    assert "differs from sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml's torch 2.14.1" in msg
+    assert (
+        "differs from locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml's torch 2.14.1"
+        in msg
+    ), msg
 
 
 def test_repo_recipes_pin_branch_toolkits(recipes: dict[str, Recipe]) -> None:

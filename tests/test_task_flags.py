@@ -55,6 +55,7 @@ EXPECTED: dict[str, set[str]] = {
         "arch",
         "json",
     },
+    "lock.convert": {"path", "out", "json"},
 }
 
 #: The help text of each flag, as `invoke --help TASK` showed it before the flags were
@@ -97,7 +98,8 @@ HELP = {
     "(the stack is the default)",
     "no-stack": "leave the serving stack alone: build only the packages named (--package, vars)",
     "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
-    "out": "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)",
+    "out": "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)",
+    "path": "the lock file to read",
     "platform": "newest platform tag the lock accepts",
     "index": "resolve from this index alone (pip --isolated --index-url), e.g. "
     "https://pypi.org/simple; default: pip's own configuration",
