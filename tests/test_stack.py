@@ -12,6 +12,7 @@ object of this machine, the sshd fleet. Simulated: the target GPU and driver (ho
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,37 @@ from tests.support.tiny_index import SYSTEM_SO, make_wheel, serve, sha256_of
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(1200)
+#: Where the tests keep uv's pinned wheel between runs (downloaded once, checked by sha256).
+UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
+
+
+@pytest.fixture(scope="session")
+def uv_wheel() -> Path:
+    """uv's pinned wheel (`stack_files.UV`), fetched once per machine from its URL and checked
+    by sha256: the hosts get it from the controller's release cache, as a host without index
+    access gets it from the stores."""
+    import urllib.request
+
+    from sm120kit.ops.stack_files import UV
+
+    path = UV_KEPT / UV.filename
+    if not path.is_file() or sha256_of(path) != UV.sha256:
+        UV_KEPT.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(".part")
+        with urllib.request.urlopen(UV.url, timeout=120) as resp, part.open("wb") as out:
+            shutil.copyfileobj(resp, out)
+        assert sha256_of(part) == UV.sha256
+        part.replace(path)
+    return path
+
+
+def release_cache_with_uv(root: Path, uv_wheel: Path) -> str:
+    """A controller release cache at `root` holding uv's wheel alone."""
+    from sm120kit.ops.stack_files import UV
+
+    (root / UV.sha256).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(uv_wheel, root / UV.sha256 / UV.filename)
+    return str(root)
 
 
 @pytest.fixture(scope="module")
@@ -149,18 +181,32 @@ def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:
 
 
 def test_provision_installs_the_lock_verified_and_idempotent(
-    fleet: Fleet, index: Any, tmp_path: Path
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
+    """Over SSH (gpu3) and locally: installed by uv, verified, a rerun changes nothing; then
+    drift behind the tool's back (a distribution added, a locked one removed, with uv itself)
+    is repaired and reported, a half-made env is made again, and a corrupt file in the host's
+    releases/ is fetched again (its copy in the controller store was a copy, not one linked
+    file)."""
     recipes = _tiny_recipes(tmp_path, index)
     inv = _inventory(fleet, tmp_path, ("gpu3", "local"))
-    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
+    env = invoke_env(
+        fleet,
+        tmp_path,
+        INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+        SM120KIT_RELEASE_CACHE=cache,
+        INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
+    )
     args = ["provision", "-H", "gpu3,local", "-i", str(inv), "--json"]
     first = run_invoke(args, env)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert "[gpu3] stack" in first.stderr  # progress on stderr under --json too
     fetched = 0
     for name, host in json_of(first)["hosts"].items():
         steps = {s["name"]: s for s in host["steps"]}
         assert steps["stack"]["status"] == "changed", steps["stack"]
+        assert "synced by uv 0.13.9 (3 added, 0 removed, 0 replaced)" in steps["stack"]["message"]
         assert "env" not in steps  # nothing is built: no build env
         stack = host["stack"]
         native = stack["packages"]["demo-native"]
@@ -168,6 +214,7 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert native["index"].endswith("/files") and native["checked"].startswith("sha256")
         py = Path(stack["env"]) / "bin" / "python"
         assert py.exists() and (tmp_path / "work" / name).as_posix() in stack["env"]
+        assert (tmp_path / "work" / name / "tools" / "uv-0.13.9" / "uv").is_file()
         fetched += stack["downloaded_bytes"]
         # The JIT packages' CUDA_HOME: the toolkit step's, set by a .pth file of the env.
         [pth] = Path(stack["env"]).glob("lib/python*/site-packages/sm120kit_cuda_home.pth")
@@ -185,6 +232,38 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         smoke = next(s for s in host["steps"] if s["name"] == "stack smoke")
         assert smoke["status"] == "ok" and smoke["message"].startswith("reused the verdict of")
         assert "downloaded_bytes" not in host["stack"]  # nothing fetched
+
+    # Drift on gpu3, made with uv itself: one distribution added, one locked one removed.
+    work = tmp_path / "work" / "gpu3"
+    stack_env = Path(json_of(again)["hosts"]["gpu3"]["stack"]["env"])
+    extra = make_wheel(tmp_path / "extra", "demo-extra", "9.0")
+    uv = [str(work / "tools" / "uv-0.13.9" / "uv"), "pip"]
+    where = ["--python", str(stack_env / "bin" / "python"), "--offline", "-q"]
+    uv_env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache"), "PATH": "/usr/bin:/bin"}
+    subprocess.run([*uv, "install", *where, "--no-deps", str(extra)], check=True, env=uv_env)
+    subprocess.run([*uv, "uninstall", *where, "demo-lib"], check=True, env=uv_env)
+    # On local: an env cut off while it was made, and a corrupt file in releases/.
+    local = tmp_path / "work" / "local"
+    local_env = Path(json_of(again)["hosts"]["local"]["stack"]["env"])
+    shutil.rmtree(local_env)
+    (local_env / "bin").mkdir(parents=True)  # no pyvenv.cfg, no python: half-made
+    [native_file] = local.glob("releases/*/demo_native-*.whl")
+    native_file.write_bytes(b"not the lock's file")
+    repaired = run_invoke(args, env)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    hosts = json_of(repaired)["hosts"]
+    msg = next(s for s in hosts["gpu3"]["steps"] if s["name"] == "stack")["message"]
+    assert "not in the lock: demo-extra==9.0" in msg and "missing: demo-lib" in msg
+    assert hosts["gpu3"]["stack"]["sync"]["removed"] == ["demo-extra==9.0"]
+    assert hosts["gpu3"]["stack"]["sync"]["added"] == ["demo-lib==2.0"]
+    msg = next(s for s in hosts["local"]["steps"] if s["name"] == "stack")["message"]
+    assert "half-made" in msg and "fetched again: demo-native" in msg, msg
+    assert sha256_of(native_file) == sha256_of(next(index[0].glob("demo_native-*.whl")))
+    assert native_file.stat().st_nlink == 1  # the host's copy, not the store's file
+    assert not list(local_env.parent.glob("*.sm120kit-new"))
+    last = run_invoke(args, env)
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert all(h["changed"] == 0 for h in json_of(last)["hosts"].values())
 
 
 def test_a_lock_whose_sha256_differs_is_refused_before_install(

@@ -37,7 +37,7 @@ from ..stack import Choice, choose, glibc_problem, not_for_arch, shown, target_o
 from ..state import ProvisionState
 from .build_progress import poll_progress
 from .pyenv import choose_python
-from .stack_files import UV, index_problems, obtain_release, tag_problems
+from .stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
 
 RECORD = ".sm120kit-lock.json"
 #: Where a new env is made before it is moved into place (`uv_sync`).
@@ -318,9 +318,8 @@ def _fetch(
     done: list[int] = []
 
     def one(entry: LockEntry) -> tuple[str, int]:
-        got = obtain_release(
-            ctx, entry, release_path(state, entry), target=target, indexes=lock.indexes
-        )
+        indexes = UV_INDEXES if entry == UV else lock.indexes
+        got = obtain_release(ctx, entry, release_path(state, entry), target=target, indexes=indexes)
         done.append(entry.size or 0)
         known = sum(done) / 1e9
         ctx.runner.progress.step(

@@ -62,6 +62,9 @@ UV = LockEntry(
     size=17606939,
 )
 
+#: Where uv's pinned wheel may be downloaded from (the lock's own `indexes` do not apply).
+UV_INDEXES = ("https://files.pythonhosted.org",)
+
 #: glibc of the legacy manylinux names (PEP 600).
 _LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 
@@ -184,7 +187,9 @@ def controller_copy(ctx: HostContext, entry: LockEntry, dest: str) -> bool:
         shutil.copyfile(here, part)
         os.replace(part, dest)
         return True
-    if local_path(entry.url) is not None:
+    # uv is the tool's own file (not the lock's): a controller that has it sends it, so a host
+    # installs without reaching uv's index even before the stores hold it.
+    if local_path(entry.url) is not None or entry == UV:
         ctx.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}")
         ctx.put(str(here), dest + ".part")
         ctx.run(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}")
@@ -244,6 +249,7 @@ def obtain_release(
 __all__ = [
     "RELEASE_TAG",
     "UV",
+    "UV_INDEXES",
     "UV_VERSION",
     "controller_copy",
     "index_problems",
