@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,58 @@ def test_platform_tags_cover_every_older_manylinux() -> None:
     assert "manylinux_2_35_x86_64" not in tags
 
 
+@pytest.mark.parametrize(
+    ("filename", "glibc", "machine", "python", "why"),
+    [
+        ("a-1-cp311-cp311-manylinux_2_34_x86_64.whl", "2.31", "x86_64", "3.11",
+         "needs glibc 2.34, host has 2.31"),
+        ("a-1-cp311-cp311-manylinux2014_x86_64.whl", "2.12", "x86_64", "3.11",
+         "needs glibc 2.17, host has 2.12"),
+        ("a-1-cp311-cp311-manylinux_2_17_x86_64.manylinux_2_39_x86_64.whl", "2.31", "x86_64",
+         "3.11", None),  # one tag that fits is enough
+        ("a-1-cp312-cp312-manylinux_2_17_x86_64.whl", "2.39", "x86_64", "3.11",
+         "Python cp312, host's is 3.11"),
+        ("a-1-cp38-abi3-manylinux_2_17_x86_64.whl", "2.39", "x86_64", "3.13", None),
+        ("a-1-cp311-cp311-manylinux_2_17_aarch64.whl", "2.39", "x86_64", "3.11",
+         "machine aarch64, host is x86_64"),
+        ("a-1-py3-none-any.whl", "2.5", "riscv64", "3.10", None),
+        ("a-1-py2-none-any.whl", "2.39", "x86_64", "3.11", "Python py2, host's is 3.11"),
+        ("a-1-cp311-cp311-manylinux_2_34_x86_64.whl", None, "", "3.11", None),  # unknown
+    ],
+)  # fmt: skip
+def test_each_wheel_is_checked_against_the_host_before_anything_changes(
+    filename: str, glibc: str | None, machine: str, python: str, why: str | None
+) -> None:
+    from sm120kit.lock import LockEntry
+    from sm120kit.ops.stack_files import tag_problems
+
+    entry = LockEntry("a", "1", filename, "https://x/" + filename, "0" * 64, "release", True)
+    got = tag_problems([entry], glibc, machine, python)
+    assert got == ([f"cannot install a 1 ({filename}): {why}"] if why else [])
+
+
+@pytest.mark.parametrize(
+    ("url", "indexes", "refused"),
+    [
+        ("https://files.pythonhosted.org/packages/a.whl", ["https://files.pythonhosted.org"], False),
+        ("https://files.pythonhosted.org.evil.example/a.whl", ["https://files.pythonhosted.org"], True),
+        ("http://127.0.0.1:9/files/a.whl", ["http://127.0.0.1:8/"], True),
+        ("https://mirror.example/a.whl", [], False),  # a lock naming no index: not judged
+        ("https://pypi.nvidia.com/a/a.whl", ["https://pypi.org", "https://pypi.nvidia.com/"], False),
+    ],
+)  # fmt: skip
+def test_a_file_is_fetched_only_from_an_index_the_lock_names(
+    url: str, indexes: list[str], refused: bool
+) -> None:
+    from sm120kit.lock import LockEntry
+    from sm120kit.ops.stack_files import index_problems
+    from sm120kit.remote.install_lock import allowed
+
+    entry = LockEntry("a", "1", "a-1-py3-none-any.whl", url, "0" * 64, "release", False)
+    assert bool(index_problems([entry], indexes)) is refused
+    assert allowed(url, indexes) is not refused  # the host's own check of a download
+
+
 def test_draft_locks_the_closure_with_the_index_hashes(index: Any, tmp_path: Path) -> None:
     files, url = index
     lock = draft_lock(
@@ -133,36 +186,43 @@ STACK_HOST = {
 }
 
 
-def _tiny_recipes(tmp: Path, index: Any, bad: str | None = None) -> Path:
+def _tiny_recipes(
+    tmp: Path,
+    index: Any,
+    bad: str | None = None,
+    edit: Callable[[str], str] | None = None,
+    text: str = "",
+    top: str = "demo-app==1.0",
+) -> Path:
     """The repo's recipes with r580's [stack] pointing at a lock of the tiny closure (drafted
-    by the real drafting function); `bad`: a distribution whose sha256 is then wrong."""
+    by the real drafting function, or `text`); `bad`: a distribution whose sha256 is then
+    wrong; `edit`: a change to the lock's text."""
     files, url = index
     root = tmp / "tree"
     if not root.exists():
         shutil.copytree(REPO / "recipes", root / "recipes")
         shutil.copytree(REPO / "patches", root / "patches")
-    lock = draft_lock(
-        "demo-app==1.0",
-        python="3.11",
-        platform="manylinux_2_34_x86_64",
-        target=None,
-        cache=tmp / "cache",
-        index=url,
-    )
-    from sm120kit.lock import dump_lock
+    if not text:
+        lock = draft_lock(
+            top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
+            cache=tmp / "cache", index=url,
+        )  # fmt: skip
+        from sm120kit.lock import dump_lock
 
-    text = dump_lock(lock, ["tiny"])
+        text = dump_lock(lock, ["tiny"])
     if bad:
         entry = lock.entry(bad)
         assert entry is not None
         text = text.replace(entry.sha256, "f" * 64)
+    if edit:
+        text = edit(text)
     (root / "locks").mkdir(exist_ok=True)
     (root / "locks" / "demo.toml").write_text(text)
     recipe = root / "recipes" / "r580.toml"
     body = recipe.read_text()
     start = body.index("\n[stack]\n") + 1
     end = body.find("\n[", start + 1)
-    table = '[stack]\ntop = "demo-app==1.0"\nlock = "locks/demo.toml"\nreason = "tiny"\n'
+    table = f'[stack]\ntop = "{top}"\nlock = "locks/demo.toml"\nreason = "tiny"\n'
     recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
     return root / "recipes"
 
@@ -264,6 +324,82 @@ def test_provision_installs_the_lock_verified_and_idempotent(
     last = run_invoke(args, env)
     assert last.returncode == 0, last.stdout + last.stderr
     assert all(h["changed"] == 0 for h in json_of(last)["hosts"].values())
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda t: t.replace("manylinux_2_17_x86_64.whl", "manylinux_2_99_x86_64.whl"),
+         "cannot install demo-native 0.1 (demo_native-0.1-cp311-cp311-manylinux_2_99_x86_64.whl):"
+         " needs glibc 2.99, host has "),
+        (lambda t: t.replace('url = "http://127.0.0.1:', 'url = "http://127.0.0.10:', 1),
+         "is under none of the lock's indexes (http://127.0.0.1:"),
+    ],
+)  # fmt: skip
+def test_plan_and_provision_refuse_a_file_the_host_cannot_take_before_any_change(
+    fleet: Fleet, index: Any, tmp_path: Path, edit: Callable[[str], str], says: str
+) -> None:
+    """A locked wheel whose tag needs a newer glibc than the host's (the host's real glibc,
+    named in the lock file by a changed file name), and a URL outside the lock's indexes: plan
+    says so and provision stops before it fetches or makes anything."""
+    recipes = _tiny_recipes(tmp_path, index, edit=edit)
+    inv = _inventory(fleet, tmp_path, ("gpu7",))
+    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    for task in ("plan", "provision"):
+        proc = run_invoke([task, "-H", "gpu7", "-i", str(inv), "--json"], env)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        host = json_of(proc)["hosts"]["gpu7"]
+        assert host["status"] == "failed" and says in host["error"], host["error"]
+        work = tmp_path / "work" / "gpu7"
+        assert not (work / "envs").exists() and not (work / "releases").exists()
+
+
+def test_a_lock_of_207_tiny_files_installs_over_ssh(
+    fleet: Fleet, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """A lock the size of sglang 0.5.23's (207 files, its distribution names with a suffix,
+    tiny wheels from a loopback index) installs end to end over real SSH, then a rerun changes
+    nothing: every file through the stores, the script arguments on stdin."""
+    from sm120kit.lock import Lock, LockEntry, dump_lock, load_lock
+
+    real = load_lock(REPO / "locks" / "sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml")
+    assert len(real.packages) == 207
+    files = tmp_path / "index207"
+    wheels = [make_wheel(files, f"{e.name}-tiny", e.version) for e in real.packages]
+    with serve(files) as url:
+        base = url.replace("/simple", "")
+        entries = tuple(
+            LockEntry(
+                e.name + "-tiny",
+                e.version,
+                w.name,
+                f"{base}/files/{w.name}",
+                sha256_of(w),
+                "release",
+                False,
+            )  # fmt: skip
+            for e, w in zip(real.packages, wheels, strict=True)
+        )
+        lock = Lock(
+            tmp_path / "big.toml", "aiohappyeyeballs-tiny==2.7.1", "3.11",
+            "manylinux_2_34_x86_64", "", "", "by hand", "2026-12-03", entries, {}, (base,),
+        )  # fmt: skip
+        text = dump_lock(lock, ["207 tiny files"])
+        recipes = _tiny_recipes(tmp_path, (files, url), text=text, top=lock.top)
+        inv = _inventory(fleet, tmp_path, ("gpu2",))
+        cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
+        env = invoke_env(
+            fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+            SM120KIT_RELEASE_CACHE=cache,
+            INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
+        )  # fmt: skip
+        args = ["provision", "-H", "gpu2", "-i", str(inv), "--json"]
+        first = run_invoke(args, env)
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        host = json_of(first)["hosts"]["gpu2"]
+        assert host["stack"]["sync"]["added"] and len(host["stack"]["sync"]["added"]) == 207
+        again = run_invoke(args, env)
+        assert again.returncode == 0 and json_of(again)["hosts"]["gpu2"]["changed"] == 0
 
 
 def test_a_lock_whose_sha256_differs_is_refused_before_install(

@@ -46,7 +46,7 @@ NEW = ".sm120kit-new"
 PTH = "sm120kit_cuda_home.pth"
 INSTALL_TIMEOUT = 4 * 3600.0
 #: Locked files obtained at once per host (each its own lookup, download and store put).
-FETCH_WORKERS = 4
+FETCH_WORKERS = 8
 
 
 def env_path(state: ProvisionState, lock: Lock) -> str:
@@ -181,9 +181,6 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
     lock, choices = choose(state.resolved, read_copies=ctx.check_mode or not install)
-    problem = glibc_problem(lock, state.facts.get("glibc"))
-    if problem:
-        raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
     python = choose_python(state.facts, lock.python, state.host.name)
     # Every file, before anything changes: a wheel the host cannot install, or a URL outside
     # the lock's indexes, is refused by plan and provision alike.
@@ -194,6 +191,9 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problems[0]}{more}")
+    problem = glibc_problem(lock, state.facts.get("glibc"))
+    if problem:
+        raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
     env = env_path(state, lock) if install else None
     stack = state.resolved.recipe.stack
     doc = stack_document(lock, choices, env, stack.loaders if stack else {})
