@@ -403,11 +403,14 @@ def test_a_lock_of_207_tiny_files_installs_over_ssh(
 
 
 def test_a_lock_whose_sha256_differs_is_refused_before_install(
-    fleet: Fleet, index: Any, tmp_path: Path
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
     recipes = _tiny_recipes(tmp_path, index, bad="demo-native")
     inv = _inventory(fleet, tmp_path, ("gpu5",))
-    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
+    env = invoke_env(
+        fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes), SM120KIT_RELEASE_CACHE=cache
+    )
     proc = run_invoke(["provision", "-H", "gpu5", "-i", str(inv), "--json"], env)
     assert proc.returncode == 2
     host = json_of(proc)["hosts"]["gpu5"]
@@ -421,7 +424,7 @@ def test_a_lock_whose_sha256_differs_is_refused_before_install(
 
 
 def test_three_hosts_download_each_locked_file_from_the_index_once(
-    fleet: Fleet, index: Any, tmp_path: Path
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
     """A fleet of three provisioning one lock: every file leaves the index once (counted by
     the index server), one host per file downloads it and the wheel stores hand it to the
@@ -439,7 +442,8 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
             tmp_path,
             INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
             INVOKE_SM120KIT_CACHE_CONTROLLER=str(store),
-            SM120KIT_RELEASE_CACHE=str(tmp_path / "no-release-cache"),
+            # uv alone: the controller sends it (the lock's files come from the index)
+            SM120KIT_RELEASE_CACHE=release_cache_with_uv(tmp_path / "no-release-cache", uv_wheel),
         )
         served.clear()  # what drafting the lock read
         args = ["provision", "-H", ",".join(trio), "-i", str(inv), "--json"]
@@ -454,8 +458,8 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
             assert Path(stack["env"], "bin", "python").exists()
             for where, n in stack["files_from"].items():
                 origins[where] = origins.get(where, 0) + n
-            assert sum(stack["files_from"].values()) == 3
-        assert origins == {"index": 3, "cache:local": 6}
+            assert sum(stack["files_from"].values()) == 4
+        assert origins == {"index": 3, "cache:local": 6, "controller": 3}
         served.clear()
         again = run_invoke(args, env)
         assert again.returncode == 0, again.stdout + again.stderr
@@ -465,7 +469,8 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
     offline = run_invoke(["provision", "-H", "gpu3", "-i", str(inv), "--json"], env)
     assert offline.returncode == 0, offline.stdout + offline.stderr
     stack = json_of(offline)["hosts"]["gpu3"]["stack"]
-    assert stack["files_from"] == {"cache:local": 3} and stack["downloaded_bytes"] == 0
+    assert stack["files_from"] == {"cache:local": 3, "controller": 1}
+    assert stack["downloaded_bytes"] == 0
     assert Path(stack["env"], "bin", "python").exists()
 
 
