@@ -17,10 +17,13 @@ from typing import Any  # noqa: E402
 
 from invoke import Collection  # noqa: E402
 
-from sm120kit import cli  # noqa: E402
+from sm120kit import cli, cli_errors  # noqa: E402
 from sm120kit.cli import task  # noqa: E402
 from sm120kit.flags import BUILD, COMMON, RECIPE  # noqa: E402
 from sm120kit.packages import registry  # noqa: E402
+
+# invoke's parser errors and unmergeable config files: one line, JSON under --json, exit 1.
+cli_errors.install()
 
 
 def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
@@ -407,7 +410,15 @@ def lock_draft(c, **f):
     cli_lock.draft_command(c, **f)
 
 
-lock = Collection("lock", lock_draft)
+@task("path", "out", "json", name="convert")
+def lock_convert(c, **f):
+    """Convert a lock in the earlier format to PEP 751 (locks/<top>-<version>/pylock.*.toml)."""
+    from sm120kit import cli_lock
+
+    cli_lock.convert_command(c, **f)
+
+
+lock = Collection("lock", lock_draft, lock_convert)
 ns = Collection(
     facts,
     inventory,

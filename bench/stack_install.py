@@ -1,6 +1,6 @@
 """The stack step vs uv's own install of the same lock, side by side in one run (issue 31).
 
-Every contender installs every file of one lock (``locks/*.toml``) into a fresh env on this
+Every contender installs every file of one lock (``locks/<top>/pylock.*.toml``) into a fresh env on this
 machine, from the same URLs, each file checked against the lock's sha256, with cold caches:
 
 - **uv**: ``uv venv`` then ``uv pip install --no-deps --require-hashes`` of ``name @ url
@@ -24,7 +24,7 @@ reverse in round 1) so that a warming network cache or other load falls on all a
 Reports wall seconds, the ratio stack step / uv (goal: at most 1.15x) and the bytes each
 received (from /proc/net/dev, all interfaces but lo, so other traffic counts too).
 
-    python bench/stack_install.py --lock locks/sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml \
+    python bench/stack_install.py --lock locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml \
         --work /tmp/stack-bench [--driver 580.95.05 --arch 12.0] [--rounds 2] [--json FILE]
 
 Needs about 30 GB of disk under --work (each contender's env and caches are removed when it

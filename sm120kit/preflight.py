@@ -167,6 +167,21 @@ def backend_verdict(
     entry = table.get(key)
     label = f"{role} backend {name}" + (f" (alias of {key})" if key != name else "")
     if entry is None:
+        folded = [k for k in table if k.lower() == name.lower()]
+        if folded:
+            # argparse matches `choices` exactly (`value not in action.choices`), and sglang
+            # 0.5.23 declares these flags with `choices=` (sglang/srt/arg_groups/fields/
+            # exec_.py: ATTENTION_BACKEND_CHOICES and MOE_RUNNER_BACKEND_CHOICES from
+            # arg_groups/choices.py, imported by srt/server_args.py): the server exits with
+            # "invalid choice" before it loads anything, whatever its version.
+            return check(
+                f"{role}_backend",
+                "fail",
+                f"{label}: sglang's choices are case-sensitive; it refuses {name!r} "
+                f"(invalid choice), it accepts {folded[0]!r}",
+                None,
+                folded[0],
+            )
         if table_version:
             return check(
                 f"{role}_backend",
@@ -295,8 +310,9 @@ def moe_checks(launch: Launch, probe: Mapping[str, Any], cc: CC | None) -> list[
         )
     else:
         out.append(backend_verdict("moe", runner, MOE_BACKENDS, probe, cc))
-    if launch.moe_a2a_backend in A2A_BACKENDS:
-        out.append(backend_verdict("moe_a2a", launch.moe_a2a_backend, A2A_BACKENDS, probe, cc))
+    a2a = launch.moe_a2a_backend
+    if a2a and a2a.lower() in {k.lower() for k in A2A_BACKENDS}:
+        out.append(backend_verdict("moe_a2a", a2a, A2A_BACKENDS, probe, cc))
     return out
 
 

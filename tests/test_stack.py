@@ -216,13 +216,13 @@ def _tiny_recipes(
         text = text.replace(entry.sha256, "f" * 64)
     if edit:
         text = edit(text)
-    (root / "locks").mkdir(exist_ok=True)
-    (root / "locks" / "demo.toml").write_text(text)
+    (root / "locks" / "demo").mkdir(parents=True, exist_ok=True)
+    (root / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml").write_text(text)
     recipe = root / "recipes" / "r580.toml"
     body = recipe.read_text()
     start = body.index("\n[stack]\n") + 1
     end = body.find("\n[", start + 1)
-    table = f'[stack]\ntop = "{top}"\nlock = "locks/demo.toml"\nreason = "tiny"\n'
+    table = f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "tiny"\n'
     recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
     return root / "recipes"
 
@@ -362,7 +362,7 @@ def test_a_lock_of_207_tiny_files_installs_over_ssh(
     nothing: every file through the stores, the script arguments on stdin."""
     from sm120kit.lock import Lock, LockEntry, dump_lock, load_lock
 
-    real = load_lock(REPO / "locks" / "sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml")
+    real = load_lock(REPO / "locks" / "sglang-0.5.23" / "pylock.cp311-manylinux_2_34_x86_64.toml")
     assert len(real.packages) == 207
     files = tmp_path / "index207"
     wheels = [make_wheel(files, f"{e.name}-tiny", e.version) for e in real.packages]
