@@ -356,6 +356,9 @@ def _install(
     got = _fetch(ctx, state, lock, wanted, target)
     origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
     fetched = sum(n for _where, n in got)
+    # Files placed in this run were hashed as they arrived: not read again before install.
+    placed = {release_path(state, e) for e in wanted}
+    entries = [{**e, "checked": e["dest"] in placed} for e in entries]
     progress = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.progress")
     args = {
         "action": "apply",
@@ -384,6 +387,7 @@ def _install(
         refetched = [e.name for e in corrupt]
         ctx.log.warning("corrupt on the host, fetched again: %s", ", ".join(refetched))
         fetched += sum(n for _w, n in _fetch(ctx, state, lock, corrupt, target))
+        args["entries"] = [{**e, "checked": False} for e in entries]
     for name, verdict in (result.get("verdicts") or {}).items():
         row = doc["packages"].get(name)
         if row is None:

@@ -26,7 +26,8 @@ is kept beside the file (below), so ``apply`` does not read it again. ``{"ok", "
 "downloaded"}``.
 
 ``apply`` takes every entry of the lock, in three phases, each complete before the next:
-(1) every file is obtained into its ``dest`` and its sha256 compared with the lock's; a
+(1) every file is obtained into its ``dest`` and its sha256 compared with the lock's (an
+entry marked ``checked`` arrived in this run and was hashed as it arrived); a
 file whose bytes differ is removed and named in ``corrupt`` (the controller fetches it again
 and applies again), and nothing is installed; (2) every compiled entry is verified for the
 target (`wheel_check`), and one refusal stops it likewise; a verdict is kept beside its
@@ -173,6 +174,8 @@ def obtain(entry, timeout, indexes):
             return "%s %s: %s" % (entry["name"], entry["version"], exc), 0, False
         fetched = os.path.getsize(part)
         os.rename(part, dest)
+    elif entry.get("checked"):
+        got = want  # arrived in this run, hashed as it arrived (fetch, or the stores' placing)
     else:
         got = sha256_file(dest)
     if got != want:
