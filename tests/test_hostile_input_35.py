@@ -366,3 +366,41 @@ def test_a_backend_in_the_wrong_case_is_refused(
     verdict = backend_verdict(role, name, table, {}, (12, 0), version)
     assert verdict["status"] == "fail", verdict
     assert repr(accepted) in verdict["reason"] and "case-sensitive" in verdict["reason"]
+
+
+# ---------------------------------------------------------------- cache.key without an env
+
+
+def test_cache_key_without_the_build_env_guesses_no_key(fleet: Any, tmp_path: Path) -> None:
+    """On a host whose build env does not exist, cache.key shows torch and the key as unknown
+    (the recipe's `2.13.0` is not the `2.13.0+cpu` the build hashes), never a made-up key.
+    Real: the sshd fleet host and the task; its GPU is the fleet's nvidia-smi stub."""
+    from tests.test_build_op import invoke, write_inventory
+
+    inventory = write_inventory(tmp_path, fleet, {"fresh": {}})
+    proc = invoke(tmp_path, fleet, inventory, "cache.key", "--package", "minikernel", "-H", "fresh")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    host = json_of(proc)["hosts"]["fresh"]
+    rows = dict(map(tuple, host["inputs"]))
+    assert host["key"] is None and host["predicted"] is True
+    assert rows["torch"] == rows["key"] == "unknown until the build env exists"
+    assert "torch unknown" in host["key_unknown"]
+    assert rows["package"] == "minikernel"  # every other input is shown as it will be
+
+
+@pytest.mark.parametrize(
+    ("env", "unknown"),
+    [(None, True), ("planned", True), ("real", False)],
+)
+def test_key_unknown_table(env: str | None, unknown: bool) -> None:
+    from types import SimpleNamespace
+
+    from sm120kit.ops.build_inputs import key_unknown
+    from sm120kit.state import PyEnv
+
+    made = None
+    if env is not None:
+        made = PyEnv("/e", "/e/bin/python", "3.11.7", "cp311", "linux_x86_64", "2.13.0+cpu",
+                     None, True, [], planned=env == "planned")  # fmt: skip
+    got = key_unknown(SimpleNamespace(env=made))  # type: ignore[arg-type]
+    assert (got is not None) is unknown
