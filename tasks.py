@@ -410,7 +410,15 @@ def lock_draft(c, **f):
     cli_lock.draft_command(c, **f)
 
 
-lock = Collection("lock", lock_draft)
+@task("path", "out", "json", name="convert")
+def lock_convert(c, **f):
+    """Convert a lock in the earlier format to PEP 751 (locks/<top>-<version>/pylock.*.toml)."""
+    from sm120kit import cli_lock
+
+    cli_lock.convert_command(c, **f)
+
+
+lock = Collection("lock", lock_draft, lock_convert)
 ns = Collection(
     facts,
     inventory,

@@ -66,7 +66,10 @@ FLAGS: dict[str, Flag] = {
         "what it chooses to build (host var provision_stack: true does the same)",
     ),
     "top": Flag(None, "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)"),
-    "out": Flag(None, "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)"),
+    "out": Flag(
+        None, "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)"
+    ),
+    "path": Flag(None, "the lock file to read"),
     "platform": Flag("manylinux_2_34_x86_64", "newest platform tag the lock accepts"),
     "index": Flag(
         None,

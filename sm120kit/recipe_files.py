@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 
 from . import drivers as drv
 from .errors import RecipeError
-from .lock import Lock, StackSpec, check_stack_lock, locks_root, parse_stack
+from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack
 from .recipe_checks import (
     _CHOICE_OPTIONAL,
     _CHOICE_REQUIRED,
@@ -363,7 +363,8 @@ def _parse_stack(
     stack = parse_stack(data["stack"], f.error)
     torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
     specs = {k: v for k, v in torch_specs.items() if v is not None}
-    return stack, check_stack_lock(stack, locks_root(patches_dir.parent), specs, f.error)
+    root = locks_root(patches_dir.parent)
+    return load_stack(stack, root, specs, f.error, data.get("python"))
 
 
 def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:

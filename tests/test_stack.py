@@ -124,13 +124,13 @@ def _tiny_recipes(tmp: Path, index: Any, bad: str | None = None) -> Path:
         entry = lock.entry(bad)
         assert entry is not None
         text = text.replace(entry.sha256, "f" * 64)
-    (root / "locks").mkdir(exist_ok=True)
-    (root / "locks" / "demo.toml").write_text(text)
+    (root / "locks" / "demo").mkdir(parents=True, exist_ok=True)
+    (root / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml").write_text(text)
     recipe = root / "recipes" / "r580.toml"
     body = recipe.read_text()
     start = body.index("\n[stack]\n") + 1
     end = body.find("\n[", start + 1)
-    table = '[stack]\ntop = "demo-app==1.0"\nlock = "locks/demo.toml"\nreason = "tiny"\n'
+    table = '[stack]\ntop = "demo-app==1.0"\nlocks = "locks/demo"\nreason = "tiny"\n'
     recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
     return root / "recipes"
 

@@ -114,8 +114,13 @@ def test_plan_shows_it_as_a_table_and_changes_nothing(planned: dict[str, Any]) -
     proc = planned["text"]
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
-    assert "stack sglang==0.5.23 from locks/sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml" in out
-    assert "stack sglang==0.5.9 from locks/sglang-0.5.9-cp311-manylinux_2_34_x86_64.toml" in out
+    assert (
+        "stack sglang==0.5.23 from locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml"
+        in out
+    )
+    assert (
+        "stack sglang==0.5.9 from locks/sglang-0.5.9/pylock.cp311-manylinux_2_34_x86_64.toml" in out
+    )
     assert "not requested (invoke provision --stack installs it)" in out
     assert "more from the release (sha256-pinned" in out
     assert planned["unchanged"]

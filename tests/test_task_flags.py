@@ -55,6 +55,7 @@ EXPECTED: dict[str, set[str]] = {
         "arch",
         "json",
     },
+    "lock.convert": {"path", "out", "json"},
 }
 
 #: The help text of each flag, as `invoke --help TASK` showed it before the flags were
@@ -96,7 +97,8 @@ HELP = {
     "stack": "install the recipe's serving stack (its [stack] lock) into its own env; build only "
     "what it chooses to build (host var provision_stack: true does the same)",
     "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
-    "out": "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)",
+    "out": "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)",
+    "path": "the lock file to read",
     "platform": "newest platform tag the lock accepts",
     "index": "resolve from this index alone (pip --isolated --index-url), e.g. "
     "https://pypi.org/simple; default: pip's own configuration",

@@ -48,7 +48,7 @@ FETCH_WORKERS = 4
 
 def env_path(state: ProvisionState, lock: Lock) -> str:
     """The serving env of `lock` on this host."""
-    return state.paths.join("envs", f"stack-{lock.path.stem}")
+    return state.paths.join("envs", f"stack-{lock.label}")
 
 
 def release_path(state: ProvisionState, entry: LockEntry) -> str:
