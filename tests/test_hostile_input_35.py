@@ -404,3 +404,51 @@ def test_key_unknown_table(env: str | None, unknown: bool) -> None:
                      None, True, [], planned=env == "planned")  # fmt: skip
     got = key_unknown(SimpleNamespace(env=made))  # type: ignore[arg-type]
     assert (got is not None) is unknown
+
+
+# ---------------------------------------------------------------- #32: no pass over nothing
+
+
+@pytest.mark.parametrize(
+    ("probe", "status", "says"),
+    [
+        ({"error": "no python at /srv/env/bin/python"}, "unknown", "could not be read"),
+        ({"modules": []}, "unknown", "none of its modules was read"),
+        (
+            {"modules": "empty-files"},
+            "fail",
+            "no such extension module",
+        ),
+        ({"modules": "no-device-code"}, "unknown", "hold no device code"),
+        ({"modules": "sm120"}, "pass", "SASS sm_120"),
+        ({"modules": "sm90"}, "fail", "no code for 12.0"),
+    ],
+    ids=["no-env", "nothing-read", "no-module", "no-device-code", "sm120", "sm90"],
+)
+def test_no_backend_verdict_passes_over_an_empty_list(
+    probe: dict[str, Any], status: str, says: str
+) -> None:
+    from sm120kit.preflight import backend_verdict
+    from sm120kit.preflight_rules import ATTENTION_BACKENDS
+
+    entry = ATTENTION_BACKENDS["fa3"]
+    assert entry.kind == "so" and entry.modules
+    kinds = {
+        "empty-files": [],
+        "no-device-code": [{"rel": "x/flash_ops.so", "sass": [], "ptx": []}],
+        "sm120": [{"rel": "x/flash_ops.so", "sass": ["sm_120"], "ptx": []}],
+        "sm90": [{"rel": "x/flash_ops.so", "sass": ["sm_90a"], "ptx": []}],
+    }
+    if isinstance(probe.get("modules"), str):
+        files = kinds[probe["modules"]]
+        probe = {
+            "modules": [
+                {"dist": list(m.dist), "prefix": m.prefix, "installed_dist": m.dist[0],
+                 "version": "1", "files": files}
+                for m in entry.modules
+            ]
+        }  # fmt: skip
+    verdict = backend_verdict("attention", "fa3", ATTENTION_BACKENDS, probe, (12, 0), "0.5.23")
+    assert verdict["status"] == status, verdict
+    assert says in verdict["reason"], verdict["reason"]
+    assert "(SASS )" not in verdict["reason"]
