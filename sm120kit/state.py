@@ -45,6 +45,9 @@ class PyEnv:
     torch_cuda: str | None  # None for a CPU build
     cxx11_abi: bool
     torch_arch_list: list[str] = field(default_factory=list)
+    # What ensure_env would build (check mode), not what is there: torch's version string is
+    # known only once it is installed (its local label, `2.13.0+cpu`, comes from the index).
+    planned: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -366,3 +366,89 @@ def test_a_backend_in_the_wrong_case_is_refused(
     verdict = backend_verdict(role, name, table, {}, (12, 0), version)
     assert verdict["status"] == "fail", verdict
     assert repr(accepted) in verdict["reason"] and "case-sensitive" in verdict["reason"]
+
+
+# ---------------------------------------------------------------- cache.key without an env
+
+
+def test_cache_key_without_the_build_env_guesses_no_key(fleet: Any, tmp_path: Path) -> None:
+    """On a host whose build env does not exist, cache.key shows torch and the key as unknown
+    (the recipe's `2.13.0` is not the `2.13.0+cpu` the build hashes), never a made-up key.
+    Real: the sshd fleet host and the task; its GPU is the fleet's nvidia-smi stub."""
+    from tests.test_build_op import invoke, write_inventory
+
+    inventory = write_inventory(tmp_path, fleet, {"fresh": {}})
+    proc = invoke(tmp_path, fleet, inventory, "cache.key", "--package", "minikernel", "-H", "fresh")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    host = json_of(proc)["hosts"]["fresh"]
+    rows = dict(map(tuple, host["inputs"]))
+    assert host["key"] is None and host["predicted"] is True
+    assert rows["torch"] == rows["key"] == "unknown until the build env exists"
+    assert "torch unknown" in host["key_unknown"]
+    assert rows["package"] == "minikernel"  # every other input is shown as it will be
+
+
+@pytest.mark.parametrize(
+    ("env", "unknown"),
+    [(None, True), ("planned", True), ("real", False)],
+)
+def test_key_unknown_table(env: str | None, unknown: bool) -> None:
+    from types import SimpleNamespace
+
+    from sm120kit.ops.build_inputs import key_unknown
+    from sm120kit.state import PyEnv
+
+    made = None
+    if env is not None:
+        made = PyEnv("/e", "/e/bin/python", "3.11.7", "cp311", "linux_x86_64", "2.13.0+cpu",
+                     None, True, [], planned=env == "planned")  # fmt: skip
+    got = key_unknown(SimpleNamespace(env=made))  # type: ignore[arg-type]
+    assert (got is not None) is unknown
+
+
+# ---------------------------------------------------------------- #32: no pass over nothing
+
+
+@pytest.mark.parametrize(
+    ("probe", "status", "says"),
+    [
+        ({"error": "no python at /srv/env/bin/python"}, "unknown", "could not be read"),
+        ({"modules": []}, "unknown", "none of its modules was read"),
+        (
+            {"modules": "empty-files"},
+            "fail",
+            "no such extension module",
+        ),
+        ({"modules": "no-device-code"}, "unknown", "hold no device code"),
+        ({"modules": "sm120"}, "pass", "SASS sm_120"),
+        ({"modules": "sm90"}, "fail", "no code for 12.0"),
+    ],
+    ids=["no-env", "nothing-read", "no-module", "no-device-code", "sm120", "sm90"],
+)
+def test_no_backend_verdict_passes_over_an_empty_list(
+    probe: dict[str, Any], status: str, says: str
+) -> None:
+    from sm120kit.preflight import backend_verdict
+    from sm120kit.preflight_rules import ATTENTION_BACKENDS
+
+    entry = ATTENTION_BACKENDS["fa3"]
+    assert entry.kind == "so" and entry.modules
+    kinds = {
+        "empty-files": [],
+        "no-device-code": [{"rel": "x/flash_ops.so", "sass": [], "ptx": []}],
+        "sm120": [{"rel": "x/flash_ops.so", "sass": ["sm_120"], "ptx": []}],
+        "sm90": [{"rel": "x/flash_ops.so", "sass": ["sm_90a"], "ptx": []}],
+    }
+    if isinstance(probe.get("modules"), str):
+        files = kinds[probe["modules"]]
+        probe = {
+            "modules": [
+                {"dist": list(m.dist), "prefix": m.prefix, "installed_dist": m.dist[0],
+                 "version": "1", "files": files}
+                for m in entry.modules
+            ]
+        }  # fmt: skip
+    verdict = backend_verdict("attention", "fa3", ATTENTION_BACKENDS, probe, (12, 0), "0.5.23")
+    assert verdict["status"] == status, verdict
+    assert says in verdict["reason"], verdict["reason"]
+    assert "(SASS )" not in verdict["reason"]
