@@ -151,8 +151,8 @@ def _python(value: Any) -> str:
 
 def _python_list(value: Any) -> list[str]:
     """``python``: X.Y, or a list of them in order of preference (first = most preferred)."""
-    if isinstance(value, str):
-        return [_python(value)]
+    if isinstance(value, (str, float)):
+        return [_python(value)]  # a float (3.1) gets _str's "write it as a quoted string"
     if not isinstance(value, list) or not value:
         raise _Bad(
             f"expected a Python X.Y or a non-empty list of them like ['3.11', '3.12'], got {value!r}"
