@@ -24,7 +24,7 @@ from .lock_draft import (
     review,
     stack_table,
 )
-from .lock_resolve import parse_pin, parse_python, python_versions, uv_platform
+from .lock_resolve import check_index, parse_pin, parse_python, python_versions, uv_platform
 from .lock_write import change_line, check_writable, write_lock
 from .output import stack as stack_out
 from .output.console import show_document
@@ -79,6 +79,8 @@ def draft_command(c: Any, **f: Any) -> None:
     given = [raw_index] if isinstance(raw_index, str) else list(raw_index)
     stack_indexes = list(recipe.stack.indexes) if recipe is not None and recipe.stack else []
     indexes = index_list(None, [*given, *stack_indexes])
+    for index in indexes:
+        check_index(index, top.split("==")[0])  # a dead index is a connection problem, named
     root = locks_root(Path(conf.get("recipes_dir") or default_recipes_dir()).resolve().parent)
     pythons, asked = _pythons(f, recipe, top, indexes)
     if f.get("out") and len(pythons) != 1:

@@ -334,7 +334,8 @@ def index_files(index: str, name: str) -> list[tuple[str, str, str]]:
         else:
             body = _read_url(page, 32 << 20)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise RecipeError(f"--index {index}: cannot read {page}: {exc}") from None
+        reason = getattr(exc, "reason", exc)
+        raise RecipeError(f"--index {index}: cannot reach the index ({page}): {reason}") from None
     parser = _Links()
     parser.feed(body.decode("utf-8", "replace"))
     out = []

@@ -117,6 +117,9 @@ def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
             self.send_response(code)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
+            # One request per connection, said out loud: uv's client would otherwise try to
+            # reuse a connection the server is closing.
+            self.send_header("Connection", "close")
             self.end_headers()
             if not getattr(self, "head_only", False):
                 self.wfile.write(data)
