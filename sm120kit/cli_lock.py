@@ -104,9 +104,7 @@ def draft_command(c: Any, **f: Any) -> None:
         except RecipeError as exc:
             if asked or _is_connection(str(exc)):
                 raise
-            skipped.append(f"Python {py}: {exc}")
-            if progress:
-                progress(f"Python {py} skipped: {exc}")
+            skipped.append(f"Python {py}: {exc}")  # reported once, with the locks written
     if not resolved:
         raise RecipeError(skipped[0].split(": ", 1)[1] if skipped else f"{top}: nothing to lock")
     seen: dict[str, Any] = {}

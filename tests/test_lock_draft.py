@@ -340,3 +340,86 @@ def test_one_lock_per_python_and_a_difference_on_redraft(indexes: Any, tmp_path:
     native = lock.entry("demo")
     assert native is not None and native.compiled and native.verdict == "ok"
     assert Target  # the verdict's target came from --driver/--arch
+
+
+def _venv(where: Path) -> Path:
+    """A fresh venv of this interpreter, made by the pinned uv (no pip in it)."""
+    subprocess.run(
+        [sys.executable, "-m", "uv", "venv", "-q", "-p", sys.executable, str(where)],
+        check=True,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    )
+    return where / "bin" / "python"
+
+
+def _installed(python: Path) -> set[str]:
+    code = "import importlib.metadata as m; print('\\n'.join(sorted(d.metadata['Name'] for d in m.distributions())))"
+    out = subprocess.run(
+        [str(python), "-I", "-c", code], capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.split())
+
+
+def test_plain_uv_and_pip_install_a_lock_without_the_tool(indexes: Any, tmp_path: Path) -> None:
+    """The PEP 751 file alone: `uv pip install -r` (the pinned uv) and `pip install -r`
+    (pip 26.1, the first pip that reads pylock.toml, in a throwaway venv) install exactly the
+    lock's distributions from their URLs, hashes checked, with no sm120kit involved."""
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the tiny lock is for Python 3.11")
+    url, nv_url = indexes
+    lock = draft_lock(
+        "app==1.0",
+        python="3.11",
+        platform=PLATFORM,
+        target=None,
+        cache=tmp_path / "c",
+        indexes=[url, nv_url],
+    )
+    path = tmp_path / "pylock.cp311-manylinux_2_34_x86_64.toml"
+    path.write_text(dump_lock(lock, ["tiny"]))
+    want = {"app", "stubby"}
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
+    by_uv = _venv(tmp_path / "uv")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "uv",
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(by_uv),
+            "-r",
+            str(path),
+        ],
+        check=True,
+        env=env,
+    )
+    assert _installed(by_uv) == want
+    by_pip = _venv(tmp_path / "pip")
+    got_pip = subprocess.run(
+        [sys.executable, "-m", "uv", "pip", "install", "-q", "--python", str(by_pip), "pip==26.1"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if got_pip.returncode != 0:
+        pytest.skip(
+            f"pip 26.1 cannot be installed here (no index?): {got_pip.stderr.strip()[-200:]}"
+        )
+    subprocess.run(
+        [
+            str(by_pip),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--isolated",
+            "--disable-pip-version-check",
+            "-r",
+            str(path),
+        ],
+        check=True,
+    )
+    assert _installed(by_pip) - {"pip"} == want
