@@ -12,6 +12,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from . import drivers as drv
 from .errors import RecipeError
@@ -337,6 +338,8 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
     stack, lock = _parse_stack(f, data, packages, patches_dir)
+    if stack is not None and lock is not None and lock.torch:
+        _check_torch_is_the_locks(f, torch, lock, stack.lock)
     return Recipe(
         name=name,
         path=path,
@@ -365,6 +368,23 @@ def _parse_stack(
     specs = {k: v for k, v in torch_specs.items() if v is not None}
     root = locks_root(patches_dir.parent)
     return load_stack(stack, root, specs, f.error, data.get("python"))
+
+
+def _check_torch_is_the_locks(f: _File, torch: TorchSpec, lock: Lock, name: str) -> None:
+    """One torch per recipe: [torch] is the serving stack's, that of `lock` (`recipe.lock`,
+    the lock for the recipe's preferred Python, named `name`): every build is against it."""
+    if Version(torch.version).public != Version(lock.torch).public:
+        raise f.error(
+            ("torch", "version"),
+            f"{torch.version!r} differs from {name}'s torch {lock.torch}: a recipe has one "
+            "torch, its lock's",
+        )
+    if torch.cuda != lock.torch_cuda:
+        raise f.error(
+            ("torch", "cuda"),
+            f"{torch.cuda!r} differs from {name}'s torch_cuda {lock.torch_cuda}: a recipe has "
+            "one torch, its lock's",
+        )
 
 
 def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:
