@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .errors import HostFailed, RecipeError
 from .ops.build import ensure_package
+from .ops.host_python import ensure_python
 from .ops.pyenv import ensure_env
 from .ops.smoke_check import smoke_stack
 from .ops.toolkit import ensure_toolkit
@@ -48,6 +49,10 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
                 f"{', '.join(parts.builds) or 'none'} ({parts.builds_why})"
             )
         ctx.set(parts=parts.to_dict())
+        # Which Python (and stack lock) the env and the stack use: before the toolkit, so a
+        # host that has none it can get stops before the toolkit's download.
+        with_stack = state.resolved.recipe.stack is not None and parts.stack
+        ensure_python(ctx, state, stack=with_stack)
         ensure_toolkit(ctx, state)
         names = package_names(state, opts)
         if names or not parts.stack:

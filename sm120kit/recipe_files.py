@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from . import drivers as drv
 from .errors import RecipeError
-from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack
+from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack, stack_locks
 from .recipe_checks import (
     _CHOICE_OPTIONAL,
     _CHOICE_REQUIRED,
@@ -46,7 +46,7 @@ from .recipe_checks import (
     _nonempty,
     _patches,
     _probes,
-    _python,
+    _python_list,
     _runfile,
     _sha256,
     _source_value,
@@ -337,7 +337,8 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
-    stack, lock = _parse_stack(f, data, packages, patches_dir)
+    pythons = f.get(data, ("python",), _python_list)  # checked before the locks use it
+    stack, lock, locks = _parse_stack(f, data, packages, patches_dir)
     if stack is not None and lock is not None and lock.torch:
         _check_torch_is_the_locks(f, torch, lock, stack.lock)
     return Recipe(
@@ -346,7 +347,8 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
         description=f.get(data, ("description",), _str),
         drivers=drivers,
         arch=f.get(data, ("arch",), _arch_list),
-        python=f.get(data, ("python",), _python),
+        python=pythons[0],
+        pythons=tuple(pythons),
         cuda=cuda,
         torch=torch,
         packages=packages,
@@ -354,20 +356,23 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
         patches_dir=patches_dir,
         stack=stack,
         lock=lock,
+        locks=locks,
     )
 
 
 def _parse_stack(
     f: _File, data: dict[str, Any], packages: list[PackageSpec], patches_dir: Path
-) -> tuple[StackSpec | None, Lock | None]:
-    """``[stack]`` and the lock it names (sm120kit/lock.py holds the schema and checks)."""
+) -> tuple[StackSpec | None, Lock | None, dict[str, Lock]]:
+    """``[stack]``, the lock of the recipe's first Python that has one, and every Python's
+    lock (sm120kit/lock.py holds the schema and checks)."""
     if "stack" not in data:
-        return None, None
+        return None, None, {}
     stack = parse_stack(data["stack"], f.error)
     torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
     specs = {k: v for k, v in torch_specs.items() if v is not None}
     root = locks_root(patches_dir.parent)
-    return load_stack(stack, root, specs, f.error, data.get("python"))
+    stack, lock = load_stack(stack, root, specs, f.error, data.get("python"))
+    return stack, lock, stack_locks(stack, root)
 
 
 def _check_torch_is_the_locks(f: _File, torch: TorchSpec, lock: Lock, name: str) -> None:

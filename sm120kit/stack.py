@@ -243,6 +243,7 @@ def choose(
     *,
     verify: Any = None,
     read_copies: bool = True,
+    lock: Lock | None = None,
 ) -> tuple[Lock, list[Choice]]:
     """Every locked distribution's source on this host. `verify(entry, path)` reads a
     controller copy (default: `verify_locked` for the host's target); only the rows plan
@@ -250,11 +251,12 @@ def choose(
     `read_copies` False (provision: the host verifies anyway) reads a copy only for a
     release the recipe could build instead, the one case where the verdict picks the source.
     Raises HostFailed with one line for a build without a pinned source or a release that
-    fails verification with none."""
+    fails verification with none. `lock`: the lock of the host's Python (the ``python``
+    step's, sm120kit/ops/host_python.py); default the recipe's first."""
     recipe = resolved.recipe
     if recipe.stack is None or recipe.lock is None:
         raise RecipeError(f"recipe {recipe.name} ({recipe.source}) has no [stack]")
-    lock = recipe.lock
+    lock = lock or recipe.lock
     driver, arch = target_of(resolved)
     skip = not_for_arch(resolved)
     loaders = recipe.stack.loaders

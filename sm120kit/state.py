@@ -69,6 +69,20 @@ class ProvisionState:
     #: The serving stack's own builds this run (lock entries marked build, ``stack.build``):
     #: their toolkit library needs count like the named packages'.
     stack_builds: list[str] = field(default_factory=list)
+    #: The ``python`` step's choice (`sm120kit.ops.host_python.PythonChoice`) and the
+    #: stack's lock of that Python (None: no stack or not chosen yet).
+    python: Any = None
+    stack_lock: Any = None
+
+    def python_version(self) -> str:
+        """The X.Y this host's envs use: the ``python`` step's, else the recipe's first."""
+        if self.python is not None and self.python.version:
+            return str(self.python.version)
+        from .ops.host_python import pick_python, preference
+
+        prefer = preference(self.resolved.values.get("python")) or ["3.11"]
+        # Without the python step (build, compile): the first the host has, else the first.
+        return pick_python(self.facts, prefer, None).version or prefer[0]
 
     def host_packages(self) -> list[str]:
         """The recipe packages this host builds: host var ``provision_packages`` (default

@@ -153,7 +153,7 @@ def key_inputs(
         )
     else:
         torch, abi = str(values.get("torch.version", "")), True
-        py_abi = "cp" + str(values.get("python", "")).replace(".", "")
+        py_abi = "cp" + state.python_version().replace(".", "")
         platform = f"linux_{state.facts.get('arch') or 'x86_64'}"
     return KeyInputs(
         package=name,
