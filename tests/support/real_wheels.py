@@ -15,6 +15,7 @@ import pytest
 
 from sm120kit.remote.lib.files import sha256_file
 from tests.support.sample_wheel import cache_root
+from tests.support.venvs import make_venv
 
 
 def real_wheel(project: str, version: str, filename: str) -> Path:
@@ -58,10 +59,7 @@ def wheel_venv(label: str, wheels: list[Path], *, system_site_packages: bool) ->
         if marker.exists() and json.loads(marker.read_text()) == want:
             return venv
         subprocess.run(["rm", "-rf", str(venv)], check=True)
-        make = [sys.executable, "-m", "venv", "--without-pip", str(venv)]
-        if system_site_packages:
-            make.insert(3, "--system-site-packages")
-        subprocess.run(make, check=True)
+        make_venv(venv, system_site_packages=system_site_packages)
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
             + ["-q", "--no-deps", "--no-index", "--no-compile", *map(str, wheels)],
