@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(args.rounds):
         got: dict[str, dict[str, float]] = {}
         order = ["pip", "tool"] if i % 2 == 0 else ["tool", "pip"]
