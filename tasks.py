@@ -17,10 +17,13 @@ from typing import Any  # noqa: E402
 
 from invoke import Collection  # noqa: E402
 
-from sm120kit import cli  # noqa: E402
+from sm120kit import cli, cli_errors  # noqa: E402
 from sm120kit.cli import task  # noqa: E402
 from sm120kit.flags import BUILD, COMMON, RECIPE  # noqa: E402
 from sm120kit.packages import registry  # noqa: E402
+
+# invoke's parser errors and unmergeable config files: one line, JSON under --json, exit 1.
+cli_errors.install()
 
 
 def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
@@ -51,6 +54,10 @@ def _plan_options(c, f, packages=None, **flags):
         recipes_dir=cli.settings(c).get("recipes_dir"),
         flags=RunFlags.from_mapping(flags),
     )
+    if flags.get("stack") and flags.get("no_stack"):
+        from sm120kit.errors import RecipeError
+
+        raise RecipeError("--stack and --no-stack both given: choose one")
     if driver is not None or arch is not None or recipe is not None:
         check_recipe_flags(opts.recipes(), driver, arch, recipe)  # before any host is touched
     return opts
@@ -99,7 +106,7 @@ def recipes(c, **f):
     cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
-@task(*COMMON, *RECIPE, "explain", "package")
+@task(*COMMON, *RECIPE, "explain", "package", "stack", "no_stack")
 def plan(c, **f):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands
     (with --package: the dry run of `invoke build --package P`, its steps only)."""
@@ -109,7 +116,7 @@ def plan(c, **f):
     if f["package"]:
         _build(c, f["package"], f, check=True)
         return
-    opts = _plan_options(c, f, explain=f["explain"])
+    opts = _plan_options(c, f, explain=f["explain"], stack=f["stack"], no_stack=f["no_stack"])
     s = _session(c, f, check_mode=True)
     _check_recipes(s, opts)
     result = s.run("plan", provision.plan_or_provision_op(opts))
@@ -118,7 +125,17 @@ def plan(c, **f):
     cli.finish(s, result, report.render_plan)
 
 
-@task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "rebuild", "recheck", "stack")
+@task(
+    *COMMON,
+    *RECIPE,
+    "break_lock",
+    "max_jobs",
+    "nvcc_threads",
+    "rebuild",
+    "recheck",
+    "stack",
+    "no_stack",
+)
 def provision(c, **f):
     """Toolkit, env, builds (through the wheel cache), serving stack, smoke: one run, one recap."""
     from sm120kit import provision
@@ -132,6 +149,7 @@ def provision(c, **f):
         rebuild=f["rebuild"],
         recheck=f["recheck"],
         stack=f["stack"],
+        no_stack=f["no_stack"],
     )
     s = _session(c, f, break_lock=f["break_lock"])
     _check_recipes(s, opts)
@@ -407,7 +425,15 @@ def lock_draft(c, **f):
     cli_lock.draft_command(c, **f)
 
 
-lock = Collection("lock", lock_draft)
+@task("path", "out", "json", name="convert")
+def lock_convert(c, **f):
+    """Convert a lock in the earlier format to PEP 751 (locks/<top>-<version>/pylock.*.toml)."""
+    from sm120kit import cli_lock
+
+    cli_lock.convert_command(c, **f)
+
+
+lock = Collection("lock", lock_draft, lock_convert)
 ns = Collection(
     facts,
     inventory,

@@ -1,30 +1,34 @@
-"""`invoke provision --stack` vs a plain `pip install` of the same lock, side by side in one run.
+"""The stack step vs uv's own install of the same lock, side by side in one run (issue 31).
 
-Both install every file of one lock (``locks/*.toml``) into a fresh env on this machine, from
-the same URLs, each file checked against the lock's sha256:
+Every contender installs every file of one lock (``locks/<top>/pylock.*.toml``) into a fresh env on this
+machine, from the same URLs, each file checked against the lock's sha256, with cold caches:
 
-- **plain pip**: a fresh ``python -m venv``, then ``pip install --no-deps --require-hashes
-  --no-cache-dir`` of ``name @ url --hash=sha256:...`` lines written from the lock (pip checks
-  the hashes, resolves nothing, downloads each file once, caches nothing);
+- **uv**: ``uv venv`` then ``uv pip install --no-deps --require-hashes`` of ``name @ url
+  --hash=sha256:...`` lines written from the lock, with an empty uv cache (uv 0.13.9, the
+  version the tool pins);
+- **uv --compile-bytecode**: the same, with bytecode compiled as the tool's env is (the
+  like-for-like figure);
 - **the tool**: ``invoke provision -H local`` on a fresh ``work_root`` with host vars
-  ``provision_stack: true`` and ``provision_packages: []``, so it runs facts, recipe, toolkit,
-  the stack step (download, sha256, verification of every compiled release for the target
-  driver and arch, ``pip install --no-deps --require-hashes`` from the downloaded files) and
-  the stack smoke step. Each round gets an empty controller wheel store and no controller
-  release cache, so every file is downloaded and stored as on a fleet's first host (the
-  store's copy is work a single pip does not do either). The toolkit step (a CUDA toolkit
-  for the JIT packages) and the smoke step are work plain pip does not do; the report shows
-  the stack step alone as well, the like-for-like figure.
+  ``provision_stack: true`` and ``provision_packages: []``, an empty controller wheel store
+  and no controller release cache, so every file is downloaded by the host and stored as on
+  a fleet's first host. The figure compared is its **stack step** (download through the wheel
+  cache, sha256, verification of every compiled release for the target driver and arch, uv's
+  offline sync of the verified files with bytecode). The whole provision (toolkit, stack
+  smoke: work uv does not do) is shown beside it;
+- **a second host from the stores**: another ``local`` host with its own empty
+  ``work_root``, provisioned right after from the controller store the first one filled:
+  its stack step and the bytes it downloaded from the index (goal: 0).
 
-The order alternates with ``--rounds`` > 1 so that a warming network cache or other load
-falls on both alike. Reports wall seconds, the ratio tool / pip (goal: within 1.2x,
-verification included) and the bytes each downloaded (from /proc/net/dev, all interfaces
-but lo, so other traffic on the machine counts too).
+The order alternates between rounds (``--rounds`` 2: uv, uv-compile, tool in round 0, the
+reverse in round 1) so that a warming network cache or other load falls on all alike.
+Reports wall seconds, the ratio stack step / uv (goal: at most 1.15x) and the bytes each
+received (from /proc/net/dev, all interfaces but lo, so other traffic counts too).
 
-    python bench/stack_install.py --lock locks/sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml \
-        --work /tmp/stack-bench [--driver 580.95.05 --arch 12.0] [--rounds 1] [--json FILE]
+    python bench/stack_install.py --lock locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml \
+        --work /tmp/stack-bench [--driver 580.95.05 --arch 12.0] [--rounds 2] [--json FILE]
 
-Needs about 2 x 11 GB of disk under --work (each round removes its envs when done).
+Needs about 30 GB of disk under --work (each contender's env and caches are removed when it
+is done).
 """
 
 from __future__ import annotations
@@ -62,32 +66,41 @@ def requirements(lock_path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plain_pip(work: Path, lock_path: Path) -> dict[str, float]:
-    """A fresh venv and one pip install of the lock's files."""
-    env = work / "plain-env"
+UV = os.environ.get("UV_BIN", "uv")
+
+
+def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[str, float]:
+    """A fresh venv and one cold ``uv pip install`` of the lock's files."""
+    env = work / "uv-env"
     req = work / "requirements.txt"
     req.write_text(requirements(lock_path))
+    python = load_lock(lock_path).python
+    uv_env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "UV_NO_CONFIG": "1"}
     rx0, t0 = rx_bytes(), time.perf_counter()
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    subprocess.run([UV, "venv", "-q", "--python", python, str(env)], check=True, env=uv_env)
+    extra = ["--compile-bytecode"] if compile_bytecode else []
     subprocess.run(
-        [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--isolated",
-         "--disable-pip-version-check", "--no-deps", "--require-hashes", "--no-cache-dir",
-         "-r", str(req)],
-        check=True,
+        [UV, "pip", "install", "-q", "--python", str(env / "bin" / "python"), "--no-deps",
+         "--require-hashes", *extra, "-r", str(req)],
+        check=True, env=uv_env,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     return {"wall_s": round(wall, 1), "rx_bytes": rx_bytes() - rx0}
 
 
-def tool(work: Path, driver: str, arch: str) -> dict[str, float]:
-    """`invoke provision -H local` of the recipe's stack on a fresh work_root."""
-    root = work / "tool-root"
+def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]:
+    """`invoke provision` of the recipe's stack on a fresh work_root (host ``local``), then on
+    a second fresh host (``local2``) from the stores the first filled."""
     inv = work / "hosts.yaml"
-    inv.write_text(
-        "all:\n  hosts:\n    local:\n      ansible_connection: local\n"
-        f'      target_driver: "{driver}"\n      target_arch: "{arch}"\n'
-        f"      work_root: {root}\n      provision_stack: true\n      provision_packages: []\n"
-    )
+    hosts = ""
+    for name in ("local", "local2"):
+        hosts += (
+            f"    {name}:\n      ansible_connection: local\n"
+            f'      target_driver: "{driver}"\n      target_arch: "{arch}"\n'
+            f"      work_root: {work / name}\n      provision_stack: true\n"
+            "      provision_packages: []\n"
+        )
+    inv.write_text("all:\n  hosts:\n" + hosts)
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -95,23 +108,31 @@ def tool(work: Path, driver: str, arch: str) -> dict[str, float]:
         "INVOKE_SM120KIT_RUN_ROOT": str(work / "runs"),
         "SM120KIT_RELEASE_CACHE": str(work / "no-release-cache"),
     }
-    rx0, t0 = rx_bytes(), time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "invoke", "provision", "-H", "local", "-i", str(inv), "--json"],
-        cwd=REPO, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    wall = time.perf_counter() - t0
-    if out.returncode != 0:
-        raise SystemExit(f"provision failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    host = json.loads(out.stdout)["hosts"]["local"]
-    steps = {s["name"]: s["seconds"] for s in host["steps"]}
-    return {
-        "wall_s": round(wall, 1),
-        "stack_s": round(steps.get("stack", 0.0), 1),
-        "smoke_s": round(steps.get("stack smoke", 0.0), 1),
-        "toolkit_s": round(steps.get("toolkit", 0.0), 1),
-        "rx_bytes": rx_bytes() - rx0,
-    }
+    out: dict[str, Any] = {}
+    for name in ("local", "local2"):
+        rx0, t0 = rx_bytes(), time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "invoke", "provision", "-H", name, "-i", str(inv), "--json"],
+            cwd=REPO, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise SystemExit(f"provision failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        host = json.loads(done.stdout)["hosts"][name]
+        steps = {s["name"]: s["seconds"] for s in host["steps"]}
+        stack = host.get("stack") or {}
+        out[name] = {
+            "wall_s": round(wall, 1),
+            "stack_s": round(steps.get("stack", 0.0), 1),
+            "smoke_s": round(steps.get("stack smoke", 0.0), 1),
+            "toolkit_s": round(steps.get("toolkit", 0.0), 1),
+            "rx_bytes": rx_bytes() - rx0,
+            "index_bytes": stack.get("downloaded_bytes"),
+            "files_from": stack.get("files_from"),
+            "host_timings": stack.get("timings"),
+        }
+        shutil.rmtree(work / name, ignore_errors=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,42 +141,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--driver", default="580.95.05")
     parser.add_argument("--arch", default="12.0")
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    python = load_lock(args.lock).python
 
     rows: list[dict[str, Any]] = []
     for i in range(args.rounds):
-        got: dict[str, dict[str, float]] = {}
-        order = ["pip", "tool"] if i % 2 == 0 else ["tool", "pip"]
+        got: dict[str, Any] = {}
+        order = ["uv", "uv-compile", "tool"]
+        if i % 2:
+            order.reverse()
         for which in order:
             work = args.work / f"round{i}-{which}"
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
-            if which == "pip":
-                got[which] = plain_pip(work, args.lock)
+            if which == "tool":
+                got[which] = tool(work, args.driver, args.arch, python)
             else:
-                got[which] = tool(work, args.driver, args.arch)
-            print(f"  round {i} {which:4s} {got[which]}", flush=True)
+                got[which] = uv_install(work, args.lock, compile_bytecode=which != "uv")
+            print(f"  round {i} {which:10s} {got[which]}", flush=True)
             shutil.rmtree(work, ignore_errors=True)
         rows.append({"order": order, **got})
 
-    pip_s = sum(r["pip"]["wall_s"] for r in rows)
-    tool_s = sum(r["tool"]["wall_s"] for r in rows)
-    stack_s = sum(r["tool"]["stack_s"] for r in rows)
-    smoke_s = sum(r["tool"]["smoke_s"] for r in rows)
+    uv_s = sum(r["uv"]["wall_s"] for r in rows)
+    uvc_s = sum(r["uv-compile"]["wall_s"] for r in rows)
+    stack_s = sum(r["tool"]["local"]["stack_s"] for r in rows)
+    wall_s = sum(r["tool"]["local"]["wall_s"] for r in rows)
+    second_s = sum(r["tool"]["local2"]["stack_s"] for r in rows)
+    second_bytes = [r["tool"]["local2"]["index_bytes"] for r in rows]
     print()
-    print(f"plain pip install of the lock:        {pip_s:8.1f} s wall")
+    print(f"uv pip install of the lock (cold):          {uv_s:8.1f} s")
+    print(f"uv pip install --compile-bytecode (cold):   {uvc_s:8.1f} s")
     print(
-        f"invoke provision (toolkit, stack, smoke): {tool_s:8.1f} s wall  ratio {tool_s / pip_s:.2f}x"
+        f"the stack step (fetch, verify, uv sync):    {stack_s:8.1f} s  "
+        f"{stack_s / uv_s:.2f}x uv, {stack_s / uvc_s:.2f}x uv --compile-bytecode"
     )
+    print(f"  the whole provision (toolkit, smoke too): {wall_s:8.1f} s")
     print(
-        f"  its stack step (pip's work + verification): {stack_s:8.1f} s  ratio {stack_s / pip_s:.2f}x"
+        f"a second host from the stores, stack step:  {second_s:8.1f} s, index bytes {second_bytes}"
     )
-    print(f"  its stack smoke step:               {smoke_s:8.1f} s")
-    print("goal: within 1.2x, verification included")
+    print("goal: stack step at most 1.15x uv's cold install; second host 0 index bytes")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "ratio": tool_s / pip_s}, indent=1) + "\n")
+        doc = {"rows": rows, "ratio_uv": stack_s / uv_s, "ratio_uv_compile": stack_s / uvc_s}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 

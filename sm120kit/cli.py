@@ -96,7 +96,12 @@ class Sm120Task(invoke.Task):  # type: ignore[misc]
             if isinstance(value, str):
                 flag = "--" + name.replace("_", "-")
                 try:
-                    kwargs[name] = validate.number(value, flag, kind=kind)
+                    kwargs[name] = validate.number(
+                        value,
+                        flag,
+                        kind=kind,
+                        maximum=getattr(flags.FLAGS.get(name), "maximum", None),
+                    )
                 except Sm120Error as exc:
                     fail(exc, bool(kwargs.get("json")))
         return super().__call__(*args, **kwargs)

@@ -101,3 +101,19 @@ def draft_command(c: Any, **f: Any) -> None:
         "recipe": recipe.name if recipe else None,
     }
     show_document(doc, bool(f.get("json")), stack_out.draft_report)
+
+
+def convert_command(c: Any, **f: Any) -> None:
+    """Convert the earlier-format lock at --path to PEP 751 (beside ``locks/``, or --out)."""
+    from .lock_convert import convert_lock
+
+    if not f.get("path"):
+        raise RecipeError("--path is required (an earlier-format lock, locks/<name>.toml)")
+    src = Path(f["path"])
+    out = convert_lock(src, Path(f["out"]) if f.get("out") else None)
+    doc = {"converted": str(src), "lock": str(out)}
+    show_document(doc, bool(f.get("json")), _converted)
+
+
+def _converted(console: Any, doc: dict[str, Any]) -> None:
+    console.print(f"wrote {doc['lock']} from {doc['converted']}", markup=False)

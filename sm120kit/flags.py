@@ -13,20 +13,29 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .settings import MAX_COUNT, MAX_SECONDS
+
+#: Linux's largest pid (PID_MAX_LIMIT, 2**22): a larger --pid names no process.
+MAX_PID = 4_194_304
+
 
 @dataclass(frozen=True)
 class Flag:
-    """One task flag: its default (its type is the flag's kind) and its help text."""
+    """One task flag: its default (its type is the flag's kind), its help text and, for a
+    number, its largest value (every number reaches a timer, a sleep or a loop)."""
 
     default: Any
     help: str
+    maximum: float | None = None
 
 
 FLAGS: dict[str, Flag] = {
     "host": Flag(None, "host, group, pattern (all:!gpu3, gpu*, a,b), 'local', or user@addr:port"),
     "inventory": Flag(None, "inventory file (default from invoke.yaml: inventory/hosts.yaml)"),
     "json": Flag(False, "print exactly one JSON document on stdout"),
-    "forks": Flag(0, "hosts worked on at once (0 = invoke.yaml's forks, default 16)"),
+    "forks": Flag(
+        0, "hosts worked on at once (0 = invoke.yaml's forks, default 16)", maximum=MAX_COUNT
+    ),
     "accept_new_host_keys": Flag(
         False, "trust and record unknown SSH host keys (changed keys are still refused)"
     ),
@@ -44,16 +53,26 @@ FLAGS: dict[str, Flag] = {
         "build even when the installed wheel or a cached one has the key (replaces the "
         "cached wheel; for a wheel found bad by something the key does not cover)",
     ),
-    "max_jobs": Flag(0, "override MAX_JOBS (parallel compile jobs) for this run"),
-    "nvcc_threads": Flag(0, "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run"),
+    "max_jobs": Flag(
+        0, "override MAX_JOBS (parallel compile jobs) for this run", maximum=MAX_COUNT
+    ),
+    "nvcc_threads": Flag(
+        0, "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run", maximum=MAX_COUNT
+    ),
     "recheck": Flag(False, "run the smoke checks even where a remembered verdict still applies"),
     "stack": Flag(
         False,
-        "install the recipe's serving stack (its [stack] lock) into its own env; build only "
-        "what it chooses to build (host var provision_stack: true does the same)",
+        "install the recipe's serving stack even where host var provision_stack is false "
+        "(the stack is the default)",
+    ),
+    "no_stack": Flag(
+        False, "leave the serving stack alone: build only the packages named (--package, vars)"
     ),
     "top": Flag(None, "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)"),
-    "out": Flag(None, "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)"),
+    "out": Flag(
+        None, "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)"
+    ),
+    "path": Flag(None, "the lock file to read"),
     "platform": Flag("manylinux_2_34_x86_64", "newest platform tag the lock accepts"),
     "index": Flag(
         None,
@@ -65,9 +84,11 @@ FLAGS: dict[str, Flag] = {
     "url": Flag(
         "http://127.0.0.1:8000", "server URL as seen from the host, e.g. http://127.0.0.1:8000"
     ),
-    "timeout": Flag(600.0, "seconds to wait for readiness"),
+    "timeout": Flag(600.0, "seconds to wait for readiness", maximum=MAX_SECONDS),
     "pid": Flag(
-        0, "the server's process id on the host (for the evidence when the port is not open)"
+        0,
+        "the server's process id on the host (for the evidence when the port is not open)",
+        maximum=MAX_PID,
     ),
     "process_match": Flag(
         None,
@@ -80,8 +101,8 @@ FLAGS: dict[str, Flag] = {
         "instead of the words after --",
     ),
     # cache.*
-    "older_than": Flag(0.0, "prune entries older than this many days"),
-    "keep": Flag(0, "prune all but the newest N entries per package"),
+    "older_than": Flag(0.0, "prune entries older than this many days", maximum=MAX_SECONDS / 86400),
+    "keep": Flag(0, "prune all but the newest N entries per package", maximum=1_000_000),
     "max_size": Flag(
         None, "prune least recently used entries until the store is below this (e.g. 50G)"
     ),

@@ -104,10 +104,39 @@ def launch_words(option: str | None, argv: list[str] | None = None) -> list[str]
         if after:
             raise Sm120Error("--launch and words after -- both given: give the launch once")
         try:
-            return shlex.split(option)
+            words = shlex.split(option)
         except ValueError as exc:
-            raise Sm120Error(f"--launch {option!r}: {exc}") from None
+            raise Sm120Error(f"--launch {_short(option)}: {exc}") from None
+        check_no_shell(words, "--launch")
+        return words
+    check_no_shell(after, "the launch after --")
     return after
+
+
+#: Words a shell would read as operators, and text it would expand. The launch runs as one
+#: program's argument list, never through a shell, so `--model-path m; rm x` would hand sglang
+#: the words "m;", "rm", "x": judged as arguments, it would pass preflight and fail at start.
+SHELL_WORDS = frozenset({";", "|", "||", "&", "&&", ">", ">>", "<", "<<", "(", ")"})
+SHELL_TEXT = (";", "|", "&&", "\n", "`", "$(")
+
+
+def check_no_shell(words: list[str], where: str) -> None:
+    """Refuse a launch holding shell syntax (an operator, a newline, a command substitution):
+    one line naming the word and the operator."""
+    for word in words:
+        found = word if word in SHELL_WORDS else next((t for t in SHELL_TEXT if t in word), None)
+        if found is not None:
+            shown = "a newline" if found == "\n" else repr(found)
+            raise Sm120Error(
+                f"{where}: shell syntax {shown} in {_short(word)}: the launch is one command's "
+                "arguments, not run by a shell; give one command, without ; | && || ` $( or "
+                "newlines"
+            )
+
+
+def _short(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def server_args(words: list[str]) -> list[str]:

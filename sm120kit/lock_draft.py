@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .errors import RecipeError
-from .lock import Lock, LockEntry
+from .lock import Lock, LockEntry, lock_dir_name, lock_file_name
 from .release_check import verdict_line, verify_locked
 from .remote.lib.download import DownloadFailed, download
 from .remote.lib.files import sha256_file
@@ -290,12 +291,8 @@ def _indexes(entries: list[LockEntry]) -> list[str]:
 
 
 def default_lock_name(top: str, python: str, platform: str) -> str:
-    """``locks/sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml``."""
-    req = Requirement(top)
-    version = next(iter(req.specifier)).version
-    return (
-        f"locks/{canonicalize_name(req.name)}-{version}-cp{python.replace('.', '')}-{platform}.toml"
-    )
+    """``locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml``."""
+    return f"locks/{lock_dir_name(top)}/{lock_file_name(python, platform)}"
 
 
 def review(lock: Lock, recipe_torch: str | None, build_sources: dict[str, str]) -> list[str]:
@@ -330,7 +327,7 @@ def stack_table(lock: Lock, lock_path: str, reason: str) -> str:
         [
             "[stack]",
             f'top = "{lock.top}"',
-            f'lock = "{lock_path}"',
+            f'locks = "{posixpath.dirname(lock_path)}"',
             f'reason = "{reason}"',
         ]
     )

@@ -17,6 +17,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from .errors import one_line
 from .launch import Launch
 from .preflight_host import (
     CC,
@@ -150,6 +151,19 @@ def _module_entries(probe: Mapping[str, Any], entry: Backend) -> list[dict[str, 
     return found
 
 
+def _unseen_why(probe: Mapping[str, Any], entry: Backend, files: list[dict[str, Any]]) -> str:
+    """Why no module of `entry` was seen to run here (for an "unknown" verdict)."""
+    if probe.get("error"):
+        return f"its modules could not be read ({one_line(str(probe['error']))})"
+    if not entry.modules:
+        return "preflight's table names no module for it"
+    if not files:
+        return "none of its modules was read in the serving env"
+    return "its modules hold no device code ({})".format(
+        ", ".join(str(f.get("rel") or f.get("module")) for f in files)
+    )
+
+
 def backend_verdict(
     role: str,
     name: str,
@@ -167,6 +181,21 @@ def backend_verdict(
     entry = table.get(key)
     label = f"{role} backend {name}" + (f" (alias of {key})" if key != name else "")
     if entry is None:
+        folded = [k for k in table if k.lower() == name.lower()]
+        if folded:
+            # argparse matches `choices` exactly (`value not in action.choices`), and sglang
+            # 0.5.23 declares these flags with `choices=` (sglang/srt/arg_groups/fields/
+            # exec_.py: ATTENTION_BACKEND_CHOICES and MOE_RUNNER_BACKEND_CHOICES from
+            # arg_groups/choices.py, imported by srt/server_args.py): the server exits with
+            # "invalid choice" before it loads anything, whatever its version.
+            return check(
+                f"{role}_backend",
+                "fail",
+                f"{label}: sglang's choices are case-sensitive; it refuses {name!r} "
+                f"(invalid choice), it accepts {folded[0]!r}",
+                None,
+                folded[0],
+            )
         if table_version:
             return check(
                 f"{role}_backend",
@@ -242,7 +271,18 @@ def backend_verdict(
             worst = "fail"
     evidence["files"] = files
     if worst == "pass":
-        archs = sorted({t for f in files for t in (f.get("sass") or [])})
+        # No verdict passes over an empty list: a pass needs a module whose SASS was seen to
+        # run here. Nothing read (no serving env, modules not listed) or modules without
+        # device code is "unknown", with why.
+        seen = [f for f in files if f.get("status") == "pass"]
+        if not seen:
+            return check(
+                f"{role}_backend",
+                "unknown",
+                f"{label}: unknown: {_unseen_why(probe, entry, files)}",
+                evidence,
+            )
+        archs = sorted({t for f in seen for t in (f.get("sass") or [])})
         return check(
             f"{role}_backend",
             "pass",
@@ -295,8 +335,9 @@ def moe_checks(launch: Launch, probe: Mapping[str, Any], cc: CC | None) -> list[
         )
     else:
         out.append(backend_verdict("moe", runner, MOE_BACKENDS, probe, cc))
-    if launch.moe_a2a_backend in A2A_BACKENDS:
-        out.append(backend_verdict("moe_a2a", launch.moe_a2a_backend, A2A_BACKENDS, probe, cc))
+    a2a = launch.moe_a2a_backend
+    if a2a and a2a.lower() in {k.lower() for k in A2A_BACKENDS}:
+        out.append(backend_verdict("moe_a2a", a2a, A2A_BACKENDS, probe, cc))
     return out
 
 

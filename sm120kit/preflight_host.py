@@ -174,6 +174,17 @@ def port_check(probe: Mapping[str, Any]) -> Check:
     return check("port", "pass", f"{where} is free", port)
 
 
+#: Why a local --model-path is no model sglang 0.5.23 loads (the probe's `model_form`): it
+#: reads a directory's config.json (or a Mistral-native params.json), or a GGUF file.
+NOT_A_MODEL = {
+    "empty_dir": "an empty directory",
+    "no_config": "a directory without config.json (or params.json)",
+    "not_gguf": "a regular file that is not GGUF (sglang loads a file only as GGUF)",
+    "special": "not a regular file or directory (a device or pipe)",
+    "unreadable": "not readable by this user",
+}
+
+
 def model_check(launch: Launch, probe: Mapping[str, Any]) -> Check:
     """--model-path present on the host (a local path), or said unchecked (a hub id)."""
     if not launch.model_path:
@@ -193,6 +204,15 @@ def model_check(launch: Launch, probe: Mapping[str, Any]) -> Check:
             f"{launch.model_path} does not exist on this host",
             model,
             "copy the model there, or fix --model-path",
+        )
+    why = NOT_A_MODEL.get(str(model.get("form")))
+    if why:
+        return check(
+            "model_path",
+            "fail",
+            f"{launch.model_path} is not a model: {why}",
+            model,
+            "point --model-path at a model directory (config.json) or a .gguf file",
         )
     size = (model.get("bytes") or 0) / 1e9
     more = "+" if model.get("truncated") else ""

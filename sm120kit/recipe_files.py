@@ -12,10 +12,11 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from . import drivers as drv
 from .errors import RecipeError
-from .lock import Lock, StackSpec, check_stack_lock, locks_root, parse_stack
+from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack
 from .recipe_checks import (
     _CHOICE_OPTIONAL,
     _CHOICE_REQUIRED,
@@ -337,6 +338,8 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
     stack, lock = _parse_stack(f, data, packages, patches_dir)
+    if stack is not None and lock is not None and lock.torch:
+        _check_torch_is_the_locks(f, torch, lock, stack.lock)
     return Recipe(
         name=name,
         path=path,
@@ -363,7 +366,25 @@ def _parse_stack(
     stack = parse_stack(data["stack"], f.error)
     torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
     specs = {k: v for k, v in torch_specs.items() if v is not None}
-    return stack, check_stack_lock(stack, locks_root(patches_dir.parent), specs, f.error)
+    root = locks_root(patches_dir.parent)
+    return load_stack(stack, root, specs, f.error, data.get("python"))
+
+
+def _check_torch_is_the_locks(f: _File, torch: TorchSpec, lock: Lock, name: str) -> None:
+    """One torch per recipe: [torch] is the serving stack's, that of `lock` (`recipe.lock`,
+    the lock for the recipe's preferred Python, named `name`): every build is against it."""
+    if Version(torch.version).public != Version(lock.torch).public:
+        raise f.error(
+            ("torch", "version"),
+            f"{torch.version!r} differs from {name}'s torch {lock.torch}: a recipe has one "
+            "torch, its lock's",
+        )
+    if torch.cuda != lock.torch_cuda:
+        raise f.error(
+            ("torch", "cuda"),
+            f"{torch.cuda!r} differs from {name}'s torch_cuda {lock.torch_cuda}: a recipe has "
+            "one torch, its lock's",
+        )
 
 
 def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:

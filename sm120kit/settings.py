@@ -32,7 +32,9 @@ FALSE_WORDS = frozenset({"false", "no", "0"})
 class Setting:
     """One setting: its dotted name (``cache.wait_timeout``), kind, default and bounds.
 
-    Kinds: ``bool``; ``int`` and ``float`` (finite, >= `minimum`, or > it with `above`);
+    Kinds: ``bool``; ``int`` and ``float`` (finite, >= `minimum`, or > it with `above`, and
+    <= `maximum`: every number reaches a timer, a sleep or a loop, where 1e11 s raises
+    OverflowError and 1e22 retries never end);
     ``path`` (a non-empty string; `nullable` ones also take null); ``controller`` (a path,
     null for the default, or false for none); ``stores`` (a list of store mappings).
     """
@@ -43,6 +45,7 @@ class Setting:
     minimum: float = 0
     above: bool = False
     nullable: bool = False
+    maximum: float | None = None
 
     @property
     def env(self) -> str:
@@ -55,27 +58,39 @@ class Setting:
         return tuple(self.name.split("."))
 
 
+#: The longest time any setting or flag may name, in seconds (30 days). Every such value
+#: reaches a timer: threading's waits refuse more than threading.TIMEOUT_MAX (about 9.2e9 s)
+#: with OverflowError, and no run of this tool waits a month for anything.
+MAX_SECONDS = 30 * 86400.0
+#: The most of anything countable (hosts at once, connect attempts).
+MAX_COUNT = 10_000
+#: The longest path a setting may name: PATH_MAX on Linux. A longer one is refused by the
+#: first system call that sees it (ENAMETOOLONG); said here, before any host.
+MAX_PATH = 4096
+#: The longest part of a path between slashes: NAME_MAX on Linux's file systems.
+MAX_NAME = 255
+
 #: Every setting the tool reads. invoke.yaml documents each with its default.
 SETTINGS: tuple[Setting, ...] = (
     Setting("inventory", "path", "inventory/hosts.yaml"),
-    Setting("forks", "int", 16, minimum=1),
+    Setting("forks", "int", 16, minimum=1, maximum=MAX_COUNT),
     # None: ssh_config's UserKnownHostsFile, else ~/.ssh/known_hosts
     Setting("known_hosts", "path", None, nullable=True),
     Setting("accept_new_host_keys", "bool", False),
-    Setting("connect_timeout", "float", 10.0, minimum=0, above=True),
-    Setting("connect_retries", "int", 3, minimum=1),
-    Setting("retry_backoff", "float", 0.5, minimum=0),
+    Setting("connect_timeout", "float", 10.0, minimum=0, above=True, maximum=MAX_SECONDS),
+    Setting("connect_retries", "int", 3, minimum=1, maximum=100),
+    Setting("retry_backoff", "float", 0.5, minimum=0, maximum=3600.0),
     Setting("run_root", "path", "~/.cache/sm120kit/runs"),
-    Setting("lock_stale_after", "float", 300.0, minimum=0, above=True),
+    Setting("lock_stale_after", "float", 300.0, minimum=0, above=True, maximum=MAX_SECONDS),
     Setting("recipes_dir", "path", "recipes"),
     Setting("sources_store", "path", None, nullable=True),
     Setting("sources_mirror", "path", None, nullable=True),
     Setting("cache.controller", "controller", None, nullable=True),
     Setting("cache.host_store", "bool", True),
     Setting("cache.stores", "stores", []),
-    Setting("cache.wait_timeout", "float", 7200.0, minimum=0, above=True),
-    Setting("cache.stale_lock_after", "float", 300.0, minimum=0, above=True),
-    Setting("cache.poll_interval", "float", 2.0, minimum=0, above=True),
+    Setting("cache.wait_timeout", "float", 7200.0, minimum=0, above=True, maximum=MAX_SECONDS),
+    Setting("cache.stale_lock_after", "float", 300.0, minimum=0, above=True, maximum=MAX_SECONDS),
+    Setting("cache.poll_interval", "float", 2.0, minimum=0, above=True, maximum=3600.0),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -108,9 +123,15 @@ def parse_bool(value: Any, what: str) -> bool:
 
 
 def parse_number(
-    value: Any, what: str, *, kind: type = int, minimum: float = 0, above: bool = False
+    value: Any,
+    what: str,
+    *,
+    kind: type = int,
+    minimum: float = 0,
+    above: bool = False,
+    maximum: float | None = None,
 ) -> Any:
-    """`value` as a finite int/float >= minimum (> minimum with `above`).
+    """`value` as a finite int/float >= minimum (> minimum with `above`), <= `maximum`.
 
     A bool is not a number here, nor is 1.5 a whole number (int() would truncate it), nor
     are nan and inf (nan compares false with every bound and would slip through).
@@ -135,6 +156,8 @@ def parse_number(
     if (out <= minimum) if above else (out < minimum):
         rel = ">" if above else ">="
         raise Sm120Error(f"{what}: must be {rel} {minimum:g}, got {_show(value)}")
+    if maximum is not None and out > maximum:
+        raise Sm120Error(f"{what}: must be <= {maximum:g}, got {_show(value)}")
     return out
 
 
@@ -147,6 +170,15 @@ def _parse_path(value: Any, what: str, nullable: bool) -> str | None:
         raise Sm120Error(f"{what}: expected a path (a string), got {_show(value)}")
     if "\0" in value or "\n" in value:
         raise Sm120Error(f"{what}: a path may not hold NUL or newline characters")
+    if len(value) > MAX_PATH:
+        raise Sm120Error(
+            f"{what}: a path of {len(value)} characters (at most {MAX_PATH}): {_show(value)}"
+        )
+    longest = max(value.split("/"), key=len)
+    if len(longest) > MAX_NAME:
+        raise Sm120Error(
+            f"{what}: a path part of {len(longest)} characters (at most {MAX_NAME}): {_show(value)}"
+        )
     return value
 
 
@@ -197,6 +229,7 @@ def parse(setting: Setting, value: Any, source: str) -> Any:
             kind=int if setting.kind == "int" else float,
             minimum=setting.minimum,
             above=setting.above,
+            maximum=setting.maximum,
         )
     if setting.kind == "path":
         return _parse_path(value, what, setting.nullable)
@@ -253,24 +286,72 @@ def resolve(layers: list[tuple[str, Mapping[str, Any]]], env: Mapping[str, str])
             if found:
                 value, source = raw, layer_name
         if setting.env in env:
-            value, source = env[setting.env], f"{setting.env}={env[setting.env]!r}"
+            value, source = env[setting.env], f"{setting.env}={_show(env[setting.env])}"
         parsed = parse(setting, value, source) if source else value
         node = out
         for key in setting.path[:-1]:
             node = node.setdefault(key, {})
         node[setting.path[-1]] = parsed
-    # Keys this tool does not declare are kept as they are (the cache block refuses its own
-    # unknown keys, naming the known ones, in cache.config).
-    for _, section in layers:
+    # A key this tool does not declare is a typo (`wait_timout`) or a setting of another
+    # version: refused, naming it and its file, rather than ignored without a word.
+    for layer_name, section in layers:
         for key, value in (section or {}).items():
             if key in SECTIONS:
-                known = {s.path[1] for s in SETTINGS if s.path[0] == key}
-                for sub, raw in (value or {}).items():
+                known = sorted(s.path[1] for s in SETTINGS if s.path[0] == key)
+                for sub in value or {}:
                     if sub not in known:
-                        out[key][sub] = raw
+                        raise Sm120Error(
+                            f"{layer_name}: sm120kit.{key}.{_key(sub)}: unknown setting "
+                            f"(known: {', '.join(known)})"
+                        )
             elif key not in BY_NAME:
-                out[key] = value
+                known = sorted({s.path[0] for s in SETTINGS})
+                raise Sm120Error(
+                    f"{layer_name}: sm120kit.{_key(key)}: unknown setting "
+                    f"(known: {', '.join(known)})"
+                )
     return out
+
+
+def _key(key: Any) -> str:
+    text = str(key)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def duplicate_keys(path: str) -> None:
+    """Refuse a config file whose ``sm120kit`` section names a key twice (at any depth).
+
+    YAML loaders (invoke's too) keep the last of two equal keys without a word, so a
+    setting changed at the top of the section is silently undone further down. The file is
+    read again with a loader that remembers each mapping's keys; Sm120Error "FILE line N:
+    sm120kit.KEY given twice" for the first repeat. A file that does not parse is left to
+    invoke, which read it already.
+    """
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            root = yaml.compose(fh, Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return
+    if not isinstance(root, yaml.MappingNode):
+        return
+
+    def walk(node: Any, where: str) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            return
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = getattr(key_node, "value", None)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise Sm120Error(f"{path} line {line}: {where}.{_key(key)} given twice")
+            seen.add(key)
+            walk(value_node, f"{where}.{_key(key)}")
+
+    for key_node, value_node in root.value:
+        if getattr(key_node, "value", None) == "sm120kit":
+            walk(value_node, "sm120kit")
 
 
 def config_layers(config: Any) -> list[tuple[str, Mapping[str, Any]]]:
@@ -281,8 +362,10 @@ def config_layers(config: Any) -> list[tuple[str, Mapping[str, Any]]]:
         data = getattr(config, f"_{level}", None)
         if not isinstance(data, Mapping) or "sm120kit" not in data:
             continue
-        path = getattr(config, f"_{level}_path", None) or f"{level} config file"
-        layers.append((str(path), data["sm120kit"]))
+        path = getattr(config, f"_{level}_path", None)
+        if path:
+            duplicate_keys(str(path))
+        layers.append((str(path or f"{level} config file"), data["sm120kit"]))
     overrides = getattr(config, "_overrides", None)
     if isinstance(overrides, Mapping) and "sm120kit" in overrides:
         layers.append(("config overrides", overrides["sm120kit"]))
@@ -295,6 +378,7 @@ __all__ = [
     "SETTINGS",
     "Setting",
     "config_layers",
+    "duplicate_keys",
     "parse",
     "parse_bool",
     "parse_number",

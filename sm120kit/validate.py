@@ -104,13 +104,20 @@ def _where(host: str, sources: Mapping[str, str], key: str) -> str:
 
 
 def number(
-    value: Any, what: str, *, kind: type = int, minimum: float = 0, above: bool = False
+    value: Any,
+    what: str,
+    *,
+    kind: type = int,
+    minimum: float = 0,
+    above: bool = False,
+    maximum: float | None = None,
 ) -> Any:
-    """`value` as a finite int/float >= minimum (> minimum with `above`); Sm120Error naming
-    `what`. The same parser as every setting's (`sm120kit.settings.parse_number`)."""
+    """`value` as a finite int/float >= minimum (> minimum with `above`), <= `maximum`;
+    Sm120Error naming `what`. The same parser as every setting's
+    (`sm120kit.settings.parse_number`)."""
     from .settings import parse_number
 
-    return parse_number(value, what, kind=kind, minimum=minimum, above=above)
+    return parse_number(value, what, kind=kind, minimum=minimum, above=above, maximum=maximum)
 
 
 def check_regex(pattern: str | None, flag: str) -> None:

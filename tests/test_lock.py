@@ -19,30 +19,34 @@ REPO = Path(__file__).resolve().parent.parent
 SHA = "0" * 63 + "1"
 
 GOOD = f"""\
-[lock]
+lock-version = "1.0"
+requires-python = "==3.11.*"
+created-by = "sm120kit"
+
+[tool.sm120kit]
 top = "demo==1.0"
 python = "3.11"
 platform = "manylinux_2_34_x86_64"
 torch = "2.14.1"
 torch_cuda = "13.0"
-resolver = "pip 23.2.1 install --dry-run --ignore-installed --report"
+resolver = "uv 0.13.9 pip compile"
 drafted = "2026-12-02"
 
-[[package]]
+[[packages]]
 name = "demo"
 version = "1.0"
-filename = "demo-1.0-py3-none-any.whl"
-url = "https://example.invalid/demo-1.0-py3-none-any.whl"
-sha256 = "{SHA}"
+wheels = [{{ name = "demo-1.0-py3-none-any.whl", url = "https://example.invalid/demo-1.0-py3-none-any.whl", hashes = {{ sha256 = "{SHA}" }} }}]
+
+[packages.tool.sm120kit]
 from = "release"
 compiled = false
 
-[[package]]
+[[packages]]
 name = "torch"
 version = "2.14.1"
-filename = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
-url = "https://example.invalid/torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
-sha256 = "{SHA}"
+wheels = [{{ url = "https://example.invalid/torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", size = 12, hashes = {{ sha256 = "{SHA}" }} }}]
+
+[packages.tool.sm120kit]
 from = "release"
 compiled = true
 """
@@ -66,31 +70,44 @@ def test_a_lock_loads_and_round_trips(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "where"),
     [
-        (("compiled = false", "compiled = false\nsha = 1"), ":18: package[0].sha: unknown key"),
+        (
+            ("compiled = false", "compiled = false\nsha = 1"),
+            ":22: packages[0].tool.sm120kit.sha: unknown key",
+        ),
         (
             (
-                f'sha256 = "{SHA}"\nfrom = "release"\ncompiled = true',
-                'sha256 = "abc"\nfrom = "release"\ncompiled = true',
+                f'size = 12, hashes = {{ sha256 = "{SHA}" }}',
+                'size = 12, hashes = { sha256 = "abc" }',
             ),
-            ":24: package[1].sha256: expected 64 lower-case hex digits",
+            ":26: packages[1].wheels.hashes: expected { sha256 = <64 lower-case hex> }",
         ),
         (
             ('from = "release"\ncompiled = false', 'from = "pypi"\ncompiled = false'),
-            ":16: package[0].from: 'pypi' is not one of release, build",
+            ":20: packages[0].tool.sm120kit.from: 'pypi' is not one of",
         ),
         (
             ('torch = "2.14.1"', 'torch = "2.13.0"'),
-            ":5: lock.torch: 2.13.0 differs from the torch entry's 2.14.1",
+            ":9: tool.sm120kit.torch: 2.13.0 differs from the torch entry's 2.14.1",
         ),
         (
             ('top = "demo==1.0"', 'top = "demo>=1.0"'),
-            ":2: lock.top: 'demo>=1.0' must pin one version exactly",
+            ":6: tool.sm120kit.top: 'demo>=1.0' must pin one version exactly",
         ),
         (
             ('top = "demo==1.0"', 'top = "other==1.0"'),
-            ":2: lock.top: other==1.0 is not among the lock's packages",
+            ":6: tool.sm120kit.top: other==1.0 is not among the lock's packages",
         ),
-        (('drafted = "2026-12-02"\n', ""), ": lock: missing required key 'drafted'"),
+        (('drafted = "2026-12-02"\n', ""), ": tool.sm120kit: missing required key 'drafted'"),
+        (
+            ('requires-python = "==3.11.*"', 'requires-python = ">=3.11"'),
+            ":2: requires-python: expected '==3.11.*'",
+        ),
+        (
+            ('lock-version = "1.0"', 'lock-version = "2.0"'),
+            ':1: lock-version: expected "1.0" (PEP 751)',
+        ),
+        (("size = 12, ", "size = -1, "), ":26: packages[1].wheels.size: expected a byte count"),
+        (("[tool.sm120kit]\n", "[tool.other]\n"), ": tool.sm120kit: missing"),
     ],
 )
 def test_bad_locks_name_file_line_and_key(
@@ -106,11 +123,9 @@ def test_bad_locks_name_file_line_and_key(
 
 
 def test_a_distribution_listed_twice_is_refused(tmp_path: Path) -> None:
-    twice = (
-        GOOD
-        + GOOD[GOOD.index("[[package]]") : GOOD.index("[[package]]", GOOD.index("[[package]]") + 1)]
-    )
-    with pytest.raises(RecipeError, match=r"demo.toml:\d+: package.name: demo is listed twice"):
+    first = GOOD.index("[[packages]]")
+    twice = GOOD + GOOD[first : GOOD.index("[[packages]]", first + 1)]
+    with pytest.raises(RecipeError, match=r"demo.toml:\d+: packages.name: demo is listed twice"):
         load_lock(_lock(tmp_path, twice))
 
 
@@ -163,7 +178,7 @@ def test_repo_recipes_name_their_stacks() -> None:
         (
             "[stack]\n",
             "[stack]\nbuidl = []\n",
-            r"r580\.toml:\d+: stack\.buidl: unknown key; allowed: build, loaders, lock",
+            r"r580\.toml:\d+: stack\.buidl: unknown key; allowed: build, indexes, loaders, locks",
         ),
         (
             'top = "sglang==0.5.23"',
@@ -181,14 +196,24 @@ def test_repo_recipes_name_their_stacks() -> None:
             r"r580\.toml:\d+: stack\.build: nosuch is not a distribution of locks/",
         ),
         (
-            'lock = "locks/',
-            'lock = "/abs/locks/',
-            r"r580\.toml:\d+: stack\.lock: '/abs/locks/.*' must be a \.toml path relative",
+            'locks = "locks/',
+            'locks = "/abs/locks/',
+            r"r580\.toml:\d+: stack\.locks: '/abs/locks/.*' must be a directory relative",
         ),
         (
-            'lock = "locks/',
-            'lock = "locks/missing-',
-            r"^locks/missing-sglang.*: cannot read the lock",
+            'locks = "locks/',
+            'locks = "locks/missing-',
+            r"^locks/missing-sglang.*: cannot read the lock directory",
+        ),
+        (
+            'locks = "locks/sglang-0.5.23"',
+            'lock = "locks/sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml"',
+            r"r580\.toml:\d+: stack\.lock: replaced by locks = ",
+        ),
+        (
+            'python = "3.11"',
+            'python = "3.10"',
+            r"r580\.toml:\d+: python: locks/sglang-0\.5\.23 has locks for Python 3\.11, none for",
         ),
     ],
 )
@@ -212,7 +237,7 @@ def test_a_build_candidate_must_admit_the_locks_torch(tmp_path: Path) -> None:
     )
     with pytest.raises(
         RecipeError,
-        match=r"r570\.toml:\d+: stack\.lock: the recipe's sgl-kernel 0\.3\.21 entry wants torch '==2\.9\.0'",
+        match=r"r570\.toml:\d+: stack\.locks: the recipe's sgl-kernel 0\.3\.21 entry wants torch '==2\.9\.0'",
     ):
         load_recipes(folder)
 
@@ -224,6 +249,35 @@ def test_a_host_glibc_older_than_the_locks_platform_is_named() -> None:
     assert lock is not None and lock.platform == "manylinux_2_34_x86_64"
     assert glibc_problem(lock, "2.35") is None and glibc_problem(lock, None) is None
     assert glibc_problem(lock, "2.31") == (
-        "glibc 2.31 is older than 2.34, which sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml "
+        "glibc 2.31 is older than 2.34, which pylock.cp311-manylinux_2_34_x86_64.toml "
         "(manylinux_2_34_x86_64) needs"
     )
+
+
+def test_an_old_format_lock_names_the_conversion(tmp_path: Path) -> None:
+    """A lock in the earlier format ([lock], [[package]]) is refused with one line naming
+    `invoke lock.convert`; converting it gives the PEP 751 lock with every field kept."""
+    from sm120kit.lock_convert import convert_lock
+
+    lock = load_lock(_lock(tmp_path, GOOD))
+    old = [
+        "[lock]",
+        'top = "demo==1.0"\npython = "3.11"\nplatform = "manylinux_2_34_x86_64"',
+        'torch = "2.14.1"\ntorch_cuda = "13.0"\nresolver = "pip"\ndrafted = "2026-12-02"',
+    ]
+    for e in lock.packages:
+        old += ["[[package]]"] + [
+            f"{k} = {v!r}".replace("'", '"').replace("False", "false").replace("True", "true")
+            for k, v in e.to_dict().items()
+        ]
+    path = tmp_path / "demo-1.0-cp311-manylinux_2_34_x86_64.toml"
+    path.write_text("\n".join(old) + "\n")
+    with pytest.raises(RecipeError) as err:
+        load_lock(path)
+    msg = str(err.value)
+    assert "earlier format" in msg and "invoke lock.convert --path" in msg and "\n" not in msg
+    out = convert_lock(path, root=tmp_path)
+    assert out == tmp_path / "locks" / "demo-1.0" / "pylock.cp311-manylinux_2_34_x86_64.toml"
+    again = load_lock(out)
+    assert again.packages == lock.packages and again.torch == "2.14.1"
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left

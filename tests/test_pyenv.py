@@ -33,6 +33,7 @@ ENV_VARS: dict[str, Any] = {
     "recipe.torch.version": "2.13.0",
     "recipe.torch.cuda": "cpu",
     "provision_packages": ["minikernel"],
+    "provision_stack": False,  # the build env is under test, not the serving stack
     # The fleet hosts have their own HOME, so the machine's user pip.conf (find-links
     # /opt/wheels) is not theirs: pass the wheelhouse like an offline site would.
     "pip_args": ["--find-links", "/opt/wheels"],

@@ -12,6 +12,8 @@ object of this machine, the sshd fleet. Simulated: the target GPU and driver (ho
 from __future__ import annotations
 
 import shutil
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,37 @@ from tests.support.tiny_index import SYSTEM_SO, make_wheel, serve, sha256_of
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(1200)
+#: Where the tests keep uv's pinned wheel between runs (downloaded once, checked by sha256).
+UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
+
+
+@pytest.fixture(scope="session")
+def uv_wheel() -> Path:
+    """uv's pinned wheel (`stack_files.UV`), fetched once per machine from its URL and checked
+    by sha256: the hosts get it from the controller's release cache, as a host without index
+    access gets it from the stores."""
+    import urllib.request
+
+    from sm120kit.ops.stack_files import UV
+
+    path = UV_KEPT / UV.filename
+    if not path.is_file() or sha256_of(path) != UV.sha256:
+        UV_KEPT.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(".part")
+        with urllib.request.urlopen(UV.url, timeout=120) as resp, part.open("wb") as out:
+            shutil.copyfileobj(resp, out)
+        assert sha256_of(part) == UV.sha256
+        part.replace(path)
+    return path
+
+
+def release_cache_with_uv(root: Path, uv_wheel: Path) -> str:
+    """A controller release cache at `root` holding uv's wheel alone."""
+    from sm120kit.ops.stack_files import UV
+
+    (root / UV.sha256).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(uv_wheel, root / UV.sha256 / UV.filename)
+    return str(root)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +85,58 @@ def test_platform_tags_cover_every_older_manylinux() -> None:
     assert tags[0] == "manylinux_2_34_x86_64" and "manylinux_2_5_x86_64" in tags
     assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"} <= set(tags)
     assert "manylinux_2_35_x86_64" not in tags
+
+
+@pytest.mark.parametrize(
+    ("filename", "glibc", "machine", "python", "why"),
+    [
+        ("a-1-cp311-cp311-manylinux_2_34_x86_64.whl", "2.31", "x86_64", "3.11",
+         "needs glibc 2.34, host has 2.31"),
+        ("a-1-cp311-cp311-manylinux2014_x86_64.whl", "2.12", "x86_64", "3.11",
+         "needs glibc 2.17, host has 2.12"),
+        ("a-1-cp311-cp311-manylinux_2_17_x86_64.manylinux_2_39_x86_64.whl", "2.31", "x86_64",
+         "3.11", None),  # one tag that fits is enough
+        ("a-1-cp312-cp312-manylinux_2_17_x86_64.whl", "2.39", "x86_64", "3.11",
+         "Python cp312, host's is 3.11"),
+        ("a-1-cp38-abi3-manylinux_2_17_x86_64.whl", "2.39", "x86_64", "3.13", None),
+        ("a-1-cp311-cp311-manylinux_2_17_aarch64.whl", "2.39", "x86_64", "3.11",
+         "machine aarch64, host is x86_64"),
+        ("a-1-py3-none-any.whl", "2.5", "riscv64", "3.10", None),
+        ("a-1-py2-none-any.whl", "2.39", "x86_64", "3.11", "Python py2, host's is 3.11"),
+        ("a-1-cp311-cp311-manylinux_2_34_x86_64.whl", None, "", "3.11", None),  # unknown
+    ],
+)  # fmt: skip
+def test_each_wheel_is_checked_against_the_host_before_anything_changes(
+    filename: str, glibc: str | None, machine: str, python: str, why: str | None
+) -> None:
+    from sm120kit.lock import LockEntry
+    from sm120kit.ops.stack_files import tag_problems
+
+    entry = LockEntry("a", "1", filename, "https://x/" + filename, "0" * 64, "release", True)
+    got = tag_problems([entry], glibc, machine, python)
+    assert got == ([f"cannot install a 1 ({filename}): {why}"] if why else [])
+
+
+@pytest.mark.parametrize(
+    ("url", "indexes", "refused"),
+    [
+        ("https://files.pythonhosted.org/packages/a.whl", ["https://files.pythonhosted.org"], False),
+        ("https://files.pythonhosted.org.evil.example/a.whl", ["https://files.pythonhosted.org"], True),
+        ("http://127.0.0.1:9/files/a.whl", ["http://127.0.0.1:8/"], True),
+        ("https://mirror.example/a.whl", [], False),  # a lock naming no index: not judged
+        ("https://pypi.nvidia.com/a/a.whl", ["https://pypi.org", "https://pypi.nvidia.com/"], False),
+    ],
+)  # fmt: skip
+def test_a_file_is_fetched_only_from_an_index_the_lock_names(
+    url: str, indexes: list[str], refused: bool
+) -> None:
+    from sm120kit.lock import LockEntry
+    from sm120kit.ops.stack_files import index_problems
+    from sm120kit.remote.install_lock import allowed
+
+    entry = LockEntry("a", "1", "a-1-py3-none-any.whl", url, "0" * 64, "release", False)
+    assert bool(index_problems([entry], indexes)) is refused
+    assert allowed(url, indexes) is not refused  # the host's own check of a download
 
 
 def test_draft_locks_the_closure_with_the_index_hashes(index: Any, tmp_path: Path) -> None:
@@ -101,36 +186,43 @@ STACK_HOST = {
 }
 
 
-def _tiny_recipes(tmp: Path, index: Any, bad: str | None = None) -> Path:
+def _tiny_recipes(
+    tmp: Path,
+    index: Any,
+    bad: str | None = None,
+    edit: Callable[[str], str] | None = None,
+    text: str = "",
+    top: str = "demo-app==1.0",
+) -> Path:
     """The repo's recipes with r580's [stack] pointing at a lock of the tiny closure (drafted
-    by the real drafting function); `bad`: a distribution whose sha256 is then wrong."""
+    by the real drafting function, or `text`); `bad`: a distribution whose sha256 is then
+    wrong; `edit`: a change to the lock's text."""
     files, url = index
     root = tmp / "tree"
     if not root.exists():
         shutil.copytree(REPO / "recipes", root / "recipes")
         shutil.copytree(REPO / "patches", root / "patches")
-    lock = draft_lock(
-        "demo-app==1.0",
-        python="3.11",
-        platform="manylinux_2_34_x86_64",
-        target=None,
-        cache=tmp / "cache",
-        index=url,
-    )
-    from sm120kit.lock import dump_lock
+    if not text:
+        lock = draft_lock(
+            top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
+            cache=tmp / "cache", index=url,
+        )  # fmt: skip
+        from sm120kit.lock import dump_lock
 
-    text = dump_lock(lock, ["tiny"])
+        text = dump_lock(lock, ["tiny"])
     if bad:
         entry = lock.entry(bad)
         assert entry is not None
         text = text.replace(entry.sha256, "f" * 64)
-    (root / "locks").mkdir(exist_ok=True)
-    (root / "locks" / "demo.toml").write_text(text)
+    if edit:
+        text = edit(text)
+    (root / "locks" / "demo").mkdir(parents=True, exist_ok=True)
+    (root / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml").write_text(text)
     recipe = root / "recipes" / "r580.toml"
     body = recipe.read_text()
     start = body.index("\n[stack]\n") + 1
     end = body.find("\n[", start + 1)
-    table = '[stack]\ntop = "demo-app==1.0"\nlock = "locks/demo.toml"\nreason = "tiny"\n'
+    table = f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "tiny"\n'
     recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
     return root / "recipes"
 
@@ -149,18 +241,32 @@ def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:
 
 
 def test_provision_installs_the_lock_verified_and_idempotent(
-    fleet: Fleet, index: Any, tmp_path: Path
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
+    """Over SSH (gpu3) and locally: installed by uv, verified, a rerun changes nothing; then
+    drift behind the tool's back (a distribution added, a locked one removed, with uv itself)
+    is repaired and reported, a half-made env is made again, and a corrupt file in the host's
+    releases/ is fetched again (its copy in the controller store was a copy, not one linked
+    file)."""
     recipes = _tiny_recipes(tmp_path, index)
     inv = _inventory(fleet, tmp_path, ("gpu3", "local"))
-    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
+    env = invoke_env(
+        fleet,
+        tmp_path,
+        INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+        SM120KIT_RELEASE_CACHE=cache,
+        INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
+    )
     args = ["provision", "-H", "gpu3,local", "-i", str(inv), "--json"]
     first = run_invoke(args, env)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert "[gpu3] stack" in first.stderr  # progress on stderr under --json too
     fetched = 0
     for name, host in json_of(first)["hosts"].items():
         steps = {s["name"]: s for s in host["steps"]}
         assert steps["stack"]["status"] == "changed", steps["stack"]
+        assert "synced by uv 0.13.9 (3 added, 0 removed, 0 replaced)" in steps["stack"]["message"]
         assert "env" not in steps  # nothing is built: no build env
         stack = host["stack"]
         native = stack["packages"]["demo-native"]
@@ -168,6 +274,7 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert native["index"].endswith("/files") and native["checked"].startswith("sha256")
         py = Path(stack["env"]) / "bin" / "python"
         assert py.exists() and (tmp_path / "work" / name).as_posix() in stack["env"]
+        assert (tmp_path / "work" / name / "tools" / "uv-0.13.9" / "uv").is_file()
         fetched += stack["downloaded_bytes"]
         # The JIT packages' CUDA_HOME: the toolkit step's, set by a .pth file of the env.
         [pth] = Path(stack["env"]).glob("lib/python*/site-packages/sm120kit_cuda_home.pth")
@@ -186,13 +293,124 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert smoke["status"] == "ok" and smoke["message"].startswith("reused the verdict of")
         assert "downloaded_bytes" not in host["stack"]  # nothing fetched
 
+    # Drift on gpu3, made with uv itself: one distribution added, one locked one removed.
+    work = tmp_path / "work" / "gpu3"
+    stack_env = Path(json_of(again)["hosts"]["gpu3"]["stack"]["env"])
+    extra = make_wheel(tmp_path / "extra", "demo-extra", "9.0")
+    uv = [str(work / "tools" / "uv-0.13.9" / "uv"), "pip"]
+    where = ["--python", str(stack_env / "bin" / "python"), "--offline", "-q"]
+    uv_env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache"), "PATH": "/usr/bin:/bin"}
+    subprocess.run([*uv, "install", *where, "--no-deps", str(extra)], check=True, env=uv_env)
+    subprocess.run([*uv, "uninstall", *where, "demo-lib"], check=True, env=uv_env)
+    # On local: an env cut off while it was made, and a corrupt file in releases/.
+    local = tmp_path / "work" / "local"
+    local_env = Path(json_of(again)["hosts"]["local"]["stack"]["env"])
+    shutil.rmtree(local_env)
+    (local_env / "bin").mkdir(parents=True)  # no pyvenv.cfg, no python: half-made
+    [native_file] = local.glob("releases/*/demo_native-*.whl")
+    native_file.write_bytes(b"not the lock's file")
+    repaired = run_invoke(args, env)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    hosts = json_of(repaired)["hosts"]
+    msg = next(s for s in hosts["gpu3"]["steps"] if s["name"] == "stack")["message"]
+    assert "not in the lock: demo-extra==9.0" in msg and "missing: demo-lib" in msg
+    assert hosts["gpu3"]["stack"]["sync"]["removed"] == ["demo-extra==9.0"]
+    assert hosts["gpu3"]["stack"]["sync"]["added"] == ["demo-lib==2.0"]
+    msg = next(s for s in hosts["local"]["steps"] if s["name"] == "stack")["message"]
+    assert "half-made" in msg and "fetched again: demo-native" in msg, msg
+    assert sha256_of(native_file) == sha256_of(next(index[0].glob("demo_native-*.whl")))
+    assert native_file.stat().st_nlink == 1  # the host's copy, not the store's file
+    assert not list(local_env.parent.glob("*.sm120kit-new"))
+    last = run_invoke(args, env)
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert all(h["changed"] == 0 for h in json_of(last)["hosts"].values())
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda t: t.replace("manylinux_2_17_x86_64.whl", "manylinux_2_99_x86_64.whl"),
+         "cannot install demo-native 0.1 (demo_native-0.1-cp311-cp311-manylinux_2_99_x86_64.whl):"
+         " needs glibc 2.99, host has "),
+        (lambda t: t.replace('url = "http://127.0.0.1:', 'url = "http://127.0.0.10:', 1),
+         "is under none of the lock's indexes (http://127.0.0.1:"),
+    ],
+)  # fmt: skip
+def test_plan_and_provision_refuse_a_file_the_host_cannot_take_before_any_change(
+    fleet: Fleet, index: Any, tmp_path: Path, edit: Callable[[str], str], says: str
+) -> None:
+    """A locked wheel whose tag needs a newer glibc than the host's (the host's real glibc,
+    named in the lock file by a changed file name), and a URL outside the lock's indexes: plan
+    says so and provision stops before it fetches or makes anything."""
+    recipes = _tiny_recipes(tmp_path, index, edit=edit)
+    inv = _inventory(fleet, tmp_path, ("gpu7",))
+    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    for task in ("plan", "provision"):
+        proc = run_invoke([task, "-H", "gpu7", "-i", str(inv), "--json"], env)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        host = json_of(proc)["hosts"]["gpu7"]
+        assert host["status"] == "failed" and says in host["error"], host["error"]
+        work = tmp_path / "work" / "gpu7"
+        assert not (work / "envs").exists() and not (work / "releases").exists()
+
+
+def test_a_lock_of_207_tiny_files_installs_over_ssh(
+    fleet: Fleet, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """A lock the size of sglang 0.5.23's (207 files, its distribution names with a suffix,
+    tiny wheels from a loopback index) installs end to end over real SSH, then a rerun changes
+    nothing: every file through the stores, the script arguments on stdin."""
+    from sm120kit.lock import Lock, LockEntry, dump_lock, load_lock
+
+    real = load_lock(REPO / "locks" / "sglang-0.5.23" / "pylock.cp311-manylinux_2_34_x86_64.toml")
+    assert len(real.packages) == 207
+    files = tmp_path / "index207"
+    wheels = [make_wheel(files, f"{e.name}-tiny", e.version) for e in real.packages]
+    with serve(files) as url:
+        base = url.replace("/simple", "")
+        entries = tuple(
+            LockEntry(
+                e.name + "-tiny",
+                e.version,
+                w.name,
+                f"{base}/files/{w.name}",
+                sha256_of(w),
+                "release",
+                False,
+            )  # fmt: skip
+            for e, w in zip(real.packages, wheels, strict=True)
+        )
+        lock = Lock(
+            tmp_path / "big.toml", "aiohappyeyeballs-tiny==2.7.1", "3.11",
+            "manylinux_2_34_x86_64", "", "", "by hand", "2026-12-03", entries, {}, (base,),
+        )  # fmt: skip
+        text = dump_lock(lock, ["207 tiny files"])
+        recipes = _tiny_recipes(tmp_path, (files, url), text=text, top=lock.top)
+        inv = _inventory(fleet, tmp_path, ("gpu2",))
+        cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
+        env = invoke_env(
+            fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+            SM120KIT_RELEASE_CACHE=cache,
+            INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
+        )  # fmt: skip
+        args = ["provision", "-H", "gpu2", "-i", str(inv), "--json"]
+        first = run_invoke(args, env)
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        host = json_of(first)["hosts"]["gpu2"]
+        assert host["stack"]["sync"]["added"] and len(host["stack"]["sync"]["added"]) == 207
+        again = run_invoke(args, env)
+        assert again.returncode == 0 and json_of(again)["hosts"]["gpu2"]["changed"] == 0
+
 
 def test_a_lock_whose_sha256_differs_is_refused_before_install(
-    fleet: Fleet, index: Any, tmp_path: Path
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
     recipes = _tiny_recipes(tmp_path, index, bad="demo-native")
     inv = _inventory(fleet, tmp_path, ("gpu5",))
-    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
+    env = invoke_env(
+        fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes), SM120KIT_RELEASE_CACHE=cache
+    )
     proc = run_invoke(["provision", "-H", "gpu5", "-i", str(inv), "--json"], env)
     assert proc.returncode == 2
     host = json_of(proc)["hosts"]["gpu5"]
@@ -206,7 +424,7 @@ def test_a_lock_whose_sha256_differs_is_refused_before_install(
 
 
 def test_three_hosts_download_each_locked_file_from_the_index_once(
-    fleet: Fleet, index: Any, tmp_path: Path
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
     """A fleet of three provisioning one lock: every file leaves the index once (counted by
     the index server), one host per file downloads it and the wheel stores hand it to the
@@ -224,7 +442,8 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
             tmp_path,
             INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
             INVOKE_SM120KIT_CACHE_CONTROLLER=str(store),
-            SM120KIT_RELEASE_CACHE=str(tmp_path / "no-release-cache"),
+            # uv alone: the controller sends it (the lock's files come from the index)
+            SM120KIT_RELEASE_CACHE=release_cache_with_uv(tmp_path / "no-release-cache", uv_wheel),
         )
         served.clear()  # what drafting the lock read
         args = ["provision", "-H", ",".join(trio), "-i", str(inv), "--json"]
@@ -239,8 +458,8 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
             assert Path(stack["env"], "bin", "python").exists()
             for where, n in stack["files_from"].items():
                 origins[where] = origins.get(where, 0) + n
-            assert sum(stack["files_from"].values()) == 3
-        assert origins == {"index": 3, "cache:local": 6}
+            assert sum(stack["files_from"].values()) == 4
+        assert origins == {"index": 3, "cache:local": 6, "controller": 3}
         served.clear()
         again = run_invoke(args, env)
         assert again.returncode == 0, again.stdout + again.stderr
@@ -250,7 +469,8 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
     offline = run_invoke(["provision", "-H", "gpu3", "-i", str(inv), "--json"], env)
     assert offline.returncode == 0, offline.stdout + offline.stderr
     stack = json_of(offline)["hosts"]["gpu3"]["stack"]
-    assert stack["files_from"] == {"cache:local": 3} and stack["downloaded_bytes"] == 0
+    assert stack["files_from"] == {"cache:local": 3, "controller": 1}
+    assert stack["downloaded_bytes"] == 0
     assert Path(stack["env"], "bin", "python").exists()
 
 

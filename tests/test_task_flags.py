@@ -25,10 +25,10 @@ EXPECTED: dict[str, set[str]] = {
     "facts": COMMON,
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
-    "plan": COMMON | RECIPE | {"explain", "package"},
+    "plan": COMMON | RECIPE | {"explain", "package", "stack", "no-stack"},
     "provision": COMMON
     | RECIPE
-    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack"},
+    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack", "no-stack"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
@@ -55,6 +55,7 @@ EXPECTED: dict[str, set[str]] = {
         "arch",
         "json",
     },
+    "lock.convert": {"path", "out", "json"},
 }
 
 #: The help text of each flag, as `invoke --help TASK` showed it before the flags were
@@ -93,10 +94,12 @@ HELP = {
     "mirror": "directory holding <dir>/ per source (default: setting sources_mirror)",
     "refresh": "read stored sources again and replace those whose tree changed (a corrected or "
     "deliberately patched mirror still claims the same commit)",
-    "stack": "install the recipe's serving stack (its [stack] lock) into its own env; build only "
-    "what it chooses to build (host var provision_stack: true does the same)",
+    "stack": "install the recipe's serving stack even where host var provision_stack is false "
+    "(the stack is the default)",
+    "no-stack": "leave the serving stack alone: build only the packages named (--package, vars)",
     "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
-    "out": "lock file to write (default locks/<name>-<version>-cp<XY>-<platform>.toml)",
+    "out": "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)",
+    "path": "the lock file to read",
     "platform": "newest platform tag the lock accepts",
     "index": "resolve from this index alone (pip --isolated --index-url), e.g. "
     "https://pypi.org/simple; default: pip's own configuration",
@@ -119,6 +122,7 @@ BOOL_FLAGS = {
     "rebuild",
     "refresh",
     "stack",
+    "no-stack",
 }
 
 

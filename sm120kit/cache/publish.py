@@ -78,7 +78,9 @@ class Publisher:
                 if src.host_root is not None:
                     continue
                 try:
-                    src.store.put(key, local, meta, link=req.any_host, digest=digest)
+                    # Never a hard link of a host's file: one corruption would damage both
+                    # copies (a released file on `local` is the host's own copy).
+                    src.store.put(key, local, meta, link=False, digest=digest)
                 except Exception as exc:  # noqa: BLE001 - other stores still get it
                     ctx.log.warning("put of %s into %s failed", key[:12], src.name, exc_info=True)
                     if unreachable(exc):

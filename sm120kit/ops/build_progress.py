@@ -1,4 +1,4 @@
-"""A running build's progress on the live display: its progress file, polled from a helper
+"""A running build's (or stack install's) progress on the live display: its progress file, polled from a helper
 thread (a poll never fails the build, and is not written to the host log)."""
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ def _progress_detail(text: str, seconds: float) -> str:
         doc = json.loads(text) if text.strip() else {}
     except ValueError:
         doc = {}
+    if doc.get("phase"):  # the stack step's install (install_lock): phase, files, bytes
+        got = f" {doc['bytes'] / 1e9:.2f} GB downloaded" if doc.get("bytes") else ""
+        return f"{doc['phase']} [{doc.get('done', 0)}/{doc.get('total', 0)}]{got} {seconds:.0f}s"
     if doc.get("total"):
         return f"[{doc.get('done', 0)}/{doc['total']}] {seconds:.0f}s"
     if doc.get("units"):

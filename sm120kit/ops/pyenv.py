@@ -371,6 +371,7 @@ def planned_env(spec: EnvSpec, python: Mapping[str, Any], facts: Mapping[str, An
         torch_cuda=None if spec.torch_cuda == "cpu" else spec.torch_cuda,
         cxx11_abi=True,  # torch >= 2.7 wheels use the C++11 ABI
         torch_arch_list=[],
+        planned=True,
     )
 
 

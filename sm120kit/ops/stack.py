@@ -35,20 +35,23 @@ from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext
 from ..stack import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..state import ProvisionState
+from .build_progress import poll_progress
 from .pyenv import choose_python
-from .stack_files import obtain_release
+from .stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
 
 RECORD = ".sm120kit-lock.json"
+#: Where a new env is made before it is moved into place (`uv_sync`).
+NEW = ".sm120kit-new"
 #: The .pth file giving the env's JIT packages the toolkit step's CUDA_HOME (install_lock).
 PTH = "sm120kit_cuda_home.pth"
 INSTALL_TIMEOUT = 4 * 3600.0
 #: Locked files obtained at once per host (each its own lookup, download and store put).
-FETCH_WORKERS = 4
+FETCH_WORKERS = 8
 
 
 def env_path(state: ProvisionState, lock: Lock) -> str:
     """The serving env of `lock` on this host."""
-    return state.paths.join("envs", f"stack-{lock.path.stem}")
+    return state.paths.join("envs", f"stack-{lock.label}")
 
 
 def release_path(state: ProvisionState, entry: LockEntry) -> str:
@@ -56,13 +59,39 @@ def release_path(state: ProvisionState, entry: LockEntry) -> str:
     return state.paths.join("releases", entry.sha256, entry.filename)
 
 
-def _needs(entry: dict[str, Any], probe: dict[str, Any]) -> bool:
-    """Whether the env lacks this file: the record names another sha256, or the env holds
-    another version (or none) of the distribution."""
-    key = str(canonicalize_name(entry["name"]))
-    mine = ((probe.get("record") or {}).get("packages") or {}).get(key) or {}
-    have = (probe.get("installed") or {}).get(key)
-    return not (mine.get("sha256") == entry["sha256"] and have == entry["version"])
+def _drift(entries: list[dict[str, Any]], probe: dict[str, Any]) -> list[str]:
+    """How the env differs from the lock, one phrase per kind (empty: as locked): no env, a
+    broken one (cut off while made), distributions missing, at another version or file, or
+    not in the lock at all (installed behind the tool's back)."""
+    if not probe.get("exists"):
+        return ["no env yet"]
+    if not probe.get("works"):
+        return ["the env does not work (half-made?): made again"]
+    mine = (probe.get("record") or {}).get("packages") or {}
+    have = dict(probe.get("installed") or {})
+    want = {str(canonicalize_name(e["name"])): e for e in entries}
+    missing = sorted(k for k in want if k not in have)
+    other = sorted(
+        k
+        for k, e in want.items()
+        if k in have
+        and (have[k] != e["version"] or (mine.get(k) or {}).get("sha256") != e["sha256"])
+    )
+    extra = sorted(f"{k}=={v}" for k, v in have.items() if k not in want)
+    out = []
+    for label, names in (("missing", missing), ("another version or file", other),
+                         ("not in the lock", extra)):  # fmt: skip
+        if names:
+            shown_ = ", ".join(names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else ""
+            )
+            out.append(f"{label}: {shown_}")
+    return out
+
+
+def _uv_cache(state: ProvisionState) -> str:
+    """uv's cache on the host (beside the env, so uv links from it into the env)."""
+    return state.paths.join("cache", "uv")
 
 
 def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
@@ -152,6 +181,16 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
     lock, choices = choose(state.resolved, read_copies=ctx.check_mode or not install)
+    python = choose_python(state.facts, lock.python, state.host.name)
+    # Every file, before anything changes: a wheel the host cannot install, or a URL outside
+    # the lock's indexes, is refused by plan and provision alike.
+    wheels = [c.entry for c in choices if c.source == "release"] + [UV]
+    version = ".".join(str(python.get("version") or lock.python).split(".")[:2])
+    problems = tag_problems(wheels, state.facts.get("glibc"), state.facts.get("arch"), version)
+    problems += index_problems([c.entry for c in choices if c.source == "release"], lock.indexes)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise HostFailed(f"{state.host.name}: stack {lock.top}: {problems[0]}{more}")
     problem = glibc_problem(lock, state.facts.get("glibc"))
     if problem:
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
@@ -164,7 +203,6 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     assert env is not None
     releases = [c for c in choices if c.source == "release"]
     builds = [c for c in choices if c.source == "build"]
-    python = choose_python(state.facts, lock.python, state.host.name)
     record = posixpath.join(env, RECORD)
     entries: list[dict[str, Any]] = [
         {
@@ -198,43 +236,48 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
         if built[c.entry.name].get("wheel")
     ]
     with ctx.step("stack") as step:
+        uv_row = {"name": UV.name, "dest": release_path(state, UV)}
         probe = ctx.script(
-            "install_lock", {"action": "probe", "env": env, "record": record, "entries": entries}
+            "install_lock",
+            {"action": "probe", "env": env, "record": record, "entries": [*entries, uv_row]},
         )
-        todo = [e for e in entries if _needs(e, probe)]
+        drift = _drift(entries, probe)
         for c in releases:
             doc["packages"][c.entry.name]["wheel_from"] = "release"
             doc["packages"][c.entry.name]["index"] = posixpath.dirname(c.entry.url)
         home = state.toolkit.cuda_home if state.toolkit is not None else None
         pth_ok = probe.get("cuda_home") == home
-        if not todo and pth_ok:
+        if not drift and pth_ok:
             step.message = f"{lock.top}: {len(entries)} distributions installed in {env} as locked"
             if home:
                 step.message += f", CUDA_HOME {home}"
             return doc
         present = set(probe.get("present") or [])
-        fetch = [e for e in todo if e["dest"] not in present]
-        size = sum(
-            c.entry.size or 0
-            for c in releases
-            if release_path(state, c.entry) in {e["dest"] for e in fetch}
-        )
+        uv_dest = release_path(state, UV)
+        fetch = [e for e in entries if e["dest"] not in present]
+        names = {e["name"] for e in fetch}
+        size = sum(c.entry.size or 0 for c in releases if c.entry.name in names)
         what = (
-            f"install {len(todo)} of {len(entries)} locked distributions of {lock.top} into {env} "
-            f"({len(fetch)} files to fetch, {size / 1e9:.2f} GB known)"
-            if todo
+            f"sync {env} to the {len(entries)} locked distributions of {lock.top} "
+            f"({'; '.join(drift)}; {len(fetch)} files to fetch, {size / 1e9:.2f} GB known)"
+            if drift
             else f"{lock.top} in {env}: installed as locked"
         )
         driver, arch = target_of(state.resolved)
         commands = [f"fetch {e['url']} -> {e['dest']} (sha256 {e['sha256']})" for e in fetch]
-        if todo:
+        if drift and uv_dest not in present:
+            commands.append(f"fetch {UV.url} -> {uv_dest} (sha256 {UV.sha256})")
+        if drift:
+            uv_bin = state.paths.join("tools", f"uv-{UV.version}", "uv")
+            made = f"{env}{NEW}"
             commands += [
+                f"unpack uv {UV.version} from {uv_dest} to {uv_bin}  # if absent",
                 f"verify compiled releases for driver {driver}, arch {arch}",
-                f"{python['path']} -m venv {env}  # if absent",
-                f"{env}/bin/python -m pip install --no-deps --require-hashes --no-index "
-                f"--no-compile -r <a group of the {len(todo)} locked files with --hash>  "
-                "# one pip per CPU at once",
-                f"{env}/bin/python -m compileall -q -i <each group's .py files>  # as its pip ends",
+                f"{uv_bin} venv --relocatable --python {python['path']} {made} "
+                f"&& (sync below into it) && mv {made} {env}  # if absent or broken",
+                f"{uv_bin} pip sync --offline --no-index --require-hashes --compile-bytecode "
+                f"--python {env}/bin/python <the {len(entries)} verified files as "
+                f"'name @ file://... --hash=sha256:...'>  # UV_CACHE_DIR={_uv_cache(state)}",
             ]
         if not pth_ok:
             what += f"; CUDA_HOME for its JIT packages: {home or 'none (no toolkit)'}"
@@ -246,12 +289,14 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
         if not ctx.may_act(step, what, commands):
             return doc
         step.commands = commands
-        if todo:
-            _install(ctx, state, lock, doc, releases, todo, fetch, python["path"], record)
+        if drift:
+            if uv_dest not in present:
+                fetch = [*fetch, uv_row]
+            _install(ctx, state, lock, doc, releases, entries, fetch, python["path"], record)
             step.message = f"{what}: {doc.pop('install_message')}"
         else:
             step.message = what
-        if not pth_ok or todo:
+        if not pth_ok or drift:
             done = ctx.script(
                 "install_lock", {"action": "cuda_home", "env": env, "cuda_home": home}
             )
@@ -260,56 +305,115 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     return doc
 
 
+def _fetch(
+    ctx: HostContext,
+    state: ProvisionState,
+    lock: Lock,
+    wanted: list[LockEntry],
+    target: dict[str, Any],
+) -> list[tuple[str, int]]:
+    """Obtain `wanted` on the host (`stack_files.obtain_release`), several at once, showing
+    files and bytes on the progress display as each arrives."""
+    total = len(wanted)
+    done: list[int] = []
+
+    def one(entry: LockEntry) -> tuple[str, int]:
+        indexes = UV_INDEXES if entry == UV else lock.indexes
+        got = obtain_release(ctx, entry, release_path(state, entry), target=target, indexes=indexes)
+        done.append(entry.size or 0)
+        known = sum(done) / 1e9
+        ctx.runner.progress.step(
+            ctx.host.name, "stack", f"fetch [{len(done)}/{total}] {known:.2f} GB"
+        )
+        return got
+
+    # Several files at once: most of a lock's 200 files are small, where one file's lookup,
+    # download and store put cost more in round trips than in bytes; the big ones download
+    # (and are verified on the host) while the others go on.
+    with ThreadPoolExecutor(FETCH_WORKERS) as pool:
+        return list(pool.map(one, wanted))
+
+
 def _install(
     ctx: HostContext,
     state: ProvisionState,
     lock: Lock,
     doc: dict[str, Any],
     releases: list[Choice],
-    todo: list[dict[str, Any]],
+    entries: list[dict[str, Any]],
     fetch: list[dict[str, Any]],
     python: str,
     record: str,
 ) -> None:
-    """Obtain the files to fetch (`stack_files.obtain_release`), then check, verify and
-    install `todo` on the host (`install_lock` ``apply``); fills `doc`."""
+    """Obtain the files to fetch and uv, then check, verify and sync the env to `entries` on
+    the host (`install_lock` ``apply``); a file found corrupt there is fetched again once. Fills
+    `doc`."""
     env = str(doc["env"])
-    by_dest = {release_path(state, c.entry): c for c in releases}
-    wanted = [e for e in fetch if e["dest"] in by_dest]
+    by_dest = {release_path(state, c.entry): c.entry for c in releases}
+    by_dest[release_path(state, UV)] = UV
+    wanted = [by_dest[e["dest"]] for e in fetch if e["dest"] in by_dest]
     target = _target(state, lock)
-    # A few files at once: most of a lock's 200 files are small, where one file's lookup,
-    # download and store put cost more in round trips than in bytes.
-    with ThreadPoolExecutor(FETCH_WORKERS) as pool:
-        got = list(
-            pool.map(lambda e: obtain_release(ctx, by_dest[e["dest"]].entry, e["dest"]), wanted)
-        )
-    origins = {e["dest"]: where for e, (where, _n) in zip(wanted, got, strict=True)}
+    got = _fetch(ctx, state, lock, wanted, target)
+    origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
     fetched = sum(n for _where, n in got)
-    result = ctx.script(
-        "install_lock",
-        {
-            "action": "apply",
-            "env": env,
-            "record": record,
-            "python": python,
-            "lock": str(lock.path),
-            "entries": todo,
-            "verify": target,
-        },
-        timeout=INSTALL_TIMEOUT,
-    )
+    # Files placed in this run were hashed as they arrived: not read again before install.
+    placed = {release_path(state, e) for e in wanted}
+    entries = [{**e, "checked": e["dest"] in placed} for e in entries]
+    progress = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.progress")
+    args = {
+        "action": "apply",
+        "env": env,
+        "record": record,
+        "python": python,
+        "lock": str(lock.path),
+        "entries": entries,
+        "verify": target,
+        "indexes": list(lock.indexes),
+        "uv": {"dest": release_path(state, UV), "version": UV.version},
+        "tools": state.paths.join("tools"),
+        "cache": _uv_cache(state),
+        "progress": progress,
+        "timeout": INSTALL_TIMEOUT,
+    }
+    refetched: list[str] = []
+    for _attempt in range(2):
+        with poll_progress(ctx, "stack", progress):
+            result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
+        corrupt = [by_dest[d] for d in result.get("corrupt") or [] if d in by_dest]
+        if result.get("ok") or not corrupt or refetched:
+            break
+        # A file in the host's releases/ whose bytes are not the lock's (removed there): fetched
+        # again through the stores, then everything is checked again.
+        refetched = [e.name for e in corrupt]
+        ctx.log.warning("corrupt on the host, fetched again: %s", ", ".join(refetched))
+        fetched += sum(n for _w, n in _fetch(ctx, state, lock, corrupt, target))
+        args["entries"] = [{**e, "checked": False} for e in entries]
     for name, verdict in (result.get("verdicts") or {}).items():
-        row = doc["packages"][name]
+        row = doc["packages"].get(name)
+        if row is None:
+            continue
         row["verdict"] = "ok" if verdict["ok"] else f"refused: {verdict['refusal']}"
         row["notes"] = verdict["notes"]
         row["checked"] = "sha256, cudart and SASS/PTX read on the host before install"
     if not result.get("ok"):
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {result.get('error')}")
-    got = fetched + sum(n for _, n in result.get("downloaded") or [])
-    doc["downloaded_bytes"] = got
+    got_bytes = fetched + sum(n for _, n in result.get("downloaded") or [])
+    doc["downloaded_bytes"] = got_bytes
     doc["files_from"] = dict(Counter(origins.values()))
+    sync = result.get("sync") or {}
+    doc["sync"] = {**sync, "refetched": refetched}
+    doc["timings"] = result.get("timings") or {}
     sources = ", ".join(f"{n} from {k}" for k, n in sorted(doc["files_from"].items()))
-    doc["install_message"] = (
-        f"installed {result.get('installed')} in {result.get('seconds', 0):.1f}s, "
-        f"{got / 1e9:.2f} GB downloaded by this host (files: {sources or 'none fetched'})"
+    did = [f"{len(sync.get(k) or [])} {k}" for k in ("added", "removed", "replaced")]
+    parts = [f"synced by uv {UV.version} ({', '.join(did)})"]
+    if sync.get("removed"):
+        parts.append(f"removed {', '.join(sync['removed'][:5])}")
+    if sync.get("remade"):
+        parts.append("a broken env was made again")
+    if refetched:
+        parts.append(f"corrupt on the host and fetched again: {', '.join(refetched)}")
+    parts.append(
+        f"{result.get('seconds', 0):.1f}s, {got_bytes / 1e9:.2f} GB downloaded by this host "
+        f"(files: {sources or 'none fetched'})"
     )
+    doc["install_message"] = "; ".join(parts)

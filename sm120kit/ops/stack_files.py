@@ -10,17 +10,30 @@ puts it in the controller and shared stores, and the other hosts of the run take
 there. A later run, or a host without access to the index, finds it in the stores.
 
 One shortcut comes first: the controller's own copy of a file (its release cache filled by
-``lock.draft``, or a ``file://`` index) goes to the controller's ``local`` host by hard link,
-and to a remote host over SSH only for a ``file://`` URL a remote host cannot reach.
+``lock.draft``, or a ``file://`` index) goes to the controller's ``local`` host as a copy
+(never a hard link: the host's file and the controller's are two files, so a corruption of
+one is repaired from the other), and to a remote host over SSH only for a ``file://`` URL a
+remote host cannot reach.
+
+uv, which installs the lock on the host, is itself a locked file (`UV`): its PyPI wheel,
+pinned by sha256, obtained like the lock's files, so a host without index access gets it
+from the stores too. Before anything is fetched, `tag_problems` checks every wheel's tags
+against the host (glibc, machine, Python), and `index_problems` every URL against the lock's
+``indexes``.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 import shlex
 import shutil
 import time
+from collections.abc import Iterable
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..cache.key import KeyInputs
 from ..cache.request import BuiltWheel
@@ -29,6 +42,119 @@ from ..errors import HostFailed
 from ..lock import LockEntry
 from ..lock_draft import cached_copy, local_path
 from ..runner import HostContext
+
+#: uv, pinned: the manylinux x86_64 wheel of uv 0.13.9 as PyPI serves it (sha256 and size read
+#: from https://pypi.org/simple/uv/ and checked against the downloaded file). Its binary is
+#: ``uv-0.13.9.data/scripts/uv`` inside the wheel.
+UV_VERSION = "0.13.9"
+UV = LockEntry(
+    name="uv",
+    version=UV_VERSION,
+    filename=f"uv-{UV_VERSION}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    url=(
+        "https://files.pythonhosted.org/packages/3d/aa/"
+        "26d64642d808de4a652579ef950d7cd2d37f080a8babf9c67c6b75fc4c3f/"
+        f"uv-{UV_VERSION}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    ),
+    sha256="d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19",
+    source="release",
+    compiled=False,
+    size=17606939,
+)
+
+#: Where uv's pinned wheel may be downloaded from (the lock's own `indexes` do not apply).
+UV_INDEXES = ("https://files.pythonhosted.org",)
+
+#: glibc of the legacy manylinux names (PEP 600).
+_LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def _platform_fits(platform: str, glibc: tuple[int, int] | None, machine: str) -> str | None:
+    """Why one platform tag does not fit the host (None when it does): the glibc it needs, or
+    another machine. A host whose glibc or machine is unknown is not judged on it."""
+    if platform == "any":
+        return None
+    m = re.match(
+        r"^(manylinux_(\d+)_(\d+)|manylinux1|manylinux2010|manylinux2014|linux)_(.+)$", platform
+    )
+    if not m:
+        return f"platform {platform}"
+    arch = m.group(4)
+    if machine and arch != machine:
+        return f"machine {arch}, host is {machine}"
+    if m.group(2):
+        need = (int(m.group(2)), int(m.group(3)))
+    else:
+        need = _LEGACY.get(m.group(1), (0, 0))
+    if glibc is not None and glibc < need:
+        have = f"{glibc[0]}.{glibc[1]}"
+        return f"needs glibc {need[0]}.{need[1]}, host has {have}"
+    return None
+
+
+def _python_fits(interpreter: str, abi: str, python: tuple[int, int]) -> bool:
+    """Whether a wheel's python tag (``cp311``, ``py3``, ``cp38`` with ``abi3``) installs on
+    CPython `python`."""
+    m = re.match(r"^(cp|py)(\d)(\d*)$", interpreter)
+    if not m:
+        return False
+    major, minor = int(m.group(2)), int(m.group(3)) if m.group(3) else None
+    if major != python[0]:
+        return False
+    if minor is None or m.group(1) == "py":
+        return minor is None or minor <= python[1]
+    return minor == python[1] or (abi == "abi3" and minor <= python[1])
+
+
+def tag_problems(
+    entries: Iterable[LockEntry], glibc: object, machine: object, python: str
+) -> list[str]:
+    """One line per wheel that cannot install on the host: ``cannot install X: needs glibc
+    2.34, host has 2.31`` (a file installs when any of its tags fits: glibc, machine,
+    Python)."""
+    try:
+        have = tuple(int(x) for x in str(glibc).split(".")[:2]) if glibc else None
+    except ValueError:
+        have = None
+    host_glibc = (have[0], have[1]) if have and len(have) == 2 else None
+    py = tuple(int(x) for x in python.split(".")[:2])
+    out = []
+    for e in entries:
+        if not e.filename.endswith(".whl"):
+            continue
+        try:
+            _n, _v, _b, tags = parse_wheel_filename(e.filename)
+        except InvalidWheelFilename:
+            out.append(f"cannot install {e.filename}: not a wheel file name")
+            continue
+        why: list[str] = []
+        for tag in tags:
+            if not _python_fits(tag.interpreter, tag.abi, (py[0], py[1])):
+                why.append(f"Python {tag.interpreter}, host's is {python}")
+                continue
+            problem = _platform_fits(tag.platform, host_glibc, str(machine or ""))
+            if problem is None:
+                why = []
+                break
+            why.append(problem)
+        if why:
+            out.append(f"cannot install {e.name} {e.version} ({e.filename}): {why[0]}")
+    return out
+
+
+def index_problems(entries: Iterable[LockEntry], indexes: Iterable[str]) -> list[str]:
+    """One line per file whose URL is under none of the lock's `indexes` (none when the lock
+    names no index: an older lock)."""
+    idx = [i.rstrip("/") for i in indexes]
+    if not idx:
+        return []
+    return [
+        f"{e.name} {e.version}: {e.url} is under none of the lock's indexes ({', '.join(idx)})"
+        for e in entries
+        if e.url.startswith(("http://", "https://"))
+        and not any(e.url == i or e.url.startswith(i + "/") for i in idx)
+    ]
+
 
 #: ``source_digest`` tag of a released file: the sha256 of the file itself (a build's
 #: sources are ``sha256:`` of an sdist, ``git:`` or ``tree:``), so the two never share a key.
@@ -48,7 +174,8 @@ def release_inputs(entry: LockEntry) -> KeyInputs:
 
 def controller_copy(ctx: HostContext, entry: LockEntry, dest: str) -> bool:
     """Hand the controller's own copy of `entry` to the host at `dest`, when that is cheaper
-    than any download: hard-linked (or copied) for this machine's ``local`` host, sent over
+    than any download: copied for this machine's ``local`` host (a hard link would make one
+    file of the two, and one corruption would damage both), sent over
     SSH only for a ``file://`` index a remote host cannot reach. False when it does not
     apply."""
     here = cached_copy(entry)
@@ -57,13 +184,12 @@ def controller_copy(ctx: HostContext, entry: LockEntry, dest: str) -> bool:
     if ctx.host.is_local:
         os.makedirs(posixpath.dirname(dest), exist_ok=True)
         part = dest + ".part"
-        try:
-            os.link(here, part)
-        except OSError:  # another filesystem
-            shutil.copyfile(here, part)
+        shutil.copyfile(here, part)
         os.replace(part, dest)
         return True
-    if local_path(entry.url) is not None:
+    # uv is the tool's own file (not the lock's): a controller that has it sends it, so a host
+    # installs without reaching uv's index even before the stores hold it.
+    if local_path(entry.url) is not None or entry == UV:
         ctx.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}")
         ctx.put(str(here), dest + ".part")
         ctx.run(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}")
@@ -71,10 +197,18 @@ def controller_copy(ctx: HostContext, entry: LockEntry, dest: str) -> bool:
     return False
 
 
-def obtain_release(ctx: HostContext, entry: LockEntry, dest: str) -> tuple[str, int]:
+def obtain_release(
+    ctx: HostContext,
+    entry: LockEntry,
+    dest: str,
+    *,
+    target: dict[str, Any] | None = None,
+    indexes: tuple[str, ...] = (),
+) -> tuple[str, int]:
     """Put `entry`'s file at `dest` on the host. Returns where it came from (``"controller"``,
     ``"index"`` when this host downloaded it, ``"cache:<store>"``) and the bytes this host
-    downloaded from the index."""
+    downloaded from the index. A download is only from under `indexes` (when given), and a
+    compiled file is verified for `target` on the host as soon as it has arrived."""
     if controller_copy(ctx, entry, dest):
         return "controller", 0
     fetched: list[int] = []
@@ -91,9 +225,12 @@ def obtain_release(ctx: HostContext, entry: LockEntry, dest: str) -> tuple[str, 
                         "version": entry.version,
                         "url": entry.url,
                         "sha256": entry.sha256,
+                        "compiled": entry.compiled,
                         "dest": dest,
                     }
                 ],
+                "verify": target,
+                "indexes": list(indexes),
             },
         )
         if not doc.get("ok"):
@@ -109,4 +246,14 @@ def obtain_release(ctx: HostContext, entry: LockEntry, dest: str) -> tuple[str, 
     return ("index" if got.wheel_from == "build" else got.wheel_from), sum(fetched)
 
 
-__all__ = ["RELEASE_TAG", "controller_copy", "obtain_release", "release_inputs"]
+__all__ = [
+    "RELEASE_TAG",
+    "UV",
+    "UV_INDEXES",
+    "UV_VERSION",
+    "controller_copy",
+    "index_problems",
+    "obtain_release",
+    "release_inputs",
+    "tag_problems",
+]

@@ -7,31 +7,37 @@ JSON)::
      "record": path, "python": interpreter for a new venv, "entries": [{"name", "version",
      "filename", "url", "sha256", "compiled", "dest"}], "verify": {"cc": [12, 0], "driver",
      "driver_cuda", "python", "not_for_arch": {}, "loaders": {dist: {cc: dir}}, "digest"} |
-     null, "timeout": seconds}
+     null, "indexes": [URL prefixes a file may be downloaded from] | null, "uv": {"dest":
+     uv's wheel, "version"}, "tools": dir, "cache": uv's cache dir, "progress": path,
+     "timeout": seconds}
 
-``probe`` changes nothing: ``{"exists", "record", "installed": {name: version},
-"present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's .pth file
-sets or null, "memo": the env's last passing smoke or null}``. ``cuda_home`` writes (or with
-null removes) ``<site-packages>/sm120kit_cuda_home.pth``, which sets CUDA_HOME for every
-process of the env's Python unless it is set already: the JIT packages (flashinfer, deep_gemm,
-humming) look there first for nvcc and the headers, so they get the toolkit step's one
-release instead of whatever pip put beside them. ``memo`` writes the smoke memo (``memo``).
+``probe`` changes nothing: ``{"exists", "ok": the env works, "record", "installed": {name:
+version}, "present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's
+.pth file sets or null, "memo": the env's last passing smoke or null}``. ``cuda_home`` writes
+(or with null removes) ``<site-packages>/sm120kit_cuda_home.pth``, which sets CUDA_HOME for
+every process of the env's Python unless it is set already: the JIT packages (flashinfer,
+deep_gemm, humming) look there first for nvcc and the headers, so they get the toolkit step's
+one release instead of whatever pip put beside them. ``memo`` writes the smoke memo.
 
-``fetch`` is apply's first phase alone, for the entries given (a file the wheel stores did
-not have, fetched by the one host elected to download it): ``{"ok", "error",
+``fetch`` downloads the given entries (files the wheel stores did not have, fetched by the
+one host elected to download each), hashing each as it arrives, and verifies each compiled
+one for ``verify`` right after its download, while the others still download: the verdict
+is kept beside the file (below), so ``apply`` does not read it again. ``{"ok", "error",
 "downloaded"}``.
 
-``apply`` takes the entries to install, in three phases, each complete before the next:
-(1) every file is obtained into its ``dest`` (downloaded unless a file is there already)
-and its sha256 compared with the lock's, and one mismatch refuses the whole install before
-anything is installed; (2) every compiled entry is verified for the target (`wheel_check`),
-and one refusal stops it likewise; a verdict is kept beside its file, keyed by the target's
-``digest`` (of the target and of this program) and the file's sha256, so that a file
-installed again (another env, an env removed) is not read again; (3) the venv is made if absent
-and the files are installed with ``pip install --no-deps --require-hashes --no-index``, one
-pip per CPU at once, then byte-compiled (`wheel_install`), and the record (what was
-installed, by sha256) is written atomically. Prints ``{"ok", "error", "downloaded":
-[[name, bytes]], "verdicts": {name: {...}}, "installed": n, "seconds", "timings"}``.
+``apply`` takes every entry of the lock, in three phases, each complete before the next:
+(1) every file is obtained into its ``dest`` and its sha256 compared with the lock's (an
+entry marked ``checked`` arrived in this run and was hashed as it arrived); a
+file whose bytes differ is removed and named in ``corrupt`` (the controller fetches it again
+and applies again), and nothing is installed; (2) every compiled entry is verified for the
+target (`wheel_check`), and one refusal stops it likewise; a verdict is kept beside its
+file, keyed by the target's ``digest`` (of the target and of this program) and the file's
+sha256, so that a file installed again is not read again; (3) uv (`uv_sync`) makes the env
+hold exactly these files, offline, hashes required, byte-compiled, a new env made beside and
+moved in whole, and the record (what was installed, by sha256) is written atomically.
+Prints ``{"ok", "error", "corrupt", "downloaded": [[name, bytes]], "verdicts": {name:
+{...}}, "installed": n, "sync": uv_sync's report, "seconds", "timings"}``. Progress (phase,
+files, bytes) goes to the ``progress`` file as it goes.
 """
 
 import concurrent.futures
@@ -39,28 +45,22 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
-from sm120kit.remote.lib import wheel_install
+from sm120kit.remote.lib import uv_sync
 from sm120kit.remote.lib.download import DownloadFailed, download
 from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
 from sm120kit.remote.lib.wheel_check import loaded_modules, shared_objects, verify_wheel
 
+normalize = uv_sync.normalize
+installed = uv_sync.installed
 
-def normalize(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
 
-
-def installed(env):
-    """Distribution name -> version of every .dist-info in the env's site-packages."""
-    out = {}
-    for info in glob.glob(os.path.join(env, "lib", "python*", "site-packages", "*.dist-info")):
-        base = os.path.basename(info)[: -len(".dist-info")]
-        name, _, version = base.partition("-")
-        out[normalize(name)] = version
-    return out
+def site_packages(env):
+    """The env's site-packages directory, or None."""
+    found = sorted(glob.glob(os.path.join(env, "lib", "python*", "site-packages")))
+    return found[0] if found else None
 
 
 def read_record(path):
@@ -77,7 +77,7 @@ MEMO = ".sm120kit-smoke.json"
 
 
 def pth_cuda_home(env):
-    site = wheel_install.site_packages(env)
+    site = site_packages(env)
     try:
         with open(os.path.join(site or "", PTH)) as fh:
             text = fh.read()
@@ -91,7 +91,8 @@ def probe(args):
     entries = args.get("entries") or []
     return {
         "ok": True,
-        "exists": os.path.isfile(os.path.join(args["env"], "bin", "python")),
+        "exists": os.path.lexists(args["env"]),
+        "works": uv_sync.env_ok(args["env"]),
         "record": read_record(args["record"]),
         "installed": installed(args["env"]),
         "present": [e["dest"] for e in entries if os.path.isfile(e["dest"])],
@@ -101,7 +102,7 @@ def probe(args):
 
 
 def set_cuda_home(args):
-    site = wheel_install.site_packages(args["env"])
+    site = site_packages(args["env"])
     if site is None:
         return {"ok": False, "error": "no site-packages under %s" % args["env"]}
     path = os.path.join(site, PTH)
@@ -117,41 +118,111 @@ def write_memo(args):
     return {"ok": True, "error": None}
 
 
-def obtain(entry, timeout):
-    """The entry's file at its dest with the lock's sha256, or an error line. Returns
-    (error or None, bytes downloaded)."""
+def allowed(url, indexes):
+    """Whether `url` is under one of the lock's `indexes` (any URL when the lock names none)."""
+    if not indexes:
+        return True
+    return any(url == i or url.startswith(i.rstrip("/") + "/") for i in indexes)
+
+
+class Progress:
+    """The install's progress, written to a file the controller polls: phase, files done of
+    total, bytes downloaded. Written at most twice a second, atomically."""
+
+    def __init__(self, path, total):
+        self.path, self.total = path, total
+        self.phase, self.done, self.bytes, self.last = "fetch", 0, 0, 0.0
+
+    def set(self, phase=None, done=0, nbytes=0, force=False):
+        if phase is not None and phase != self.phase:
+            self.phase, self.done, force = phase, 0, True
+        self.done += done
+        self.bytes += nbytes
+        now = time.time()
+        if self.path and (force or now - self.last >= 0.5):
+            self.last = now
+            doc = {"phase": self.phase, "done": self.done, "total": self.total,
+                   "bytes": self.bytes}  # fmt: skip
+            try:
+                write_atomic(self.path, json.dumps(doc))
+            except OSError:
+                pass  # progress is never worth failing the install
+
+
+def obtain(entry, timeout, indexes):
+    """The entry's file at its dest with the lock's sha256. Returns (error line or None, bytes
+    downloaded, corrupt): a file already there with other bytes is removed and `corrupt`."""
     dest, want = entry["dest"], entry["sha256"]
     fetched = 0
     if not os.path.isfile(dest):
+        if not allowed(entry["url"], indexes):
+            return (
+                (
+                    "%s %s: %s is not under the lock's indexes (%s); not fetched"
+                    % (entry["name"], entry["version"], entry["url"], ", ".join(indexes))
+                ),
+                0,
+                False,
+            )
+        parent = os.path.dirname(dest)
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
         part = dest + ".part"
         try:
             got = download(entry["url"], part, "", timeout=timeout)
         except DownloadFailed as exc:
-            return "%s %s: %s" % (entry["name"], entry["version"], exc), 0
+            return "%s %s: %s" % (entry["name"], entry["version"], exc), 0, False
         fetched = os.path.getsize(part)
         os.rename(part, dest)
+    elif entry.get("checked"):
+        got = want  # arrived in this run, hashed as it arrived (fetch, or the stores' placing)
     else:
         got = sha256_file(dest)
     if got != want:
         remove(dest)  # never install it, never take it for the lock's file again
-        return (
-            "%s %s: sha256 %s differs from the lock's %s (%s)"
-            % (entry["name"], entry["version"], got, want, entry["url"])
-        ), fetched
-    return None, fetched
+        line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
+            entry["name"], entry["version"], got, want, entry["url"])  # fmt: skip
+        return line, fetched, not fetched
+    return None, fetched, False
 
 
-def verify_all(entries, target):
-    """`verify` of each entry, in order; on several CPUs in parallel processes (reading the
-    device code of 93 wheels is CPU work: about 110 s on one core for sglang 0.5.23's lock)."""
-    workers = min(len(entries), os.cpu_count() or 1, 8)
-    if workers < 2:
-        return [verify(e, target) for e in entries]
-    # Biggest first, so that the long ones do not end up last on one worker.
-    order = sorted(range(len(entries)), key=lambda i: -os.path.getsize(entries[i]["dest"]))
-    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
-        futures = {i: pool.submit(verify, entries[i], target) for i in order}
-        return [futures[i].result() for i in range(len(entries))]
+def check(entries, target, timeout, indexes, progress):
+    """Obtain every entry's file (downloads and hashing several at once) and verify each
+    compiled one for `target` as soon as its file is there, in processes beside the
+    downloads (reading the device code of 93 wheels is CPU work). Returns (errors in entry
+    order, bytes downloaded per entry, corrupt dests, {name: verdict})."""
+    errors, sizes, corrupt, verdicts = [None] * len(entries), [0] * len(entries), [], {}
+    import multiprocessing
+
+    cpus = os.cpu_count() or 1
+    fetchers = max(1, min(len(entries), 16))
+    # fork: the library is served from memory by the boot loader, which a child must share.
+    procs = concurrent.futures.ProcessPoolExecutor(
+        max(1, min(cpus, 8)), mp_context=multiprocessing.get_context("fork")
+    )
+    threads = concurrent.futures.ThreadPoolExecutor(fetchers)
+    try:
+        got = {threads.submit(obtain, e, timeout, indexes): i for i, e in enumerate(entries)}
+        judged = {}
+        for fut in concurrent.futures.as_completed(got):
+            i = got[fut]
+            error, n, bad = fut.result()
+            errors[i], sizes[i] = error, n
+            progress.set(done=1, nbytes=n)
+            if bad:
+                corrupt.append(entries[i]["dest"])
+            if error is None and target and entries[i].get("compiled"):
+                judged[procs.submit(verify, entries[i], target)] = i
+        progress.set("verify", force=True)
+        for fut in concurrent.futures.as_completed(judged):
+            entry = entries[judged[fut]]
+            doc = fut.result()
+            progress.set(done=1)
+            verdicts[entry["name"]] = {k: doc[k] for k in ("ok", "refusal", "notes")}
+    finally:
+        threads.shutdown(wait=True)
+        procs.shutdown(wait=True)
+    return errors, sizes, corrupt, verdicts
 
 
 VERDICTS = ".sm120kit-verdicts.json"
@@ -194,84 +265,66 @@ def verify(entry, target):
     return doc
 
 
+def refused(entries, verdicts):
+    """The first refusal among `verdicts`, in entry order, as an error line; or None."""
+    for entry in entries:
+        doc = verdicts.get(entry["name"])
+        if doc is not None and not doc["ok"]:
+            return "%s %s: %s" % (entry["name"], entry["version"], doc["refusal"])
+    return None
+
+
 def fetch(args):
-    """Phase 1 for the given entries, several files at once (the hashing of files already
-    present is most of it after the controller has placed them)."""
+    """Download the given entries, several at once, each compiled one verified as it lands."""
     timeout = float(args.get("timeout") or 3600)
     entries = args.get("entries") or []
-    for entry in entries:
-        parent = os.path.dirname(entry["dest"])
-        if not os.path.isdir(parent):
-            os.makedirs(parent)
-    workers = max(1, min(len(entries), os.cpu_count() or 1, 8))
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(lambda e: obtain(e, timeout), entries))
-    downloaded = [[e["name"], n] for e, (_err, n) in zip(entries, results) if n]
-    for error, _n in results:
-        if error:
-            return {"ok": False, "error": error, "downloaded": downloaded}
-    return {"ok": True, "error": None, "downloaded": downloaded}
+    progress = Progress(None, len(entries))
+    errors, sizes, _corrupt, verdicts = check(
+        entries, args.get("verify"), timeout, args.get("indexes"), progress
+    )
+    downloaded = [[e["name"], n] for e, n in zip(entries, sizes) if n]
+    # A refusal is apply's to report (with every verdict); a fetch fails on its file alone.
+    error = next((x for x in errors if x), None)
+    return {"ok": error is None, "error": error, "downloaded": downloaded, "verdicts": verdicts}
 
 
 def apply(args):
     start = time.time()
     entries = args.get("entries") or []
     timeout = float(args.get("timeout") or 3600)
-    got = fetch(args)
-    downloaded = got["downloaded"]
-    if not got["ok"]:
-        return dict(got, installed=0)
-    verdicts = {}
-    target = args.get("verify")
-    compiled = [e for e in entries if target and e.get("compiled")]
-    for entry, doc in zip(compiled, verify_all(compiled, target)):
-        verdicts[entry["name"]] = {
-            "ok": doc["ok"],
-            "refusal": doc["refusal"],
-            "notes": doc["notes"],
-        }
-        if not doc["ok"]:
-            error = "%s %s: %s" % (entry["name"], entry["version"], doc["refusal"])
-            return {
-                "ok": False,
-                "error": error,
-                "downloaded": downloaded,
-                "verdicts": verdicts,
-                "installed": 0,
-            }
-    verified = time.time()
     env = args["env"]
-    py = os.path.join(env, "bin", "python")
-    if entries and not os.path.isfile(py):
-        proc = subprocess.run([args["python"], "-m", "venv", env], capture_output=True, text=True)
-        if proc.returncode != 0:
-            return {
-                "ok": False,
-                "error": "venv %s: %s" % (env, proc.stderr.strip()[-300:]),
-                "downloaded": downloaded,
-                "installed": 0,
-            }
-    timings = {"verify_s": round(verified - start, 3)}
-    if entries:
-        scratch = os.path.join(env, ".sm120kit-install")
-        remove(scratch)
-        os.makedirs(scratch)
-        files = [(e["dest"], e["sha256"]) for e in entries]
-        error, done = wheel_install.install(env, files, scratch, timeout)
-        remove(scratch)
-        timings.update(done)
-        if error:
-            return {
-                "ok": False,
-                "error": error,
-                "downloaded": downloaded,
-                "verdicts": verdicts,
-                "installed": 0,
-            }
-    record = read_record(args["record"]) or {}
-    packages = dict(record.get("packages") or {})
-    for e in entries:
-        packages[normalize(e["name"])] = {"version": e["version"], "sha256": e["sha256"]}
+    progress = Progress(args.get("progress"), len(entries))
+    target = args.get("verify")
+    errors, sizes, corrupt, verdicts = check(
+        entries, target, timeout, args.get("indexes"), progress
+    )
+    downloaded = [[e["name"], n] for e, n in zip(entries, sizes) if n]
+    failed = {"ok": False, "downloaded": downloaded, "verdicts": verdicts, "installed": 0}
+    error = next((x for x in errors if x), None)
+    if error or corrupt:
+        return dict(failed, error=error, corrupt=corrupt)
+    error = refused(entries, verdicts)
+    if error:
+        return dict(failed, error=error, corrupt=[])
+    verified = time.time()
+    uv = args["uv"]
+    uv_bin = uv_sync.ensure_uv(uv["dest"], args["tools"], uv["version"])
+    scratch = env + ".sm120kit-scratch"
+    remove(scratch)
+    os.makedirs(scratch)
+    files = [(e["name"], e["dest"], e["sha256"]) for e in entries]
+    progress.total = len(entries)
+    error, report = uv_sync.sync(
+        uv_bin, args["python"], env, files, args["cache"], scratch, int(timeout),
+        phase=lambda name: progress.set(name, force=True),
+    )  # fmt: skip
+    remove(scratch)
+    if error:
+        return dict(failed, error=error, corrupt=[], sync=report)
+    progress.set("done", force=True)
+    packages = {
+        normalize(e["name"]): {"version": e["version"], "sha256": e["sha256"]} for e in entries
+    }
     write_atomic(
         args["record"],
         json.dumps({"lock": args.get("lock"), "packages": packages}, sort_keys=True, indent=1),
@@ -279,11 +332,16 @@ def apply(args):
     return {
         "ok": True,
         "error": None,
+        "corrupt": [],
         "downloaded": downloaded,
         "verdicts": verdicts,
         "installed": len(entries),
+        "sync": report,
         "seconds": round(time.time() - start, 3),
-        "timings": timings,
+        "timings": {
+            "check_s": round(verified - start, 3),
+            "sync_s": round(time.time() - verified, 3),
+        },
     }
 
 

@@ -20,7 +20,7 @@ Output::
      "dists": {name: {"installed", "version", "location", "requires"}},
      "modules": [{"dist", "prefix", "installed_dist", "files": [{"rel", "path", "sass", "ptx"}]}],
      "port": {"port", "host", "in_use", "detail"},
-     "model": {"path", "local", "exists", "is_dir", "bytes", "files", "truncated",
+     "model": {"path", "local", "exists", "is_dir", "is_file", "form", "bytes", "files", "truncated",
                "config": {"architectures", "model_type", "kv_lora_rank"} | null}}
 """
 
@@ -63,6 +63,33 @@ def port_state(host: str, port: int) -> dict[str, Any]:
     return out
 
 
+def model_form(path: str, is_dir: bool, is_file: bool) -> str:
+    """What sglang 0.5.23 could load from `path`: "hf" (a directory with config.json),
+    "mistral" (one with params.json, sglang/srt/arg_groups/model_path_hook.py), "gguf" (a
+    file named *.gguf or starting with b"GGUF", sglang/srt/utils/hf_transformers/common.py
+    check_gguf_file), else why not: "empty_dir", "no_config", "not_gguf", "special"
+    (a device, a pipe: /dev/null)."""
+    if is_dir:
+        try:
+            names = set(os.listdir(path))
+        except OSError:
+            return "unreadable"
+        if "config.json" in names:
+            return "hf"
+        if "params.json" in names:
+            return "mistral"
+        return "no_config" if names else "empty_dir"
+    if not is_file:
+        return "special"
+    if path.endswith(".gguf"):
+        return "gguf"
+    try:
+        with open(path, "rb") as fh:
+            return "gguf" if fh.read(4) == b"GGUF" else "not_gguf"
+    except OSError:
+        return "unreadable"
+
+
 def model_state(path: str) -> dict[str, Any]:
     """A model path as the server would see it: local or a hub id, its size, its config."""
     expanded = os.path.expanduser(path)
@@ -72,8 +99,10 @@ def model_state(path: str) -> dict[str, Any]:
         return out
     out["exists"] = os.path.exists(expanded)
     out["is_dir"] = os.path.isdir(expanded)
+    out["is_file"] = os.path.isfile(expanded)
     if not out["exists"]:
         return out
+    out["form"] = model_form(expanded, out["is_dir"], out["is_file"])
     total, files, truncated = 0, 0, False
     if out["is_dir"]:
         for root, _dirs, names in os.walk(expanded):
@@ -88,7 +117,7 @@ def model_state(path: str) -> dict[str, Any]:
                     break
             if truncated:
                 break
-    else:
+    elif out["is_file"]:
         total, files = os.path.getsize(expanded), 1
     out.update(bytes=total, files=files, truncated=truncated, config=None)
     config = os.path.join(expanded, "config.json")

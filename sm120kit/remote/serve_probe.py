@@ -392,40 +392,70 @@ def launch_words(argv):
     return " ".join(words)
 
 
-def _select(port, listeners, owners, args, me):
-    """Server pids to report, and how they were found."""
-    pids = set()
-    for sock in listeners:
-        if sock["port"] == port:
-            pids.update(owners.get(sock["inode"], ()))
-    how = f"listening on port {port}" if pids else None
-    missing = []
-    for pid in args.get("pids") or ([args["pid"]] if args.get("pid") else []):
-        pid = int(pid)
-        if os.path.isdir(f"/proc/{pid}"):
-            pids.add(pid)
-            how = how or f"pid {pid}"
-        else:
-            missing.append(pid)
-    if not pids and not missing:
-        pattern = args.get("process_match")
-        # A pattern of the user's is theirs to aim: it sees the whole command line. The
-        # default sees only what a command launches, so a build whose arguments name sglang's
-        # repository, an editor or a grep is not taken for a server.
-        text = " ".join if pattern else launch_words
-        regex = re.compile(pattern or DEFAULT_PROCESS_MATCH)
-        for pid in _pids():
-            if pid in me:
-                continue
-            argv = _cmdline(pid)
-            if argv and regex.search(text(argv)):
-                pids.add(pid)
-        how = (
-            f"command line matches {pattern!r}"
-            if pattern
-            else f"launches a program or module matching {DEFAULT_PROCESS_MATCH!r}"
-        )
-    return pids - me, how, missing
+def url_addresses(url):
+    """The addresses the URL's host name resolves to on this host (empty when it does not)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return set()
+    return {info[4][0].split("%", 1)[0] for info in infos}
+
+
+#: Listening on every address of its family: such a socket receives the URL's connections.
+_WILDCARDS = ("0.0.0.0", "::")
+
+
+def serves_url(address, addresses):
+    """Whether a socket listening on `address` receives connections to `addresses` (the URL
+    host's): the same address, a wildcard, or an IPv4 address in its IPv6-mapped form. A
+    listener on the same port at another address of the host (127.0.0.2 when the URL says
+    127.0.0.1) is another process's, and is no evidence about the server."""
+    if address in _WILDCARDS or address in addresses:
+        return True
+    return address.startswith("::ffff:") and address[7:] in addresses
+
+
+def _select(port, listeners, owners, args, me, *, addresses=None, exists=None, processes=None):
+    """Server pids to report, how they were found, and the named pids that do not exist.
+
+    Only what is proven to be the server counts, in this order: the pids the caller names
+    (`--pid`, or the server serve-check just launched); else the processes `--process-match`
+    names; else the owner of a socket listening on the URL's port at an address the URL
+    reaches; else the default launch pattern. A named pid that does not exist is reported
+    missing, never replaced by whatever holds the port. `addresses`, `exists` and
+    `processes` (pid -> argv) default to this host's (tests pass their own).
+    """
+    exists = exists or (lambda pid: os.path.isdir(f"/proc/{pid}"))
+    named = [int(p) for p in args.get("pids") or ([args["pid"]] if args.get("pid") else [])]
+    if named:
+        found = {pid for pid in named if exists(pid)}
+        missing = [pid for pid in named if pid not in found]
+        how = "pid " + ", ".join(str(p) for p in sorted(found)) if found else None
+        return found - me, how, missing
+    pattern = args.get("process_match")
+    if not pattern:
+        addresses = url_addresses(args["url"]) if addresses is None else addresses
+        pids = set()
+        for sock in listeners:
+            if sock["port"] == port and serves_url(sock["address"], addresses):
+                pids.update(owners.get(sock["inode"], ()))
+        if pids - me:
+            return pids - me, f"listening on port {port}", []
+    # A pattern of the user's is theirs to aim: it sees the whole command line. The default
+    # sees only what a command launches, so a build whose arguments name sglang's
+    # repository, an editor or a grep is not taken for a server.
+    text = " ".join if pattern else launch_words
+    regex = re.compile(pattern or DEFAULT_PROCESS_MATCH)
+    if processes is None:
+        processes = {pid: _cmdline(pid) for pid in _pids() if pid not in me}
+    pids = {pid for pid, argv in processes.items() if argv and regex.search(text(argv))}
+    how = (
+        f"command line matches {pattern!r}"
+        if pattern
+        else f"launches a program or module matching {DEFAULT_PROCESS_MATCH!r}"
+    )
+    return pids - me, how, []
 
 
 def diagnose(args):
@@ -441,7 +471,10 @@ def diagnose(args):
     first_poll = poll(url, request_timeout)
     listeners = listening_sockets()
     owners = socket_owners(s["inode"] for s in listeners)
-    roots, how, missing = _select(port, listeners, owners, args, me)
+    addresses = url_addresses(url)
+    roots, how, missing = _select(port, listeners, owners, args, me, addresses=addresses)
+    # Only a listener at an address the URL reaches is the URL's port.
+    at_url = [s for s in listeners if s["port"] == port and serves_url(s["address"], addresses)]
     children = _children_map()
     # Report each tree once: a selected pid under another selected pid is its child.
     roots = sorted(p for p in roots if not (_ancestors(p) - {p}) & roots)
@@ -533,8 +566,8 @@ def diagnose(args):
         "found_by": how,
         "missing_pids": missing,
         "processes": processes,
-        "port_open": any(s["port"] == port for s in listeners),
-        "port_owner_visible": any(owners.get(s["inode"]) for s in listeners if s["port"] == port),
+        "port_open": bool(at_url),
+        "port_owner_visible": any(owners.get(s["inode"]) for s in at_url),
         "listening_ports": listening,
         "gpu": gpus,
         "gpu_note": gpu_note,
