@@ -1,4 +1,5 @@
-"""The env Step planner as a table (sm120kit/ops/pyenv.env_steps and torch_sources): what a
+"""Planners as tables: the env Step planner (sm120kit/ops/pyenv.env_steps, torch_sources) and
+build parallelism (packages/base.plan_parallelism). The env planner: what a
 host's env needs in, the ops in order out. No host: the steps are what remote/make_env.py
 would be sent, and what `plan` would show (sm120kit.steps.commands)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sm120kit.ops import pyenv
+from sm120kit.packages.base import plan_parallelism
 from sm120kit.steps import commands
 
 CU130 = "https://download.pytorch.org/whl/cu130"
@@ -55,3 +57,29 @@ SOURCE_ROWS = [
 )
 def test_torch_sources(cuda: str, index: str, extra: list[str], want: list[list[str]]) -> None:
     assert pyenv.torch_sources(spec(cuda, index), extra) == want
+
+
+GIB = 1024**3
+
+#: (case, cpus, memory, nvcc threads by default, GB per thread, overrides, (jobs, threads))
+PARALLEL_ROWS = [
+    ("2 cores, 24 GiB, single-threaded nvcc", 2, 24 * GIB, 1, 4.0, {}, (2, 1)),
+    ("64 cores, memory-bound", 64, 24 * GIB, 1, 4.0, {}, (6, 1)),
+    ("flash-attn's formula: cpus // 2 and budget // 4", 64, 256 * GIB, 4, 2.25, {}, (28, 4)),
+    ("threads shrink before jobs reach zero", 2, 1 * GIB, 4, 4.0, {}, (1, 1)),
+    ("cpu-bound, 4 threads each", 16, 64 * GIB, 4, 4.0, {}, (4, 4)),
+    ("overrides win", 16, 64 * GIB, 4, 4.0, {"jobs_override": 3, "threads_override": 2}, (3, 2)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cpus", "mem", "threads", "gb", "over", "want"),
+    [r[1:] for r in PARALLEL_ROWS],
+    ids=[r[0] for r in PARALLEL_ROWS],
+)
+def test_plan_parallelism(
+    cpus: int, mem: int, threads: int, gb: float, over: dict[str, int], want: tuple[int, int]
+) -> None:
+    got = plan_parallelism(cpus, mem, threads_default=threads, gb_per_thread=gb, **over)
+    assert (got.jobs, got.threads) == want
+    assert f"{cpus} CPUs" in got.reason
