@@ -55,6 +55,7 @@ from sm120kit.state import PyEnv, Toolkit
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.sample_wheel import cuobjdump, nvcc_available
+from tests.support.venvs import make_venv
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -177,10 +178,7 @@ def system_toolkit() -> Toolkit:
 
 def make_env(path: Path) -> PyEnv:
     """A venv that sees the system torch (no pip of its own: `python -m pip` finds the system's)."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
-        check=True,
-    )
+    make_venv(path)
     import torch
 
     return PyEnv(
