@@ -128,10 +128,18 @@ def run_op(
 
 
 def package_task(
-    name: str, toolkit: Toolkit, env: PyEnv, options: dict[str, Any] | None = None
+    name: str,
+    toolkit: Toolkit,
+    env: PyEnv,
+    options: dict[str, Any] | None = None,
+    recipes_dir: Path | None = None,
 ) -> Callable[[HostContext], None]:
     """ensure_package with a ready toolkit and env (the toolkit/env steps are other tests')."""
-    opts = PlanOptions(packages=[name], extra=dict(options or {}))
+    opts = PlanOptions(
+        packages=[name],
+        extra=dict(options or {}),
+        recipes_dir=str(recipes_dir) if recipes_dir else None,
+    )
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -651,7 +659,8 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
 
     # Check mode: the whole operation, nothing changed, the exact build command shown.
     env = make_env(tmp_path / "env")
-    plan = run_op(fleet, tmp_path, [sk], package_task("sgl-kernel", toolkit, env), check_mode=True)
+    task = package_task("sgl-kernel", toolkit, env, recipes_dir=sgl_recipes(tmp_path))
+    plan = run_op(fleet, tmp_path, [sk], task, check_mode=True)
     assert_ok(plan)
     by_name = {s.name: s for s in plan.hosts["sk"].steps}
     assert by_name["source:sgl-kernel"].status == "ok"
