@@ -417,9 +417,10 @@ sources = Collection("sources", sources_fetch, sources_list)
     "arch",
     "json",
     name="draft",
+    iterable=["index"],
 )
 def lock_draft(c, **f):
-    """Draft a lock of --top's whole closure (pip's resolver) and the recipe's [stack] edit."""
+    """Draft --top's locks with uv, one per Python, and the recipe's [stack] edit."""
     from sm120kit import cli_lock
 
     cli_lock.draft_command(c, **f)

@@ -92,8 +92,8 @@ def test_huge_flags_are_one_line_exit_1(tmp_path: Path, flag: str, value: str) -
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["facts", "-H", "local", "--bogus"], "No idea what '--bogus'"),
-        (["facts", "--json", "--max-jobs", "3", "-H", "local"], "No idea what '--max-jobs'"),
+        (["facts", "-H", "local", "--bogus"], "--bogus: not a flag of this task"),
+        (["facts", "--json", "--max-jobs", "3", "-H", "local"], "--max-jobs: not a flag"),
         (["facts", "--json", "-H"], "--host: needs a value"),
         (["serve-check", "--json", "-H", "local", "--timeout"], "--timeout: needs a value"),
         (
@@ -452,3 +452,22 @@ def test_no_backend_verdict_passes_over_an_empty_list(
     assert verdict["status"] == status, verdict
     assert says in verdict["reason"], verdict["reason"]
     assert "(SASS )" not in verdict["reason"]
+
+
+# ---------------------------------------------------------------- #32: preflight's default env
+
+
+def test_preflight_default_env_is_the_serving_stack_env(fleet: Any, tmp_path: Path) -> None:
+    """Without --python, preflight reads the host's serving stack env (envs/stack-<lock>),
+    not the build's managed env; where it does not exist yet, attention verdicts are
+    "unknown" (nothing read), never a pass. Real: the sshd fleet host (gpu1, its GPU the
+    fleet's nvidia-smi stub: two RTX PRO 6000) and the task."""
+    argv = ["preflight", "-H", "gpu1", "--json", "--", "python", "-m", "sglang.launch_server",
+            "--model-path", "org/model", "--attention-backend", "fa3"]  # fmt: skip
+    proc = run_invoke(argv, invoke_env(fleet, tmp_path), timeout=300)
+    host = json_of(proc)["hosts"]["gpu1"]
+    assert host["python_source"] == "serving stack env", host["python_source"]
+    assert "/envs/stack-" in host["python"] and "torch" not in host["python"].split("/")[-3]
+    checks = {c["check"]: c for c in host["preflight"]["checks"]}
+    fa3 = checks["attention_backend"]
+    assert fa3["status"] != "pass" and "(SASS )" not in fa3["reason"], fa3
