@@ -74,16 +74,6 @@ class ProvisionState:
     python: Any = None
     stack_lock: Any = None
 
-    def python_version(self) -> str:
-        """The X.Y this host's envs use: the ``python`` step's, else the recipe's first."""
-        if self.python is not None and self.python.version:
-            return str(self.python.version)
-        from .ops.host_python import pick_python, preference
-
-        prefer = preference(self.resolved.values.get("python")) or ["3.11"]
-        # Without the python step (build, compile): the first the host has, else the first.
-        return pick_python(self.facts, prefer, None).version or prefer[0]
-
     def host_packages(self) -> list[str]:
         """The recipe packages this host builds: host var ``provision_packages`` (default
         none: a host's provision is its recipe's serving stack, sm120kit/stack.py)."""

@@ -109,7 +109,8 @@ def test_a_fresh_r580_host_plans_the_stack_from_releases_and_no_source_build(
     }
     steps = {s["name"]: s for s in host["steps"]}
     assert steps["stack"]["status"] == "changed"  # would install, into its own env
-    assert steps["stack"]["message"].startswith("would install ")
+    message = steps["stack"]["message"]
+    assert message.startswith("would ") and "sglang==0.5.23" in message, message
     assert host["stack"]["env"]
     # no build env, no package build, no toolkit library asked for a build
     assert not set(steps) & {"env", "minikernel", "flash-attn", "sgl-kernel", "build"}, list(steps)

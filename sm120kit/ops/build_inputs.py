@@ -16,6 +16,7 @@ from ..cmake_defines import fetchcontent_defines
 from ..knobs import Knobs, resolve_knobs
 from ..packages import registry
 from ..state import ProvisionState
+from . import host_python
 
 
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
@@ -153,7 +154,7 @@ def key_inputs(
         )
     else:
         torch, abi = str(values.get("torch.version", "")), True
-        py_abi = "cp" + state.python_version().replace(".", "")
+        py_abi = "cp" + host_python.python_version(state).replace(".", "")
         platform = f"linux_{state.facts.get('arch') or 'x86_64'}"
     return KeyInputs(
         package=name,

@@ -121,6 +121,17 @@ def archive_has(manager: str, output: str) -> set[str]:
     return set(re.findall(r"^Name\s*:\s*(\S+)", output, re.M))
 
 
+def python_version(state: ProvisionState) -> str:
+    """The X.Y this host's envs use: the ``python`` step's, else the recipe's first. (Here,
+    not on ProvisionState: state.py importing this module, which imports state.py, was an
+    import cycle, tests/test_imports.py.)"""
+    if state.python is not None and state.python.version:
+        return str(state.python.version)
+    prefer = preference(state.resolved.values.get("python")) or ["3.11"]
+    # Without the python step (build, compile): the first the host has, else the first.
+    return pick_python(state.facts, prefer, None).version or prefer[0]
+
+
 def pick_python(
     facts: Mapping[str, Any],
     prefer: list[str],

@@ -39,6 +39,7 @@ from ..packages import registry
 from ..state import ProvisionState, PyEnv
 from ..steps import Step
 from ..steps import commands as render_commands
+from . import host_python
 from .toolkit_spec import pip_args, sm_code
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class EnvSpec:
         v = state.resolved.values
         if packages is None:
             packages = state.host_packages()
-        recipe, python = str(v["recipe"]), state.python_version()
+        recipe, python = str(v["recipe"]), host_python.python_version(state)
         torch_version, torch_cuda = str(v["torch.version"]), str(v["torch.cuda"])
         return cls(
             recipe=recipe,
