@@ -129,7 +129,7 @@ def test_a_host_without_them_gets_the_distributions_package(
             {"3.9"},
             None,
             "the recipe wants Python 3.11 or 3.12 or 3.13 but its stack has locks for 3.9 only "
-            "(recipe.python, or draft a lock: invoke lock.draft --python)",
+            "(recipe.python, or draft a lock: invoke lock.draft --lock-python X.Y)",
         ),
     ],
 )

@@ -153,7 +153,7 @@ def pick_python(
             None,
             "",
             refusal=f"the recipe wants Python {' or '.join(prefer)} but its stack has locks for "
-            f"{have} only (recipe.python, or draft a lock: invoke lock.draft --python)",
+            f"{have} only (recipe.python, or draft a lock: invoke lock.draft --lock-python X.Y)",
         )
     pythons = host_pythons(facts)
     serves = "with a lock" if locks_available is not None else "of the recipe"
