@@ -54,6 +54,10 @@ def _plan_options(c, f, packages=None, **flags):
         recipes_dir=cli.settings(c).get("recipes_dir"),
         flags=RunFlags.from_mapping(flags),
     )
+    if flags.get("stack") and flags.get("no_stack"):
+        from sm120kit.errors import RecipeError
+
+        raise RecipeError("--stack and --no-stack both given: choose one")
     if driver is not None or arch is not None or recipe is not None:
         check_recipe_flags(opts.recipes(), driver, arch, recipe)  # before any host is touched
     return opts
@@ -102,7 +106,7 @@ def recipes(c, **f):
     cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
-@task(*COMMON, *RECIPE, "explain", "package")
+@task(*COMMON, *RECIPE, "explain", "package", "stack", "no_stack")
 def plan(c, **f):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands
     (with --package: the dry run of `invoke build --package P`, its steps only)."""
@@ -112,7 +116,7 @@ def plan(c, **f):
     if f["package"]:
         _build(c, f["package"], f, check=True)
         return
-    opts = _plan_options(c, f, explain=f["explain"])
+    opts = _plan_options(c, f, explain=f["explain"], stack=f["stack"], no_stack=f["no_stack"])
     s = _session(c, f, check_mode=True)
     _check_recipes(s, opts)
     result = s.run("plan", provision.plan_or_provision_op(opts))
@@ -121,7 +125,17 @@ def plan(c, **f):
     cli.finish(s, result, report.render_plan)
 
 
-@task(*COMMON, *RECIPE, "break_lock", "max_jobs", "nvcc_threads", "rebuild", "recheck", "stack")
+@task(
+    *COMMON,
+    *RECIPE,
+    "break_lock",
+    "max_jobs",
+    "nvcc_threads",
+    "rebuild",
+    "recheck",
+    "stack",
+    "no_stack",
+)
 def provision(c, **f):
     """Toolkit, env, builds (through the wheel cache), serving stack, smoke: one run, one recap."""
     from sm120kit import provision
@@ -135,6 +149,7 @@ def provision(c, **f):
         rebuild=f["rebuild"],
         recheck=f["recheck"],
         stack=f["stack"],
+        no_stack=f["no_stack"],
     )
     s = _session(c, f, break_lock=f["break_lock"])
     _check_recipes(s, opts)
@@ -402,9 +417,10 @@ sources = Collection("sources", sources_fetch, sources_list)
     "arch",
     "json",
     name="draft",
+    iterable=["index"],
 )
 def lock_draft(c, **f):
-    """Draft a lock of --top's whole closure (pip's resolver) and the recipe's [stack] edit."""
+    """Draft --top's locks with uv, one per Python, and the recipe's [stack] edit."""
     from sm120kit import cli_lock
 
     cli_lock.draft_command(c, **f)

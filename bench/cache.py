@@ -36,7 +36,6 @@ from sm120kit.cache.key import KeyInputs, tree_digest  # noqa: E402
 from sm120kit.cache.wheels import BuiltWheel, WheelCache  # noqa: E402
 from sm120kit.connection import ConnectOptions  # noqa: E402
 from sm120kit.host import Host  # noqa: E402
-from sm120kit.remote import parse_last_json, script_command, script_source  # noqa: E402
 from sm120kit.runner import HostContext, Runner, RunOptions  # noqa: E402
 from tests.support.fleet import fleet_of  # noqa: E402
 
@@ -83,7 +82,7 @@ def provision_op(cache: WheelCache, inputs: KeyInputs, tarball: Path) -> Any:
         src = posixpath.join(root, "src")
         with ctx.step("source"):
             ctx.run(f"mkdir -p {shlex.quote(src)}")
-            ctx.conn.put(tarball, posixpath.join(src, "minikernel.tar.gz"))
+            ctx.put(tarball, posixpath.join(src, "minikernel.tar.gz"))
             ctx.run(f"cd {shlex.quote(src)} && tar xzf minikernel.tar.gz")
 
         def build() -> BuiltWheel:
@@ -96,9 +95,8 @@ def provision_op(cache: WheelCache, inputs: KeyInputs, tarball: Path) -> Any:
                 "log": posixpath.join(root, "logs", "build-minikernel.log"),
                 "front_end": "pip",
             }
-            cmd = f"PATH={CUDA_HOME}/bin:$PATH " + script_command(ctx.host.python, args)
-            res = ctx.conn.run(cmd, stdin=script_source("build_wheel"), timeout=1800)
-            doc = parse_last_json(res.stdout) or {}
+            # Arguments and program travel on stdin (sm120kit.remote.run_script).
+            doc = ctx.script("build_wheel", args, path=[f"{CUDA_HOME}/bin"], timeout=1800)
             if not doc.get("ok"):
                 raise RuntimeError(f"build failed: {doc.get('failure')} {doc.get('log_tail')}")
             return BuiltWheel(doc["wheel"], doc["sha256"], float(doc["seconds"]), doc["log"])

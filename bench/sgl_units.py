@@ -115,7 +115,7 @@ def find_extra_include(arg: str | None) -> str | None:
     if arg:
         return arg
     try:
-        import nvidia  # type: ignore[import-not-found,unused-ignore]
+        import nvidia  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return None
     for base in getattr(nvidia, "__path__", []):

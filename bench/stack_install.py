@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     python = load_lock(args.lock).python
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(args.rounds):
         got: dict[str, Any] = {}
         order = ["uv", "uv-compile", "tool"]

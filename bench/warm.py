@@ -42,6 +42,7 @@ CROSS = {
     "recipe.torch.version": "2.13.0",
     "recipe.torch.cuda": "cpu",
     "provision_packages": ["minikernel"],
+    "provision_stack": False,
     "pip_args": ["--find-links", "/opt/wheels"],
 }
 

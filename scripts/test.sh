@@ -50,5 +50,10 @@ if [ -z "${SM120KIT_SCCACHE:-}" ]; then
   export SM120KIT_SCCACHE="$SCCACHE_DIR_T/bin/sccache"
 fi
 
+# The real released wheels the tests read (about 1.1 GB): downloaded once into one cache
+# directory and verified by sha256 (tests/support/real_wheels.py, MANIFEST).
+echo "== real wheels: filling and verifying the cache" >&2
+"$PY" -m tests.support.real_wheels
+
 echo "== running the test suite" >&2
 exec "$PY" -m pytest "$@"

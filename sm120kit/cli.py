@@ -115,6 +115,7 @@ def task(
     name: str | None = None,
     help: Mapping[str, str] | None = None,
     positional: list[str] | None = None,
+    iterable: list[str] | None = None,
 ) -> Callable[[Callable[..., None]], Sm120Task]:
     """`@task` for a body ``fn(c, **flags)``: its flags are `flag_names` (declared once in
     `sm120kit.flags`, in this order; `help` overrides a text), fixed short flags, one-line
@@ -128,6 +129,8 @@ def task(
             options["name"] = name
         if positional is not None:
             options["positional"] = positional
+        if iterable is not None:
+            options["iterable"] = iterable  # flags given more than once (a list)
         made: Sm120Task = invoke.task(**options)(inner)
         return made
 

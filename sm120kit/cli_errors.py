@@ -38,6 +38,9 @@ def parse_error_message(exc: BaseException) -> str:
     missing = re.match(r"Flag <\w+: (\w+)[^>]*> needed value", text)
     if missing:
         return f"--{missing.group(1).replace('_', '-')}: needs a value"
+    flag = re.match(r"No idea what '(-[^']*)' is!", text)
+    if flag:
+        return f"{flag.group(1)}: not a flag of this task (invoke TASK --help lists them)"
     if text.startswith("No idea what '") and not text.startswith("No idea what '-"):
         # A word taken for a task name: usually launch words written without `--`.
         text += " (not a task; launch words go after --, e.g. -- python -m sglang...)"

@@ -13,8 +13,19 @@ from packaging.specifiers import SpecifierSet
 from . import drivers as drv
 from .cli import settings
 from .errors import RecipeError
-from .lock import dump_lock, locks_root
-from .lock_draft import Target, default_lock_name, draft_lock, review, stack_table
+from .lock import Lock, dump_lock, locks_root
+from .lock_draft import (
+    Target,
+    default_lock_name,
+    finish_lock,
+    index_list,
+    release_cache,
+    resolve_python,
+    review,
+    stack_table,
+)
+from .lock_resolve import check_index, parse_pin, parse_python, python_versions, uv_platform
+from .lock_write import change_line, check_writable, write_lock
 from .output import stack as stack_out
 from .output.console import show_document
 
@@ -27,14 +38,34 @@ def recipe_floor(drivers: SpecifierSet) -> str:
     return max(lows, key=drv.parse_driver_version)
 
 
+def _pythons(
+    f: dict[str, Any], recipe: Any, top: str, indexes: list[str]
+) -> tuple[list[str], bool]:
+    """The Pythons to lock for and whether they were asked for (``--lock-python``, comma
+    separated) or found: every X.Y the top release has CPython wheels for on the first
+    index, else the recipe's Pythons, else 3.11."""
+    given = f.get("lock_python")
+    if given:
+        items = [parse_python(p.strip(), "--lock-python") for p in str(given).split(",")]
+        return list(dict.fromkeys(items)), True
+    found = python_versions(top, indexes[0])
+    if found:
+        return found, False
+    want = recipe.python if recipe is not None else "3.11"
+    return ([want] if isinstance(want, str) else list(want)), False
+
+
 def draft_command(c: Any, **f: Any) -> None:
-    """Resolve --top, verify its compiled wheels for the recipe's lowest driver and its arch,
-    write the lock, print what to review and the [stack] table."""
+    """Resolve --top with uv for each Python, verify the compiled wheels for the recipe's
+    lowest driver and its arch, write each lock (a new file, or a complete replacement with
+    its difference shown), print what to review and the [stack] table."""
     from .recipes import default_recipes_dir, load_recipes
 
-    top = f.get("top")
-    if not top:
+    if not f.get("top"):
         raise RecipeError("--top is required (e.g. --top sglang==0.5.23)")
+    top = parse_pin(f["top"], "--top")
+    platform = f.get("platform") or "manylinux_2_34_x86_64"
+    uv_platform(platform)  # checks the tag before anything runs
     conf = settings(c)
     recipe = None
     if f.get("recipe"):
@@ -44,63 +75,125 @@ def draft_command(c: Any, **f: Any) -> None:
             raise RecipeError(
                 f"--recipe {f['recipe']}: no such recipe (have {', '.join(sorted(recipes))})"
             )
-    python = f.get("lock_python") or (recipe.python if recipe else "3.11")
-    platform = f.get("platform") or "manylinux_2_34_x86_64"
+    raw_index = f.get("index") or []
+    given = [raw_index] if isinstance(raw_index, str) else list(raw_index)
+    stack_indexes = list(recipe.stack.indexes) if recipe is not None and recipe.stack else []
+    indexes = index_list(None, [*given, *stack_indexes])
+    for index in indexes:
+        check_index(index, top.split("==")[0])  # a dead index is a connection problem, named
+    root = locks_root(Path(conf.get("recipes_dir") or default_recipes_dir()).resolve().parent)
+    pythons, asked = _pythons(f, recipe, top, indexes)
+    if f.get("out") and len(pythons) != 1:
+        raise RecipeError(
+            f"--out {f['out']}: names one file, but {len(pythons)} Pythons are to be locked "
+            f"({', '.join(pythons)}): give one with --lock-python, or leave --out out"
+        )
+    outs = {}
+    for py in pythons:
+        name = f.get("out") or default_lock_name(top, py, platform)
+        outs[py] = Path(name) if os.path.isabs(name) else root / name
+        check_writable(outs[py], "--out" if f.get("out") else "the lock")
     driver = f.get("driver") or (recipe_floor(recipe.drivers) if recipe else None)
     arch = f.get("arch") or (recipe.arch[0] if recipe else None)
-    target = None
-    if driver and arch:
-        nfa: dict[str, str] = {}
-        if recipe is not None:
-            for pkg in recipe.packages:
-                nfa.update(pkg.not_for_arch)
-            if recipe.stack is not None:
-                nfa.update(recipe.stack.not_for_arch)
-        loaders = recipe.stack.loaders if recipe is not None and recipe.stack else {}
-        target = Target(str(driver), str(arch), python, not_for_arch=nfa, loaders=loaders)
-    name = f.get("out") or default_lock_name(top, python, platform)
-    root = locks_root(Path(conf.get("recipes_dir") or default_recipes_dir()).resolve().parent)
-    out = Path(name) if os.path.isabs(name) else root / name
     quiet = bool(f.get("json"))
-    lock = draft_lock(
-        top,
-        python=python,
-        platform=platform,
-        target=target,
-        progress=None if quiet else stack_out.progress_line,
-        index=f.get("index"),
+    progress = None if quiet else stack_out.progress_line
+    resolved, skipped = [], []
+    for py in pythons:
+        try:
+            resolved.append(resolve_python(top, py, platform, indexes))
+        except RecipeError as exc:
+            if asked or _is_connection(str(exc)):
+                raise
+            skipped.append(f"Python {py}: {exc}")  # reported once, with the locks written
+    if not resolved:
+        raise RecipeError(skipped[0].split(": ", 1)[1] if skipped else f"{top}: nothing to lock")
+    seen: dict[str, Any] = {}
+    cache = release_cache()
+    docs = []
+    for item in resolved:
+        target = _target(recipe, driver, arch, item.python)
+        lock = finish_lock(
+            top, item, platform=platform, target=target, cache=cache, progress=progress, seen=seen
+        )
+        out = outs[item.python]
+        header = [
+            f"Lock of {top} for Python {item.python} on {platform}: drafted by `invoke lock.draft"
+            f" --top {top}{' --recipe ' + recipe.name if recipe else ''}` with {lock.resolver}.",
+            "Do not edit by hand: review it (verdicts, notes) and draft again to change it.",
+        ]
+        changes = write_lock(out, dump_lock(lock, header), lock)
+        docs.append(_lock_doc(lock, out, recipe, changes))
+    reason = f"{top} for {recipe.name}" if recipe else top
+    first = docs[0]
+    rel = (
+        first["lock"]
+        if not str(first["lock"]).startswith(str(root))
+        else os.path.relpath(first["lock"], root)
     )
-    header = [
-        f"Lock of {top} for Python {python} on {platform}: drafted by `invoke lock.draft"
-        f" --top {top}{' --recipe ' + recipe.name if recipe else ''}` from {lock.resolver}.",
-        "Do not edit by hand: review it (verdicts, notes) and draft again to change it.",
-    ]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(dump_lock(lock, header), encoding="utf-8")
-    os.replace(tmp, out)
+    doc = {
+        **first,
+        "top": top,
+        "platform": platform,
+        "pythons": [d["python"] for d in docs],
+        "locks": docs,
+        "skipped": skipped,
+        "stack": stack_table(lock, rel, reason),
+        "recipe": recipe.name if recipe else None,
+    }
+    show_document(doc, quiet, _draft_report)
+
+
+def _is_connection(line: str) -> bool:
+    return "cannot reach the index" in line or "answered HTTP" in line
+
+
+def _target(recipe: Any, driver: Any, arch: Any, python: str) -> Target | None:
+    if not (driver and arch):
+        return None
+    nfa: dict[str, str] = {}
+    if recipe is not None:
+        for pkg in recipe.packages:
+            nfa.update(pkg.not_for_arch)
+        if recipe.stack is not None:
+            nfa.update(recipe.stack.not_for_arch)
+    loaders = recipe.stack.loaders if recipe is not None and recipe.stack else {}
+    return Target(str(driver), str(arch), python, not_for_arch=nfa, loaders=loaders)
+
+
+def _lock_doc(lock: Lock, out: Path, recipe: Any, changes: dict[str, Any]) -> dict[str, Any]:
     sources = {}
     if recipe is not None:
         for pkg in recipe.packages:
             sources[pkg.name.lower().replace("_", "-")] = f"{pkg.name} {pkg.version}"
-    lines = review(lock, recipe.torch.version if recipe else None, sources)
-    reason = f"{top} for {recipe.name}" if recipe else top
-    doc = {
+    return {
         "lock": str(out),
-        "top": top,
-        "python": python,
-        "platform": platform,
+        "python": lock.python,
         "torch": lock.torch,
         "torch_cuda": lock.torch_cuda,
         "target": lock.target,
         "packages": len(lock.packages),
         "compiled": sum(1 for e in lock.packages if e.compiled),
         "bytes": sum(e.size or 0 for e in lock.packages),
-        "review": lines,
-        "stack": stack_table(lock, name if not os.path.isabs(name) else str(out), reason),
-        "recipe": recipe.name if recipe else None,
+        "review": review(lock, recipe.torch.version if recipe else None, sources),
+        "changes": changes,
     }
-    show_document(doc, bool(f.get("json")), stack_out.draft_report)
+
+
+def _draft_report(console: Any, doc: dict[str, Any]) -> None:
+    for line in doc.get("skipped") or []:
+        console.print(f"skipped {line}", markup=False, highlight=False)
+    for i, one in enumerate(doc["locks"]):
+        last = i == len(doc["locks"]) - 1
+        part = {**one, "stack": doc["stack"], "recipe": doc.get("recipe")}
+        console.print(f"changes: {change_line(one['changes'])}", markup=False, highlight=False)
+        if last:
+            stack_out.draft_report(console, part)
+        else:
+            console.print(
+                f"wrote {one['lock']}: {one['packages']} distributions ({one['compiled']} compiled)",
+                markup=False,
+                highlight=False,
+            )
 
 
 def convert_command(c: Any, **f: Any) -> None:

@@ -66,6 +66,11 @@ def cancelled() -> bool:
     return _CANCEL.is_set() and not getattr(_STATE, "cleanup", False)
 
 
+def cancel_reason() -> str:
+    """Why the run was cancelled ("SIGINT"): what Interrupted carries."""
+    return _REASON[0]
+
+
 class uncancelled:  # noqa: N801 - used like a function: `with uncancelled():`
     """Context manager: commands in this thread run even after `cancel_all` (cleanup)."""
 

@@ -24,6 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .packages import registry
+
+# Defined with the descriptors that name it, which must not import this module (it imports
+# their registry).
+from .packages.base import ATEN_CUDA
 from .remote.lib.cudalibs import COMPONENT_FILES
 
 __all__ = [
@@ -60,9 +64,6 @@ COMPONENTS: dict[str, Component] = {
     name: Component(name, _TITLES[name], headers, libs)
     for name, (headers, libs) in COMPONENT_FILES.items()
 }
-
-#: ATen's CUDA headers, which any torch CUDA extension including ATen/cuda/CUDAContext.h reads.
-ATEN_CUDA = ("cublas", "cusparse", "cusolver")
 
 
 def package_needs(name: str) -> tuple[str, ...]:

@@ -62,8 +62,11 @@ FLAGS: dict[str, Flag] = {
     "recheck": Flag(False, "run the smoke checks even where a remembered verdict still applies"),
     "stack": Flag(
         False,
-        "install the recipe's serving stack (its [stack] lock) into its own env; build only "
-        "what it chooses to build (host var provision_stack: true does the same)",
+        "install the recipe's serving stack even where host var provision_stack is false "
+        "(the stack is the default)",
+    ),
+    "no_stack": Flag(
+        False, "leave the serving stack alone: build only the packages named (--package, vars)"
     ),
     "top": Flag(None, "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)"),
     "out": Flag(
@@ -73,10 +76,13 @@ FLAGS: dict[str, Flag] = {
     "platform": Flag("manylinux_2_34_x86_64", "newest platform tag the lock accepts"),
     "index": Flag(
         None,
-        "resolve from this index alone (pip --isolated --index-url), e.g. "
-        "https://pypi.org/simple; default: pip's own configuration",
+        "an index to resolve from, e.g. https://pypi.org/simple (default); give it more than "
+        "once for more (a wheel stub's own index); the recipe's [stack] indexes are added",
     ),
-    "lock_python": Flag(None, "Python X.Y to lock for (default: the recipe's python, else 3.11)"),
+    "lock_python": Flag(
+        None,
+        "Python X.Y to lock for, comma-separated (default: every X.Y the release has wheels for)",
+    ),
     "python": Flag(None, "check this interpreter or venv instead of the recipe's managed env"),
     "url": Flag(
         "http://127.0.0.1:8000", "server URL as seen from the host, e.g. http://127.0.0.1:8000"

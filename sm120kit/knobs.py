@@ -14,55 +14,25 @@ the host's available memory: an over-parallel CUDA build gets killed by the OOM 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from .cmake_defines import defines_from_pip_args
 from .errors import RecipeError
 from .packages import registry
-from .packages.base import DEFAULT_GB_PER_NVCC_THREAD, KnobRequest
+
+# Knobs, Parallelism and plan_parallelism live with the descriptors (packages/base.py) so
+# that descriptor modules need not import this module, which imports their registry: that
+# was a cycle through the registry's import_module (tests/test_imports.py).
+from .packages.base import (
+    DEFAULT_GB_PER_NVCC_THREAD,
+    KnobRequest,
+    Knobs,
+    Parallelism,
+    plan_parallelism,
+)
 from .remote.lib.arch import Arch, parse_list
 from .remote.lib.buildlog import PARALLEL_KNOBS
 from .remote.lib.buildlog import classify as _classify
-
-_GIB = 1024**3
-
-
-@dataclass
-class Knobs:
-    """What a build needs: env vars, extra front-end arguments, and why each value was chosen."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    pip_args: list[str] = field(default_factory=list)
-    explain: list[tuple[str, str, str]] = field(default_factory=list)
-
-    def set_env(self, name: str, value: Any, reason: str) -> None:
-        self.env[name] = str(value)
-        self._note(name, str(value), reason)
-
-    def define(self, name: str, value: Any, reason: str) -> None:
-        """A CMake define passed through scikit-build-core's config settings."""
-        arg = f"-Ccmake.define.{name}={value}"
-        self.pip_args = [a for a in self.pip_args if not a.startswith(f"-Ccmake.define.{name}=")]
-        self.pip_args.append(arg)
-        self._note(arg, str(value), reason)
-
-    def note(self, name: str, value: str, reason: str) -> None:
-        """An explain-only line (something deliberately *not* set, and why)."""
-        self.explain.append((name, value, reason))
-
-    def _note(self, name: str, value: str, reason: str) -> None:
-        self.explain = [e for e in self.explain if e[0] != name]
-        self.explain.append((name, value, reason))
-
-    def render(self) -> str:
-        """The ``--explain`` text: one line per setting, its value and its reason."""
-        width = max((len(n) + len(v) for n, v, _ in self.explain), default=0) + 1
-        lines = []
-        for name, value, reason in self.explain:
-            shown = f"{name}={value}" if not name.startswith("-C") else name
-            lines.append(f"{shown:<{width + 1}}  # {reason}")
-        return "\n".join(lines)
 
 
 def parse_arch_list(arch_list: list[str] | str, where: str = "arch_list") -> list[Arch]:
@@ -71,48 +41,6 @@ def parse_arch_list(arch_list: list[str] | str, where: str = "arch_list") -> lis
         return parse_list(arch_list)
     except ValueError as exc:
         raise RecipeError(f"{where}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    """Jobs and nvcc threads per job, and the arithmetic that produced them."""
-
-    jobs: int
-    threads: int
-    reason: str
-
-
-def plan_parallelism(
-    cpus: int,
-    mem_bytes: int,
-    *,
-    threads_default: int,
-    gb_per_thread: float = DEFAULT_GB_PER_NVCC_THREAD,
-    jobs_override: int | None = None,
-    threads_override: int | None = None,
-) -> Parallelism:
-    """Size parallel compile jobs and nvcc threads to the CPUs and the memory.
-
-    The memory budget is ``mem_GB / gb_per_thread`` nvcc threads in flight. Threads per job
-    default to `threads_default` but shrink to what the budget allows; jobs are then
-    ``min(cpus // 2, budget // threads)`` for multi-threaded nvcc (flash-attention 2.8.3's setup.py
-    formula when threads = 4 and gb_per_thread = 9 / 4) and ``min(cpus, budget)`` for
-    single-threaded compiles.
-    """
-    cpus = max(1, int(cpus))
-    mem_gb = mem_bytes / _GIB
-    budget = max(1, int(mem_gb // gb_per_thread))
-    if threads_override is not None:
-        threads = threads_override
-    else:
-        threads = max(1, min(threads_default, budget, cpus))
-    cpu_cap = max(1, cpus // 2) if threads_default > 1 else cpus
-    jobs = jobs_override if jobs_override is not None else max(1, min(cpu_cap, budget // threads))
-    reason = (
-        f"{cpus} CPUs, {mem_gb:.1f} GiB available / {gb_per_thread:g} GB per nvcc thread = "
-        f"{budget} thread(s) in flight"
-    )
-    return Parallelism(jobs=jobs, threads=threads, reason=reason)
 
 
 def resolve_knobs(

@@ -1,13 +1,13 @@
 """Draft a lock (sm120kit/lock.py) from a top-level requirement, for a person to review.
 
-The resolver is pip's own: ``pip install --dry-run --ignore-installed --report`` with
-``--only-binary=:all:``, ``--python-version`` and one ``--platform`` per manylinux tag the
-lock's platform accepts (pip does not expand ``manylinux_2_34`` to the older tags itself), so
-the closure is the one pip would install on such a host, from the indexes pip is configured
-with on the controller (``pip config list`` says which). Each distribution's URL and sha256
-come from the report's ``download_info`` (the index's own hash), never from a name.
+The resolver is uv (`sm120kit.lock_resolve`: ``uv pip compile --format pylock.toml`` for
+each Python X.Y and the platform, from the indexes given, PyPI's by default), so a lock can be
+drafted for any Python from any controller; each distribution's one wheel is the one a host's
+installer picks, with the index's own sha256. A wheel stub's real wheel is taken from its
+index when that index is given; any other sdist-only distribution stops the draft for that
+Python with one line.
 
-Every platform-specific wheel is then obtained once (a ``file://`` URL is read in place;
+Every platform-specific wheel is then obtained once (once for all Pythons: by sha256) (a ``file://`` URL is read in place;
 others are downloaded into the controller's release cache, ``~/.cache/sm120kit/releases``,
 by sha256) and read: whether it holds shared objects (``compiled``), its size, and for a
 compiled one the verification a host runs before install (`release_check.verify_locked`) for
@@ -18,13 +18,9 @@ lock for review; nothing here edits a recipe.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import posixpath
 import re
-import subprocess
-import sys
-import tempfile
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -37,6 +33,16 @@ from packaging.version import Version
 
 from .errors import RecipeError
 from .lock import Lock, LockEntry, lock_dir_name, lock_file_name
+from .lock_resolve import (
+    PYPI,
+    Wheel,
+    compile_pylock,
+    metadata_requires,
+    parse_index,
+    parse_pin,
+    resolve_missing,
+    split_pylock,
+)
 from .release_check import verdict_line, verify_locked
 from .remote.lib.download import DownloadFailed, download
 from .remote.lib.files import sha256_file
@@ -58,53 +64,6 @@ def release_cache() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "sm120kit" / "releases"
 
 
-def platform_tags(platform: str) -> list[str]:
-    """``manylinux_2_34_x86_64`` -> every manylinux tag a glibc 2.34 host accepts, newest
-    first, with the legacy aliases (manylinux2014 = 2_17, manylinux2010 = 2_12,
-    manylinux1 = 2_5)."""
-    m = _MANYLINUX.match(platform)
-    if not m:
-        raise RecipeError(f"--platform {platform}: expected a tag like manylinux_2_34_x86_64")
-    glibc, machine = int(m.group(1)), m.group(2)
-    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(glibc, 4, -1)]
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    tags += [f"{name}_{machine}" for minor, name in legacy.items() if minor <= glibc]
-    return tags
-
-
-def pip_argv(
-    top: str, python: str, platform: str, report: str, target: str, index: str | None = None
-) -> list[str]:
-    """The resolver's command line (the interpreter running this tool runs pip). `index`:
-    resolve from that index alone (``--isolated --index-url``: no pip configuration, no
-    find-links), so every URL is one a host can reach; default: pip's configuration."""
-    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed"]
-    if index:
-        argv[3:3] = ["--isolated"]
-        argv += ["--index-url", index]
-    argv += ["--report", report, "--target", target, "--python-version", python]
-    for tag in platform_tags(platform):
-        argv += ["--platform", tag]
-    return [*argv, "--only-binary=:all:", "--disable-pip-version-check", top]
-
-
-def resolve(
-    top: str, python: str, platform: str, index: str | None = None
-) -> tuple[dict[str, Any], str]:
-    """pip's installation report for `top` on (`python`, `platform`), and pip's version."""
-    with tempfile.TemporaryDirectory(prefix="sm120kit-lock-") as tmp:
-        report = os.path.join(tmp, "report.json")
-        argv = pip_argv(top, python, platform, report, os.path.join(tmp, "target"), index)
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        if proc.returncode != 0 or not os.path.exists(report):
-            lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR")]
-            tail = lines[-1] if lines else (proc.stderr.strip().splitlines() or ["?"])[-1]
-            raise RecipeError(f"pip cannot resolve {top} for Python {python} on {platform}: {tail}")
-        with open(report, encoding="utf-8") as fh:
-            doc: dict[str, Any] = json.load(fh)
-    return doc, str(doc.get("pip_version", "?"))
-
-
 def torch_cuda(requires: list[str]) -> str:
     """The CUDA X.Y of a torch build from its Requires-Dist (the CUDA runtime it pins), or
     ``cpu`` when it pins none."""
@@ -120,34 +79,22 @@ def torch_cuda(requires: list[str]) -> str:
     return "cpu"
 
 
-def entries_from_report(report: dict[str, Any]) -> list[LockEntry]:
-    """One entry per distribution pip would install: its file, URL and the index's sha256."""
-    out = []
-    for item in report.get("install") or []:
-        meta, info = item.get("metadata") or {}, item.get("download_info") or {}
-        url = str(info.get("url", ""))
-        hashes = (info.get("archive_info") or {}).get("hashes") or {}
-        sha = hashes.get("sha256") or str(
-            (info.get("archive_info") or {}).get("hash", "")
-        ).removeprefix("sha256=")
-        filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        if not sha or not filename.endswith(".whl"):
-            raise RecipeError(
-                f"{meta.get('name')} {meta.get('version')}: pip's report gives no wheel with a "
-                f"sha256 ({url or 'no URL'}); a lock needs both"
-            )
-        out.append(
-            LockEntry(
-                name=str(meta["name"]),
-                version=str(meta["version"]),
-                filename=filename,
-                url=url,
-                sha256=sha.lower(),
-                source="release",
-                compiled=not filename.endswith("-any.whl"),
-            )
+def entries_from_wheels(wheels: list[Wheel]) -> list[LockEntry]:
+    """One lock entry per chosen wheel (``compiled`` provisionally from the tag: a
+    platform-specific wheel is read to know)."""
+    return [
+        LockEntry(
+            name=w.name,
+            version=w.version,
+            filename=w.filename,
+            url=w.url,
+            sha256=w.sha256,
+            source="release",
+            compiled=not w.filename.endswith("-any.whl"),
+            size=w.size,
         )
-    return out
+        for w in wheels
+    ]
 
 
 def local_path(url: str) -> Path | None:
@@ -221,6 +168,93 @@ def inspect_entry(entry: LockEntry, path: Path, target: Target | None) -> LockEn
     )
 
 
+def index_list(index: str | None = None, indexes: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The indexes to resolve from, in order, each checked (`lock_resolve.parse_index`);
+    PyPI's when none is given."""
+    given = ([index] if index else []) + list(indexes)
+    out: list[str] = []
+    for item in given:
+        url = parse_index(item)
+        if url not in out:
+            out.append(url)
+    return out or [PYPI]
+
+
+@dataclass
+class Resolved:
+    """One Python's resolution, before any file is read."""
+
+    python: str
+    entries: list[LockEntry]
+    resolver: str
+
+
+def resolve_python(
+    top: str, python: str, platform: str, indexes: list[str], pylock: dict[str, Any] | None = None
+) -> Resolved:
+    """uv's resolution of `top` for one Python, one wheel per distribution (a wheel stub's
+    from its index when that index is given); RecipeError (one line) when it cannot be
+    locked. `pylock`: uv's document already made (tests), instead of running uv."""
+    resolver = "given"
+    if pylock is None:
+        pylock, resolver = compile_pylock(top, python, platform, indexes)
+    wheels, missing = split_pylock(pylock, python, platform)
+    wheels += resolve_missing(missing, python, platform, indexes)
+    if not wheels:
+        raise RecipeError(f"uv resolved {top} for Python {python} to nothing: nothing to lock")
+    return Resolved(python, entries_from_wheels(wheels), resolver)
+
+
+def finish_lock(
+    top: str,
+    resolved: Resolved,
+    *,
+    platform: str,
+    target: Target | None,
+    cache: Path,
+    progress: Callable[[str], None] | None = None,
+    seen: dict[str, LockEntry] | None = None,
+) -> Lock:
+    """Obtain and read each platform-specific wheel of one resolution (`seen`: entries
+    already read, by sha256, so a file shared by several Pythons is read once), and return
+    the lock (not yet written)."""
+    seen = {} if seen is None else seen
+    done = []
+    torch_requires: list[str] = []
+    for entry in resolved.entries:
+        if entry.compiled:
+            known = seen.get(entry.sha256)
+            if known is not None:
+                entry = replace(known, name=entry.name, version=entry.version)
+            else:
+                if progress:
+                    progress(f"{entry.name} {entry.version}: {entry.filename}")
+                path = obtain(entry, cache)
+                entry = inspect_entry(entry, path, target)
+                seen[entry.sha256] = entry
+            if entry.key == "torch":
+                torch_requires = metadata_requires(str(_copy_of(entry, cache)))
+        done.append(entry)
+    torch = next((e for e in done if e.key == "torch"), None)
+    return Lock(
+        path=Path(),
+        top=top,
+        python=resolved.python,
+        platform=platform,
+        torch=Version(torch.version).public if torch else "",
+        torch_cuda=torch_cuda(torch_requires) if torch else "cpu",
+        resolver=resolved.resolver,
+        drafted=datetime.date.today().isoformat(),
+        packages=tuple(done),
+        target={"driver": target.driver, "arch": target.arch} if target else {},
+        indexes=tuple(_indexes(done)),
+    )
+
+
+def _copy_of(entry: LockEntry, cache: Path) -> Path:
+    return local_path(entry.url) or cache / entry.sha256 / entry.filename
+
+
 def draft_lock(
     top: str,
     *,
@@ -229,53 +263,22 @@ def draft_lock(
     target: Target | None,
     cache: Path | None = None,
     progress: Callable[[str], None] | None = None,
-    report: dict[str, Any] | None = None,
+    pylock: dict[str, Any] | None = None,
     index: str | None = None,
+    indexes: list[str] | tuple[str, ...] = (),
 ) -> Lock:
-    """Resolve `top`, obtain and read each platform-specific wheel, return the lock (not yet
-    written). `report`: a pip report already made (tests), instead of running pip."""
-    try:
-        req = Requirement(top)
-    except InvalidRequirement:
-        raise RecipeError(f"--top {top!r}: not a requirement like sglang==0.5.23") from None
-    if len(req.specifier) != 1 or next(iter(req.specifier)).operator != "==":
-        raise RecipeError(f"--top {top}: pin one version exactly (name==version)")
-    resolver = "pip install --dry-run --ignore-installed --report"
-    if report is None:
-        report, pip_version = resolve(top, python, platform, index)
-        resolver = f"pip {pip_version} {resolver[4:]}" + (
-            f" --isolated --index-url {index}" if index else ""
-        )
-    entries = entries_from_report(report)
-    cache = cache or release_cache()
-    done = []
-    for entry in entries:
-        if entry.compiled:
-            if progress:
-                progress(f"{entry.name} {entry.version}: {entry.filename}")
-            entry = inspect_entry(entry, obtain(entry, cache), target)
-        done.append(entry)
-    torch = next((e for e in done if e.key == "torch"), None)
-    torch_meta = next(
-        (
-            i["metadata"]
-            for i in report.get("install") or []
-            if canonicalize_name(i["metadata"]["name"]) == "torch"
-        ),
-        None,
-    )
-    return Lock(
-        path=Path(),
-        top=top,
-        python=python,
+    """Resolve `top` for one Python with uv, obtain and read each platform-specific wheel,
+    return the lock (not yet written)."""
+    top = parse_pin(top)
+    where = index_list(index, indexes)
+    resolved = resolve_python(top, python, platform, where, pylock)
+    return finish_lock(
+        top,
+        resolved,
         platform=platform,
-        torch=Version(torch.version).public if torch else "",
-        torch_cuda=torch_cuda(list(torch_meta.get("requires_dist") or [])) if torch_meta else "cpu",
-        resolver=resolver,
-        drafted=datetime.date.today().isoformat(),
-        packages=tuple(done),
-        target={"driver": target.driver, "arch": target.arch} if target else {},
-        indexes=tuple(_indexes(done)),
+        target=target,
+        cache=cache or release_cache(),
+        progress=progress,
     )
 
 

@@ -116,7 +116,7 @@ def recipes_catalog(opts: PlanOptions, driver: str | None, arch: str | None) -> 
                 ],
                 "torch": r.torch.version,
                 "torch_index": r.torch.index,
-                "python": r.python,
+                "python": list(r.pythons or (r.python,)),
                 "packages": [f"{p.name}=={p.version}" for p in r.packages],
                 "description": r.description,
             }

@@ -17,6 +17,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from .errors import one_line
 from .launch import Launch
 from .preflight_host import (
     CC,
@@ -150,6 +151,19 @@ def _module_entries(probe: Mapping[str, Any], entry: Backend) -> list[dict[str, 
     return found
 
 
+def _unseen_why(probe: Mapping[str, Any], entry: Backend, files: list[dict[str, Any]]) -> str:
+    """Why no module of `entry` was seen to run here (for an "unknown" verdict)."""
+    if probe.get("error"):
+        return f"its modules could not be read ({one_line(str(probe['error']))})"
+    if not entry.modules:
+        return "preflight's table names no module for it"
+    if not files:
+        return "none of its modules was read in the serving env"
+    return "its modules hold no device code ({})".format(
+        ", ".join(str(f.get("rel") or f.get("module")) for f in files)
+    )
+
+
 def backend_verdict(
     role: str,
     name: str,
@@ -257,7 +271,18 @@ def backend_verdict(
             worst = "fail"
     evidence["files"] = files
     if worst == "pass":
-        archs = sorted({t for f in files for t in (f.get("sass") or [])})
+        # No verdict passes over an empty list: a pass needs a module whose SASS was seen to
+        # run here. Nothing read (no serving env, modules not listed) or modules without
+        # device code is "unknown", with why.
+        seen = [f for f in files if f.get("status") == "pass"]
+        if not seen:
+            return check(
+                f"{role}_backend",
+                "unknown",
+                f"{label}: unknown: {_unseen_why(probe, entry, files)}",
+                evidence,
+            )
+        archs = sorted({t for f in seen for t in (f.get("sass") or [])})
         return check(
             f"{role}_backend",
             "pass",

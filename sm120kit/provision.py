@@ -2,23 +2,26 @@
 stack, then the smoke check, in that order on every host (plan runs the same steps in check
 mode).
 
-With the stack requested (``--stack`` or host var ``provision_stack: true``; sm120kit/stack.py)
-the run installs the recipe's lock into its serving env instead of building the recipe's
-packages (``provision_packages`` still names any to build); the build env is made only when
-something is built. Plan always shows the stack of a recipe that has one; provision
-without the stack requested leaves it alone (choosing its parts reads wheels).
+A host's provision is its recipe's serving stack, release-first, by default; builds run only
+for the lock entries the stack marks build (the stack step's) and for the packages the user
+names (``--package``, host var ``provision_packages``). `sm120kit.stack.provision_parts`
+decides both, with its reasons (``--no-stack`` / ``provision_stack: false`` turn the stack
+off, ``--stack`` forces it); the build env is made only when something is built or the
+stack is off.
 """
 
 from __future__ import annotations
 
+from .errors import HostFailed, RecipeError
 from .ops.build import ensure_package
+from .ops.host_python import ensure_python
 from .ops.pyenv import ensure_env
 from .ops.smoke_check import smoke_stack
 from .ops.toolkit import ensure_toolkit
 from .plan import PlanOptions, package_names, prepare
 from .runner import HostContext, HostOp
 from .smoke_memo import smoke_or_reuse
-from .stack import stack_requested
+from .stack import provision_parts, stack_build_names
 
 
 def plan_or_provision_op(opts: PlanOptions) -> HostOp:
@@ -27,24 +30,40 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
         ctx.set(values=[list(r) for r in state.resolved.rows()], notes=state.resolved.notes)
-        stack = stack_requested(ctx.host.vars, opts.flags.stack)
+        try:
+            parts = provision_parts(
+                recipe=state.resolved.recipe.name,
+                has_stack=state.resolved.recipe.stack is not None,
+                host_vars=ctx.host.vars,
+                stack_flag=opts.flags.stack,
+                no_stack_flag=opts.flags.no_stack,
+                packages=opts.packages,
+            )
+        except RecipeError as exc:
+            raise HostFailed(f"{ctx.host.name}: {exc}") from None
+        state.wanted = list(parts.builds)  # the toolkit's library needs follow the builds
+        state.stack_builds = stack_build_names(state.resolved) if parts.stack else []
+        with ctx.step("parts") as step:
+            step.message = (
+                f"stack: {'yes' if parts.stack else 'no'} ({parts.stack_why}); builds: "
+                f"{', '.join(parts.builds) or 'none'} ({parts.builds_why})"
+            )
+        ctx.set(parts=parts.to_dict())
+        # Which Python (and stack lock) the env and the stack use: before the toolkit, so a
+        # host that has none it can get stops before the toolkit's download.
+        with_stack = state.resolved.recipe.stack is not None and parts.stack
+        ensure_python(ctx, state, stack=with_stack)
         ensure_toolkit(ctx, state)
-        names = (
-            package_names(state, opts)
-            if not stack or ctx.host.vars.get("provision_packages")
-            else []
-        )
-        if names or not stack:
+        names = package_names(state, opts)
+        if names or not parts.stack:
             ensure_env(ctx, state)
         for name in names:
             ensure_package(ctx, state, name)
-        # Without --stack, provision leaves the stack alone: choosing its parts reads the
-        # controller's copies of released wheels (seconds per wheel), which only plan shows.
-        if state.resolved.recipe.stack is not None and (stack or ctx.check_mode):
+        if parts.stack:
             from .ops.stack import ensure_stack
 
-            doc = ensure_stack(ctx, state, install=stack)
-            if stack and not ctx.check_mode:
+            doc = ensure_stack(ctx, state, install=True)
+            if not ctx.check_mode:
                 step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
                 fresh = step.status == "changed" or opts.flags.recheck
                 smoke_stack(ctx, state, str(doc["env"]), fresh=fresh)

@@ -149,6 +149,21 @@ def _python(value: Any) -> str:
     return s
 
 
+def _python_list(value: Any) -> list[str]:
+    """``python``: X.Y, or a list of them in order of preference (first = most preferred)."""
+    if isinstance(value, (str, float)):
+        return [_python(value)]  # a float (3.1) gets _str's "write it as a quoted string"
+    if not isinstance(value, list) or not value:
+        raise _Bad(
+            f"expected a Python X.Y or a non-empty list of them like ['3.11', '3.12'], got {value!r}"
+        )
+    out = [_python(v) for v in value]
+    dup = sorted({v for v in out if out.count(v) > 1})
+    if dup:
+        raise _Bad(f"{', '.join(dup)} listed more than once")
+    return out
+
+
 def _index(value: Any) -> str:
     s = _nonempty(value)
     if s != "pypi" and "://" not in s:
@@ -256,7 +271,7 @@ _Check = Callable[[Any], Any]
 _TOP_CHECKS: dict[str, _Check] = {
     "description": _str,
     "arch": _arch_list,
-    "python": _python,
+    "python": _python_list,
     "cuda.version": _toolkit,
     "cuda.method": _method,
     "cuda.gcc_max": _gcc,

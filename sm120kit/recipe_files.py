@@ -12,10 +12,11 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from . import drivers as drv
 from .errors import RecipeError
-from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack
+from .lock import Lock, StackSpec, load_stack, locks_root, parse_stack, stack_locks
 from .recipe_checks import (
     _CHOICE_OPTIONAL,
     _CHOICE_REQUIRED,
@@ -45,7 +46,7 @@ from .recipe_checks import (
     _nonempty,
     _patches,
     _probes,
-    _python,
+    _python_list,
     _runfile,
     _sha256,
     _source_value,
@@ -336,14 +337,18 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
-    stack, lock = _parse_stack(f, data, packages, patches_dir)
+    pythons = f.get(data, ("python",), _python_list)  # checked before the locks use it
+    stack, lock, locks = _parse_stack(f, data, packages, patches_dir)
+    if stack is not None and lock is not None and lock.torch:
+        _check_torch_is_the_locks(f, torch, lock, stack.lock)
     return Recipe(
         name=name,
         path=path,
         description=f.get(data, ("description",), _str),
         drivers=drivers,
         arch=f.get(data, ("arch",), _arch_list),
-        python=f.get(data, ("python",), _python),
+        python=pythons[0],
+        pythons=tuple(pythons),
         cuda=cuda,
         torch=torch,
         packages=packages,
@@ -351,20 +356,40 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
         patches_dir=patches_dir,
         stack=stack,
         lock=lock,
+        locks=locks,
     )
 
 
 def _parse_stack(
     f: _File, data: dict[str, Any], packages: list[PackageSpec], patches_dir: Path
-) -> tuple[StackSpec | None, Lock | None]:
-    """``[stack]`` and the lock it names (sm120kit/lock.py holds the schema and checks)."""
+) -> tuple[StackSpec | None, Lock | None, dict[str, Lock]]:
+    """``[stack]``, the lock of the recipe's first Python that has one, and every Python's
+    lock (sm120kit/lock.py holds the schema and checks)."""
     if "stack" not in data:
-        return None, None
+        return None, None, {}
     stack = parse_stack(data["stack"], f.error)
     torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
     specs = {k: v for k, v in torch_specs.items() if v is not None}
     root = locks_root(patches_dir.parent)
-    return load_stack(stack, root, specs, f.error, data.get("python"))
+    stack, lock = load_stack(stack, root, specs, f.error, data.get("python"))
+    return stack, lock, stack_locks(stack, root)
+
+
+def _check_torch_is_the_locks(f: _File, torch: TorchSpec, lock: Lock, name: str) -> None:
+    """One torch per recipe: [torch] is the serving stack's, that of `lock` (`recipe.lock`,
+    the lock for the recipe's preferred Python, named `name`): every build is against it."""
+    if Version(torch.version).public != Version(lock.torch).public:
+        raise f.error(
+            ("torch", "version"),
+            f"{torch.version!r} differs from {name}'s torch {lock.torch}: a recipe has one "
+            "torch, its lock's",
+        )
+    if torch.cuda != lock.torch_cuda:
+        raise f.error(
+            ("torch", "cuda"),
+            f"{torch.cuda!r} differs from {name}'s torch_cuda {lock.torch_cuda}: a recipe has "
+            "one torch, its lock's",
+        )
 
 
 def _check_package_entries(f: _File, packages: list[PackageSpec], torch_version: str) -> None:

@@ -104,6 +104,10 @@ class Recipe:
     #: The serving stack (``[stack]``) and its lock, checked on load (sm120kit/lock.py).
     stack: StackSpec | None = None
     lock: Lock | None = None
+    #: ``python`` in order of preference (`python` is its first), and the stack's lock of
+    #: each Python it has one for (sm120kit/ops/host_python.py picks one per host).
+    pythons: tuple[str, ...] = ()
+    locks: dict[str, Lock] = field(default_factory=dict)
 
     @property
     def source(self) -> str:

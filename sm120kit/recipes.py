@@ -7,7 +7,8 @@ One TOML file per NVIDIA driver branch lives in the repo's ``recipes/`` director
     description = "..."
     drivers = ">=580.65.06,<590"       # SpecifierSet on the driver version; no two recipes overlap
     arch = ["12.0"]                    # target compute capabilities
-    python = "3.11"                    # X.Y of the build venv's interpreter
+    python = ["3.11", "3.12", "3.13"] # X.Y in order of preference (or one X.Y): per host the
+                                       # first with a lock the host has (ops/host_python.py)
     [cuda]                             # the branch's default toolkit
     version = "13.0.2"; method = "pip" # runfile | pip | apt
     gcc_max = 15                       # host-compiler ceiling, <= nvcc's own
@@ -314,7 +315,7 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
     put("description", recipe.description)
     put("drivers", spec_text(recipe.drivers))
     put("arch", list(recipe.arch))
-    put("python", recipe.python)
+    put("python", list(recipe.pythons or (recipe.python,)))
     put("cuda.version", choice.version, choice.origins["version"])
     put("cuda.mirror", recipe.cuda.mirror)
     for name in ("method", "gcc_max", "runfile", "sha256", "pip_packages"):

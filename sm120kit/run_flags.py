@@ -28,9 +28,10 @@ class RunFlags:
     recheck: bool = False
     #: False for a task that builds nothing.
     builds: bool = True
-    #: ``--stack``: provision installs the recipe's serving stack (host var
-    #: ``provision_stack`` says the same per host; sm120kit/stack.py).
+    #: ``--stack`` / ``--no-stack``: force the recipe's serving stack on or off (default: on,
+    #: unless host var ``provision_stack: false``; sm120kit/stack.py `provision_parts`).
     stack: bool = False
+    no_stack: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunFlags:

@@ -27,8 +27,11 @@ from .lock_draft import cached_copy, local_path
 from .recipes import PackageSpec, ResolvedRecipe
 from .release_check import verdict_line, verify_locked
 
-#: Host var that makes `provision` install the recipe's stack (flag: ``--stack``).
+#: Host var: ``false`` leaves the recipe's stack alone on the host (flag: ``--no-stack``);
+#: ``true`` (or absent) installs it, the default.
 STACK_VAR = "provision_stack"
+#: Host var: the recipe packages `provision` builds besides the stack's own builds (default none).
+PACKAGES_VAR = "provision_packages"
 
 
 @dataclass
@@ -60,9 +63,86 @@ class Choice:
         return doc
 
 
-def stack_requested(host_vars: dict[str, Any], flag: bool) -> bool:
-    """``--stack`` or host var ``provision_stack: true``."""
-    return bool(flag) or host_vars.get(STACK_VAR) is True
+@dataclass(frozen=True)
+class Parts:
+    """What one host's provision does: the stack or not, which recipe packages it builds,
+    and why (one line each, shown by plan)."""
+
+    stack: bool
+    stack_why: str
+    builds: tuple[str, ...]
+    builds_why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "stack_why": self.stack_why,
+            "builds": list(self.builds),
+            "builds_why": self.builds_why,
+        }
+
+
+def provision_parts(
+    *,
+    recipe: str,
+    has_stack: bool,
+    host_vars: dict[str, Any],
+    stack_flag: bool = False,
+    no_stack_flag: bool = False,
+    packages: list[str] | None = None,
+) -> Parts:
+    """Decide a host's provision: the recipe's serving stack by default (``--no-stack`` or
+    host var ``provision_stack: false`` turn it off, ``--stack`` forces it), and builds only
+    of the packages named (``--package``, else host var ``provision_packages``; default
+    none). The stack's own builds (lock entries marked build) are the stack step's. Raises
+    RecipeError with one line for both flags, a non-boolean host var, or a stack forced on
+    a recipe without one."""
+    if stack_flag and no_stack_flag:
+        raise RecipeError("--stack and --no-stack both given: choose one")
+    var = host_vars.get(STACK_VAR)
+    if var is not None and not isinstance(var, bool):
+        raise RecipeError(f"host var {STACK_VAR}: expected true or false, got {var!r}")
+    if stack_flag:
+        if not has_stack:
+            raise RecipeError(f"--stack: recipe {recipe} has no [stack]")
+        stack, why = True, "--stack"
+    elif no_stack_flag:
+        stack, why = False, "--no-stack"
+    elif not has_stack:
+        stack, why = False, f"recipe {recipe} has no [stack]"
+    elif var is False:
+        stack, why = False, f"host var {STACK_VAR}: false"
+    else:
+        stack = True
+        why = (
+            f"host var {STACK_VAR}: true" if var else f"recipe {recipe}'s serving stack, by default"
+        )
+    if packages is not None:
+        builds, bwhy = tuple(packages), "--package"
+    else:
+        named = host_vars.get(PACKAGES_VAR)
+        if named is not None and not (
+            isinstance(named, list) and all(isinstance(n, str) for n in named)
+        ):
+            raise RecipeError(f"host var {PACKAGES_VAR}: expected a list of package names")
+        builds = tuple(named or ())
+        bwhy = f"host var {PACKAGES_VAR}" if named else f"none named (--package, {PACKAGES_VAR})"
+    return Parts(stack, why, builds, bwhy)
+
+
+def stack_build_names(resolved: ResolvedRecipe) -> list[str]:
+    """The recipe packages the stack builds whatever verification says: the lock's entries
+    marked build and ``stack.build`` (read without verifying anything)."""
+    lock = resolved.recipe.lock
+    if lock is None:
+        return []
+    wanted = {str(canonicalize_name(n)) for n in resolved.values.get("stack.build") or []}
+    out = []
+    for entry in lock.packages:
+        pkg = pinned_source(resolved, entry)
+        if pkg is not None and (entry.key in wanted or entry.source == "build"):
+            out.append(pkg.name)
+    return out
 
 
 def pinned_source(resolved: ResolvedRecipe, entry: LockEntry) -> PackageSpec | None:
@@ -163,6 +243,7 @@ def choose(
     *,
     verify: Any = None,
     read_copies: bool = True,
+    lock: Lock | None = None,
 ) -> tuple[Lock, list[Choice]]:
     """Every locked distribution's source on this host. `verify(entry, path)` reads a
     controller copy (default: `verify_locked` for the host's target); only the rows plan
@@ -170,11 +251,12 @@ def choose(
     `read_copies` False (provision: the host verifies anyway) reads a copy only for a
     release the recipe could build instead, the one case where the verdict picks the source.
     Raises HostFailed with one line for a build without a pinned source or a release that
-    fails verification with none."""
+    fails verification with none. `lock`: the lock of the host's Python (the ``python``
+    step's, sm120kit/ops/host_python.py); default the recipe's first."""
     recipe = resolved.recipe
     if recipe.stack is None or recipe.lock is None:
         raise RecipeError(f"recipe {recipe.name} ({recipe.source}) has no [stack]")
-    lock = recipe.lock
+    lock = lock or recipe.lock
     driver, arch = target_of(resolved)
     skip = not_for_arch(resolved)
     loaders = recipe.stack.loaders

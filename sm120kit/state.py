@@ -45,6 +45,9 @@ class PyEnv:
     torch_cuda: str | None  # None for a CPU build
     cxx11_abi: bool
     torch_arch_list: list[str] = field(default_factory=list)
+    # What ensure_env would build (check mode), not what is there: torch's version string is
+    # known only once it is installed (its local label, `2.13.0+cpu`, comes from the index).
+    planned: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,12 +66,28 @@ class ProvisionState:
     flags: RunFlags = field(default_factory=RunFlags)
     #: ``--package``: the packages this run builds (None: the host's, `host_packages`).
     wanted: list[str] | None = None
+    #: The serving stack's own builds this run (lock entries marked build, ``stack.build``):
+    #: their toolkit library needs count like the named packages'.
+    stack_builds: list[str] = field(default_factory=list)
+    #: The ``python`` step's choice (`sm120kit.ops.host_python.PythonChoice`) and the
+    #: stack's lock of that Python (None: no stack or not chosen yet).
+    python: Any = None
+    stack_lock: Any = None
+
+    def python_version(self) -> str:
+        """The X.Y this host's envs use: the ``python`` step's, else the recipe's first."""
+        if self.python is not None and self.python.version:
+            return str(self.python.version)
+        from .ops.host_python import pick_python, preference
+
+        prefer = preference(self.resolved.values.get("python")) or ["3.11"]
+        # Without the python step (build, compile): the first the host has, else the first.
+        return pick_python(self.facts, prefer, None).version or prefer[0]
 
     def host_packages(self) -> list[str]:
-        """The packages this host provisions: host var ``provision_packages``, else every
-        package of its recipe."""
-        host_list = self.host.vars.get("provision_packages")
-        return list(host_list) if host_list else self.resolved.package_names()
+        """The recipe packages this host builds: host var ``provision_packages`` (default
+        none: a host's provision is its recipe's serving stack, sm120kit/stack.py)."""
+        return list(self.host.vars.get("provision_packages") or [])
 
     def run_packages(self) -> list[str]:
         """The packages this run builds: ``--package``, else `host_packages`. A name the

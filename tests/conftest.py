@@ -42,7 +42,27 @@ def smoke_fixtures(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     if not (os.path.exists(build.NVCC) and shutil.which("g++")):
         pytest.skip("needs nvcc and g++")
-    return build.build(tmp_path_factory.mktemp("smoke"), build.NVCC)
+    return shared_once(tmp_path_factory, "smoke", lambda d: build.build(d, build.NVCC))
+
+
+def shared_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Any) -> Any:
+    """`make(directory)` once per test session, even under pytest-xdist: the workers of one
+    session share the parent of their base temp directories, so the first to get there
+    builds under a lock and leaves the result (pickled) for the others, which read it. Run
+    serially this is a plain session fixture."""
+    import fcntl
+    import pickle
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = shared / f"{name}.pickle"
+    with open(shared / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        result = make(shared / f"{name}-shared")
+        done.write_bytes(pickle.dumps(result))
+        return result
 
 
 #: The bucket of the session's S3 server (fixture ``s3_endpoint``); tests use own prefixes.

@@ -55,6 +55,7 @@ from sm120kit.state import PyEnv, Toolkit
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.sample_wheel import cuobjdump, nvcc_available
+from tests.support.venvs import make_venv
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -128,10 +129,18 @@ def run_op(
 
 
 def package_task(
-    name: str, toolkit: Toolkit, env: PyEnv, options: dict[str, Any] | None = None
+    name: str,
+    toolkit: Toolkit,
+    env: PyEnv,
+    options: dict[str, Any] | None = None,
+    recipes_dir: Path | None = None,
 ) -> Callable[[HostContext], None]:
     """ensure_package with a ready toolkit and env (the toolkit/env steps are other tests')."""
-    opts = PlanOptions(packages=[name], extra=dict(options or {}))
+    opts = PlanOptions(
+        packages=[name],
+        extra=dict(options or {}),
+        recipes_dir=str(recipes_dir) if recipes_dir else None,
+    )
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -177,10 +186,7 @@ def system_toolkit() -> Toolkit:
 
 def make_env(path: Path) -> PyEnv:
     """A venv that sees the system torch (no pip of its own: `python -m pip` finds the system's)."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
-        check=True,
-    )
+    make_venv(path)
     import torch
 
     return PyEnv(
@@ -229,6 +235,28 @@ def sgl_vars(repo: Path, sha: str) -> dict[str, Any]:
     }
 
 
+def sgl_recipes(tmp: Path) -> Path:
+    """The repo's recipes with r570's sgl-kernel 0.3.21 entry added to r580 without its torch
+    pin: the shipped r580 has one torch, its lock's 2.14.1, which 0.3.21 cannot build on, but
+    this machine's CUDA 13.0 serves only r580 (tests here build a stand-in tree)."""
+    root = tmp / "cfg"
+    recipes = root / "recipes"
+    if recipes.exists():
+        return recipes
+    recipes.mkdir(parents=True)
+    (root / "patches").symlink_to(REPO / "patches")
+    for f in (REPO / "recipes").glob("*.toml"):
+        (recipes / f.name).write_text(f.read_text())
+    r570 = (REPO / "recipes" / "r570.toml").read_text()
+    end = "# The serving stack (sm120kit"
+    sgl = r570[r570.index('[[packages]]\nname = "sgl-kernel"') : r570.index(end)]
+    r580 = recipes / "r580.toml"
+    text = r580.read_text()
+    at = text.index(end)
+    r580.write_text(text[:at] + sgl.replace('torch = "==2.9.1"\n', "") + text[at:])
+    return recipes
+
+
 def write_inventory(tmp: Path, fleet: Fleet, hosts: dict[str, dict[str, Any]]) -> Path:
     """An inventory of fleet-backed hosts, each with its own work_root under `tmp`."""
     ssh = fleet.host_vars(fleet.by_name(SSH_HOST))
@@ -248,9 +276,9 @@ def write_inventory(tmp: Path, fleet: Fleet, hosts: dict[str, dict[str, Any]]) -
 
 
 def invoke(
-    tmp: Path, fleet: Fleet, inventory: Path, *args: str
+    tmp: Path, fleet: Fleet, inventory: Path, *args: str, **extra: str
 ) -> subprocess.CompletedProcess[str]:
-    env = invoke_env(fleet, tmp, XDG_CACHE_HOME=str(tmp / "xdg"))
+    env = invoke_env(fleet, tmp, XDG_CACHE_HOME=str(tmp / "xdg"), **extra)
     return run_invoke([*args, "-i", str(inventory), "--json"], env, timeout=1200)
 
 
@@ -589,7 +617,7 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
     the CMake defines come from the arch list (explain), and a plan shows the exact build."""
     repo, sha = git_repo(tmp_path / "sglang")
     sk = host(fleet, tmp_path, "sk", **sgl_vars(repo, sha))
-    opts = PlanOptions(packages=["sgl-kernel"])
+    opts = PlanOptions(packages=["sgl-kernel"], recipes_dir=str(sgl_recipes(tmp_path)))
 
     def source_and_patch(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -629,7 +657,8 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
 
     # Check mode: the whole operation, nothing changed, the exact build command shown.
     env = make_env(tmp_path / "env")
-    plan = run_op(fleet, tmp_path, [sk], package_task("sgl-kernel", toolkit, env), check_mode=True)
+    task = package_task("sgl-kernel", toolkit, env, recipes_dir=sgl_recipes(tmp_path))
+    plan = run_op(fleet, tmp_path, [sk], task, check_mode=True)
     assert_ok(plan)
     by_name = {s.name: s for s in plan.hosts["sk"].steps}
     assert by_name["source:sgl-kernel"].status == "ok"
@@ -656,7 +685,13 @@ def test_patch_that_does_not_apply_stops_the_build(fleet: Fleet, tmp_path: Path)
 
     repo, sha = git_repo(tmp_path / "fork", fork)
     inventory = write_inventory(tmp_path, fleet, {"sk2": sgl_vars(repo, sha)})
-    proc = invoke(tmp_path, fleet, inventory, "build", "--package", "sgl-kernel", "-H", "sk2")
+    proc = invoke(
+        tmp_path,
+        fleet,
+        inventory,
+        *("build", "--package", "sgl-kernel", "-H", "sk2"),
+        INVOKE_SM120KIT_RECIPES_DIR=str(sgl_recipes(tmp_path)),
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     sk2 = json_of(proc)["hosts"]["sk2"]
     assert sk2["status"] == "failed"

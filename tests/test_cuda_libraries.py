@@ -20,8 +20,9 @@ from sm120kit import cuda_libraries as cudalibs
 from sm120kit import drivers as drv
 from sm120kit.ops import toolkit as tk
 from sm120kit.remote import facts_probe, lib_closure, script_source
+from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
-from tests.test_toolkit import _entry, _spec, cli, step_of, tree_hash, write_inventory
+from tests.test_toolkit import _entry, _spec, step_of, tree_hash, write_inventory
 
 SGL = cudalibs.needed(["sgl-kernel"])
 
@@ -115,15 +116,37 @@ def test_plan_passes_over_a_toolkit_without_cublas_for_sgl_kernel(
     work = tmp_path / "work"
     inv = write_inventory(tmp_path, fleet, "gpu1", provision_packages=["sgl-kernel"])
     before = tree_hash(work)
-    code, doc = cli(
-        ["plan", "-H", "gpu1", "--driver", "580.95.05", "-i", str(inv)], fleet, tmp_path
+    # The shipped r580 builds nothing that needs the libraries (sgl-kernel 0.3.21 is r570's, on
+    # torch 2.9.1): a copy with an sgl-kernel entry for its torch stands in for such a build.
+    repo = Path(__file__).resolve().parent.parent
+    recipes = tmp_path / "cfg" / "recipes"
+    recipes.mkdir(parents=True)
+    (tmp_path / "cfg" / "patches").symlink_to(repo / "patches")
+    for f in (repo / "recipes").glob("*.toml"):
+        (recipes / f.name).write_text(f.read_text())
+    r570 = (repo / "recipes" / "r570.toml").read_text()
+    sgl = r570[
+        r570.index('[[packages]]\nname = "sgl-kernel"') : r570.index(
+            "# The serving stack (sm120kit"
+        )
+    ]
+    r580 = recipes / "r580.toml"
+    text = r580.read_text()
+    at = text.index("# The serving stack (sm120kit")
+    r580.write_text(text[:at] + sgl.replace('torch = "==2.9.1"\n', "") + text[at:])
+    proc = run_invoke(
+        ["plan", "-H", "gpu1", "--driver", "580.95.05", "-i", str(inv), "--json"],
+        invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes)),
     )
+    doc = json_of(proc)
+    assert "gpu1" in doc["hosts"], proc.stdout + proc.stderr
     entry = doc["hosts"]["gpu1"]
     step = step_of(entry, "toolkit")
     assert step["message"] == (
         f"would install CUDA 13.0.2 (pip) into {work}/toolkits/cuda-13.0.2; "
         "/usr/local/cuda-13.0 lacks cuBLAS/cuBLASLt, cuSPARSE, cuSOLVER, cuRAND, NVRTC "
-        "(headers/libraries the sgl-kernel build needs)"
+        "(headers/libraries the sgl-kernel build needs); needs nvcc, CUDA headers and "
+        "cuBLAS/cuBLASLt, cuSPARSE, cuSOLVER, cuRAND, NVRTC (the sgl-kernel build)"
     ), step
     text = "\n".join(step["commands"])
     assert "cuda-toolkit[cublas,cusparse,cusolver,curand,nvrtc]==13.0.2" in text

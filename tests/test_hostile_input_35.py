@@ -92,8 +92,8 @@ def test_huge_flags_are_one_line_exit_1(tmp_path: Path, flag: str, value: str) -
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["facts", "-H", "local", "--bogus"], "No idea what '--bogus'"),
-        (["facts", "--json", "--max-jobs", "3", "-H", "local"], "No idea what '--max-jobs'"),
+        (["facts", "-H", "local", "--bogus"], "--bogus: not a flag of this task"),
+        (["facts", "--json", "--max-jobs", "3", "-H", "local"], "--max-jobs: not a flag"),
         (["facts", "--json", "-H"], "--host: needs a value"),
         (["serve-check", "--json", "-H", "local", "--timeout"], "--timeout: needs a value"),
         (
@@ -366,3 +366,108 @@ def test_a_backend_in_the_wrong_case_is_refused(
     verdict = backend_verdict(role, name, table, {}, (12, 0), version)
     assert verdict["status"] == "fail", verdict
     assert repr(accepted) in verdict["reason"] and "case-sensitive" in verdict["reason"]
+
+
+# ---------------------------------------------------------------- cache.key without an env
+
+
+def test_cache_key_without_the_build_env_guesses_no_key(fleet: Any, tmp_path: Path) -> None:
+    """On a host whose build env does not exist, cache.key shows torch and the key as unknown
+    (the recipe's `2.13.0` is not the `2.13.0+cpu` the build hashes), never a made-up key.
+    Real: the sshd fleet host and the task; its GPU is the fleet's nvidia-smi stub."""
+    from tests.test_build_op import invoke, write_inventory
+
+    inventory = write_inventory(tmp_path, fleet, {"fresh": {}})
+    proc = invoke(tmp_path, fleet, inventory, "cache.key", "--package", "minikernel", "-H", "fresh")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    host = json_of(proc)["hosts"]["fresh"]
+    rows = dict(map(tuple, host["inputs"]))
+    assert host["key"] is None and host["predicted"] is True
+    assert rows["torch"] == rows["key"] == "unknown until the build env exists"
+    assert "torch unknown" in host["key_unknown"]
+    assert rows["package"] == "minikernel"  # every other input is shown as it will be
+
+
+@pytest.mark.parametrize(
+    ("env", "unknown"),
+    [(None, True), ("planned", True), ("real", False)],
+)
+def test_key_unknown_table(env: str | None, unknown: bool) -> None:
+    from types import SimpleNamespace
+
+    from sm120kit.ops.build_inputs import key_unknown
+    from sm120kit.state import PyEnv
+
+    made = None
+    if env is not None:
+        made = PyEnv("/e", "/e/bin/python", "3.11.7", "cp311", "linux_x86_64", "2.13.0+cpu",
+                     None, True, [], planned=env == "planned")  # fmt: skip
+    got = key_unknown(SimpleNamespace(env=made))  # type: ignore[arg-type]
+    assert (got is not None) is unknown
+
+
+# ---------------------------------------------------------------- #32: no pass over nothing
+
+
+@pytest.mark.parametrize(
+    ("probe", "status", "says"),
+    [
+        ({"error": "no python at /srv/env/bin/python"}, "unknown", "could not be read"),
+        ({"modules": []}, "unknown", "none of its modules was read"),
+        (
+            {"modules": "empty-files"},
+            "fail",
+            "no such extension module",
+        ),
+        ({"modules": "no-device-code"}, "unknown", "hold no device code"),
+        ({"modules": "sm120"}, "pass", "SASS sm_120"),
+        ({"modules": "sm90"}, "fail", "no code for 12.0"),
+    ],
+    ids=["no-env", "nothing-read", "no-module", "no-device-code", "sm120", "sm90"],
+)
+def test_no_backend_verdict_passes_over_an_empty_list(
+    probe: dict[str, Any], status: str, says: str
+) -> None:
+    from sm120kit.preflight import backend_verdict
+    from sm120kit.preflight_rules import ATTENTION_BACKENDS
+
+    entry = ATTENTION_BACKENDS["fa3"]
+    assert entry.kind == "so" and entry.modules
+    kinds = {
+        "empty-files": [],
+        "no-device-code": [{"rel": "x/flash_ops.so", "sass": [], "ptx": []}],
+        "sm120": [{"rel": "x/flash_ops.so", "sass": ["sm_120"], "ptx": []}],
+        "sm90": [{"rel": "x/flash_ops.so", "sass": ["sm_90a"], "ptx": []}],
+    }
+    if isinstance(probe.get("modules"), str):
+        files = kinds[probe["modules"]]
+        probe = {
+            "modules": [
+                {"dist": list(m.dist), "prefix": m.prefix, "installed_dist": m.dist[0],
+                 "version": "1", "files": files}
+                for m in entry.modules
+            ]
+        }  # fmt: skip
+    verdict = backend_verdict("attention", "fa3", ATTENTION_BACKENDS, probe, (12, 0), "0.5.23")
+    assert verdict["status"] == status, verdict
+    assert says in verdict["reason"], verdict["reason"]
+    assert "(SASS )" not in verdict["reason"]
+
+
+# ---------------------------------------------------------------- #32: preflight's default env
+
+
+def test_preflight_default_env_is_the_serving_stack_env(fleet: Any, tmp_path: Path) -> None:
+    """Without --python, preflight reads the host's serving stack env (envs/stack-<lock>),
+    not the build's managed env; where it does not exist yet, attention verdicts are
+    "unknown" (nothing read), never a pass. Real: the sshd fleet host (gpu1, its GPU the
+    fleet's nvidia-smi stub: two RTX PRO 6000) and the task."""
+    argv = ["preflight", "-H", "gpu1", "--json", "--", "python", "-m", "sglang.launch_server",
+            "--model-path", "org/model", "--attention-backend", "fa3"]  # fmt: skip
+    proc = run_invoke(argv, invoke_env(fleet, tmp_path), timeout=300)
+    host = json_of(proc)["hosts"]["gpu1"]
+    assert host["python_source"] == "serving stack env", host["python_source"]
+    assert "/envs/stack-" in host["python"] and "torch" not in host["python"].split("/")[-3]
+    checks = {c["check"]: c for c in host["preflight"]["checks"]}
+    fa3 = checks["attention_backend"]
+    assert fa3["status"] != "pass" and "(SASS )" not in fa3["reason"], fa3

@@ -1,6 +1,8 @@
 """Every sm120kit module imports on its own (in a process where no other sm120kit module is
 loaded), and sm120kit's modules import each other
-without cycles (function-level imports included, so a lazy import cannot hide one)."""
+without cycles (function-level imports included, so a lazy import cannot hide one, and imports
+by name through ``importlib.import_module``: a registry that loads its plugins by name and a
+plugin that imports the registry are a cycle at run time)."""
 
 from __future__ import annotations
 
@@ -46,12 +48,44 @@ def _imported(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
     return [n for n in names if n in MODULES]
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the sm120kit modules it imports anywhere but under ``if TYPE_CHECKING:``."""
+def _is_import_module(call: ast.Call) -> bool:
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id == "import_module") or (
+        isinstance(func, ast.Attribute) and func.attr == "import_module"
+    )
+
+
+def _by_name(call: ast.Call, tree: ast.AST, name: str, is_package: bool) -> set[str]:
+    """The sm120kit modules an ``import_module(...)`` call may load: its argument when it is
+    a string; else every module name written as a string in the calling module (a table such
+    as ``BUILTIN_MODULES``), and for ``f"{__name__}.{x}"`` every submodule of the package."""
+    arg = call.args[0] if call.args else None
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return {arg.value} & MODULES.keys()
+    found = {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in MODULES
+    }
+    if is_package and isinstance(arg, ast.JoinedStr) and "__name__" in ast.unparse(arg):
+        found |= {m for m in MODULES if m.rpartition(".")[0] == name}
+    return found
+
+
+def import_graph(modules: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """Module -> the sm120kit modules it imports anywhere but under ``if TYPE_CHECKING:``,
+    with ``import ...`` statements and ``import_module`` calls alike."""
     graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
+    for name, path in (modules or MODULES).items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        is_package = path.name == "__init__.py"
+
+        def by_name(
+            call: ast.Call, tree: ast.AST = tree, name: str = name, pkg: bool = is_package
+        ) -> set[str]:
+            return _by_name(call, tree, name, pkg)
 
         def visit(node: ast.AST, package: str = package, edges: set[str] = edges) -> None:
             for child in ast.iter_child_nodes(node):
@@ -61,9 +95,11 @@ def import_graph() -> dict[str, set[str]]:
                     continue
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
                     edges.update(_imported(child, package))
+                if isinstance(child, ast.Call) and _is_import_module(child):
+                    edges.update(by_name(child))
                 visit(child)
 
-        visit(ast.parse(path.read_text(encoding="utf-8")))
+        visit(tree)
         # A submodule's import of its own package is implied by Python; it is no edge here.
         graph[name] = {e for e in edges if e != name and not name.startswith(e + ".")}
     return graph
@@ -100,6 +136,30 @@ def test_no_import_cycles() -> None:
     graph = import_graph()
     assert "sm120kit.cache.store" in graph and graph["sm120kit.cache.sftp"]
     assert find_cycle(graph) is None
+
+
+def test_import_module_by_name_is_an_edge(tmp_path: Path) -> None:
+    """A registry that loads a plugin by name, from a table or a literal, and a plugin that
+    imports the registry: the cycle the statement-only graph missed (knobs -> packages.registry
+    -> import_module("...sgl_kernel") -> knobs, before Knobs moved to packages/base.py)."""
+    registry = tmp_path / "registry.py"
+    registry.write_text(
+        "from importlib import import_module\n"
+        "PLUGINS = ('sm120kit.knobs',)\n"
+        "def load():\n"
+        "    return [import_module(m) for m in PLUGINS]\n"
+    )
+    literal = tmp_path / "literal.py"
+    literal.write_text("import importlib\nimportlib.import_module('sm120kit.knobs')\n")
+    graph = import_graph({"fake.registry": registry, "fake.literal": literal})
+    assert graph == {"fake.registry": {"sm120kit.knobs"}, "fake.literal": {"sm120kit.knobs"}}
+    whole = import_graph()
+    whole["sm120kit.knobs"].add("fake.registry")
+    whole["fake.registry"] = {"sm120kit.knobs"}
+    assert find_cycle(whole) == ["fake.registry", "sm120kit.knobs", "fake.registry"]
+    # The real registries' edges are seen: both load their plugins by name.
+    assert "sm120kit.packages.sgl_kernel" in whole["sm120kit.packages.registry"]
+    assert "sm120kit.cache.sftp" in whole["sm120kit.cache.registry"]
 
 
 def test_cycle_finder_finds_one() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -213,7 +214,7 @@ def test_repo_recipes_name_their_stacks() -> None:
         (
             'python = "3.11"',
             'python = "3.10"',
-            r"r580\.toml:\d+: python: locks/sglang-0\.5\.23 has locks for Python 3\.11, none for",
+            r"r580\.toml:\d+: python: locks/sglang-0\.5\.23 has locks for Python 3\.11, 3\.12, none for",
         ),
     ],
 )
@@ -281,3 +282,40 @@ def test_an_old_format_lock_names_the_conversion(tmp_path: Path) -> None:
     again = load_lock(out)
     assert again.packages == lock.packages and again.torch == "2.14.1"
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left
+
+
+def test_a_stack_has_one_lock_per_python() -> None:
+    """`stack_locks` gives each Python's lock of the recipe's directory; `lock_for` one of
+    them; `Recipe.lock` is the recipe's first Python's, and `stack.lock` names its file."""
+    from sm120kit.lock import lock_for, stack_locks
+
+    recipe = load_recipes(REPO / "recipes")["r580"]
+    assert recipe.stack is not None and recipe.lock is not None
+    locks = stack_locks(recipe.stack, REPO)
+    assert list(locks) == ["3.11", "3.12"]
+    assert all(
+        lock.top == "sglang==0.5.23" and len(lock.packages) == 207 for lock in locks.values()
+    )
+    assert recipe.lock.python == "3.11" and lock_for(recipe.stack, "3.13", REPO) is None
+    assert lock_for(recipe.stack, "3.12", REPO) == locks["3.12"]
+    assert recipe.stack.lock == "locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml"
+    assert recipe.lock.label == "sglang-0.5.23-cp311-manylinux_2_34_x86_64"
+
+
+@pytest.mark.parametrize(
+    ("pythons", "want"),
+    [("3.11", "3.11"), (["3.12", "3.11"], "3.12"), (["3.13", "3.11", "3.12"], "3.11")],
+)
+def test_the_recipes_order_of_pythons_picks_its_lock(pythons: Any, want: str) -> None:
+    from sm120kit.lock import load_stack
+
+    recipe = load_recipes(REPO / "recipes")["r580"]
+    assert recipe.stack is not None
+
+    def error(key: tuple[str, ...], problem: str) -> RecipeError:
+        return RecipeError(f"{'.'.join(key)}: {problem}")
+
+    stack, lock = load_stack(recipe.stack, REPO, {}, error, pythons)
+    assert lock.python == want and stack.lock.endswith(
+        f"pylock.cp{want.replace('.', '')}-manylinux_2_34_x86_64.toml"
+    )

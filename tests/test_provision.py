@@ -33,6 +33,7 @@ CROSS = {
     "recipe.torch.version": "2.13.0",
     "recipe.torch.cuda": "cpu",
     "provision_packages": ["minikernel"],
+    "provision_stack": False,  # the Quickstart's sample build, as inventory/hosts.yaml's local
     # sshd sessions do not inherit this machine's pip settings; torch 2.13.0+cpu is here.
     "pip_args": ["--find-links", "/opt/wheels"],
 }

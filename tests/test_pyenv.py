@@ -33,6 +33,7 @@ ENV_VARS: dict[str, Any] = {
     "recipe.torch.version": "2.13.0",
     "recipe.torch.cuda": "cpu",
     "provision_packages": ["minikernel"],
+    "provision_stack": False,  # the build env is under test, not the serving stack
     # The fleet hosts have their own HOME, so the machine's user pip.conf (find-links
     # /opt/wheels) is not theirs: pass the wheelhouse like an offline site would.
     "pip_args": ["--find-links", "/opt/wheels"],
@@ -323,8 +324,9 @@ def test_missing_python_is_named(fleet: Fleet, tmp_path: Path) -> None:
     inv = write_inventory(tmp_path, fleet, "gpu3", **ENV_VARS, **{"recipe.python": "3.9"})
     code, doc = cli(["plan", "-H", "gpu3", *TARGET, "-i", str(inv)], fleet, tmp_path)
     entry = doc["hosts"]["gpu3"]
-    assert code == 2 and step_of(entry, "env")["status"] == "failed"
-    assert "wants Python 3.9 but the host has" in entry["error"] and "3.11" in entry["error"]
+    assert code == 2 and step_of(entry, "python")["status"] == "failed"
+    # The python step (ops/host_python.py): plan shows the stack, whose locks are for 3.11.
+    assert "wants Python 3.9 but its stack has locks for 3.11" in entry["error"]
 
 
 def fake_torch(directory: Path, version: str, requires: list[str]) -> Path:

@@ -59,8 +59,43 @@ def test_repo_recipes_load(recipes: dict[str, Recipe]) -> None:
     assert default_recipes_dir() == REPO / "recipes"
     for r in recipes.values():
         assert r.arch == ["12.0"]
-        assert {p.name for p in r.packages} == {"minikernel", "flash-attn", "sgl-kernel"}
+        # January's sgl-kernel 0.3.21 (torch 2.9.1) only where it builds against the stack's
+        # torch: r570/r575 (sglang 0.5.9 on torch 2.9.1).
+        want = {"minikernel", "flash-attn"} | (
+            {"sgl-kernel"} if r.torch.version == "2.9.1" else set()
+        )
+        assert {p.name for p in r.packages} == want
         assert r.source.endswith(f"recipes/{r.name}.toml")
+
+
+def test_each_recipe_has_one_torch_its_locks(recipes: dict[str, Recipe]) -> None:
+    """[torch] is the lock's torch: r570/r575 2.9.1 cu128, r580/r590/r595 2.14.1 cu130."""
+    expect = {
+        "r570": "2.9.1",
+        "r575": "2.9.1",
+        "r580": "2.14.1",
+        "r590": "2.14.1",
+        "r595": "2.14.1",
+    }
+    for name, version in expect.items():
+        r = recipes[name]
+        assert r.lock is not None
+        assert (r.torch.version, r.torch.cuda) == (r.lock.torch, r.lock.torch_cuda)
+        assert r.torch.version == version
+
+
+def test_a_torch_other_than_the_locks_is_refused_at_load(tmp_path: Path) -> None:
+    """The repo's r580 with January's torch: one line naming the file and key."""
+    text = (REPO / "recipes" / "r580.toml").read_text()
+    folder = write(tmp_path, {"r580.toml": text.replace('version = "2.14.1"', 'version = "2.9.1"')})
+    with pytest.raises(RecipeError) as err:
+        load_recipes(folder, patches_dir=REPO / "patches")
+    msg = str(err.value)
+    assert "r580.toml:" in msg and "torch.version" in msg and "\n" not in msg, msg
+    assert (
+        "differs from locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml's torch 2.14.1"
+        in msg
+    ), msg
 
 
 def test_repo_recipes_pin_branch_toolkits(recipes: dict[str, Recipe]) -> None:
@@ -68,9 +103,9 @@ def test_repo_recipes_pin_branch_toolkits(recipes: dict[str, Recipe]) -> None:
     expect = {
         "r570": ("12.8", 14, "https://download.pytorch.org/whl/cu128", "12.8"),
         "r575": ("12.9", 14, "https://download.pytorch.org/whl/cu128", "12.8"),
-        "r580": ("13.0", 15, "https://download.pytorch.org/whl/cu130", "13.0"),
-        "r590": ("13.1", 15, "https://download.pytorch.org/whl/cu130", "13.0"),
-        "r595": ("13.2", 15, "https://download.pytorch.org/whl/cu130", "13.0"),
+        "r580": ("13.0", 15, "pypi", "13.0"),
+        "r590": ("13.1", 15, "pypi", "13.0"),
+        "r595": ("13.2", 15, "pypi", "13.0"),
     }
     for name, (mm, gcc, index, torch_cuda) in expect.items():
         r = recipes[name]
@@ -88,12 +123,14 @@ def test_flash_attn_is_pinned_below_cxx20_torch(recipes: dict[str, Recipe]) -> N
     for r in recipes.values():
         fa = next(p for p in r.packages if p.name == "flash-attn")
         assert fa.version == "2.8.3"
-        assert fa.torch is not None
-        assert not fa.torch.contains("2.14.1") and fa.torch.contains(r.torch.version)
+        assert fa.torch is not None and not fa.torch.contains("2.14.1")
+        # the entry in force for the recipe's torch: 2.8.3 below 2.14, the patched post2 above
+        chosen = next(p for p in r.packages_for(r.torch.version) if p.name == "flash-attn")
+        assert chosen.version == ("2.8.3" if r.torch.version == "2.9.1" else "2.8.3.post2")
 
 
 def test_sgl_kernel_source_is_the_sglang_repo(recipes: dict[str, Recipe]) -> None:
-    sk = next(p for p in recipes["r580"].packages if p.name == "sgl-kernel")
+    sk = next(p for p in recipes["r570"].packages if p.name == "sgl-kernel")
     assert sk.source["kind"] == "git"
     assert sk.source["url"] == "https://github.com/sgl-project/sglang"
     assert sk.source["subdir"] == "sgl-kernel"
@@ -244,9 +281,12 @@ def test_resolve_from_facts(recipes: dict[str, Recipe]) -> None:
     assert res.values["target.arch"] == "12.0"
     assert res.values["cuda.pip_packages"][0] == "nvidia-cuda-nvcc==13.0.*"
     assert res.notes == []
-    # Every package is buildable: sgl-kernel is pinned to sglang c86ca128 (0.3.21).
+    # Every package is buildable against the stack's torch 2.14.1 (flash-attn: 2.8.3.post2).
     assert res.problems == {}
-    sk = res.package("sgl-kernel")
+    assert res.values["torch.version"] == "2.14.1"
+    assert res.package("flash-attn")["version"] == "2.8.3.post2"
+    old = resolve_for_host(recipes, Host("gpu2"), gpu_facts("570.124.06", "12.0"))
+    sk = old.package("sgl-kernel")  # January's build: r570's, on its torch 2.9.1
     assert sk["source"]["ref"] == "c86ca12875bbdea8f39267f02a0d55c68ea99d8e"
     assert [d["name"] for d in sk["dependencies"]][:2] == ["repo-cutlass", "repo-deepgemm"]
     assert res.package("minikernel")["source"] == {"kind": "path", "path": "examples/minikernel"}
@@ -378,7 +418,7 @@ def test_cpu_torch_override_for_cross_build(recipes: dict[str, Recipe]) -> None:
     # minikernel builds against a CPU torch; the CUDAExtension packages cannot.
     assert "minikernel" not in res.problems
     assert any("CPU torch" in p for p in res.problems["flash-attn"])
-    assert any("torch 2.13.0" in p and "==2.9.1" in p for p in res.problems["sgl-kernel"])
+    assert "sgl-kernel" not in res.problems  # not in r580: it cannot build on the lock's torch
     rows = {k: (v, s) for k, v, s in res.rows()}
     assert rows["torch.version"] == (
         "2.13.0",
@@ -438,7 +478,7 @@ def test_knob_and_ref_overrides(recipes: dict[str, Recipe]) -> None:
     host = Host(
         "box",
         vars={
-            "target_driver": "580.95.05",
+            "target_driver": "570.124.06",  # r570: sgl-kernel 0.3.21
             "target_arch": "12.0",
             "recipe.packages.flash-attn.knobs.MAX_JOBS": 2,
             "recipe.packages.sgl-kernel.source.ref": "0123abcd",
@@ -458,7 +498,7 @@ def test_source_kind_override_to_local_checkout(recipes: dict[str, Recipe]) -> N
     host = Host(
         "box",
         vars={
-            "target_driver": "580.95.05",
+            "target_driver": "570.124.06",  # r570: sgl-kernel 0.3.21
             "target_arch": "12.0",
             "recipe.packages.sgl-kernel.source.kind": "path",
             "recipe.packages.sgl-kernel.source.path": "/src/sglang/sgl-kernel",

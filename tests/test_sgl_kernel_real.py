@@ -156,11 +156,11 @@ def libcuda_stub(tmp: Path) -> str:
 
 
 def tool_defines(trees: Path, knob_overrides: dict[str, Any], tmp: Path) -> dict[str, str]:
-    """The defines the tool's wheel build passes for recipe r580 (arch 12.0), plus what
+    """The defines the tool's wheel build passes for r570's sgl-kernel (arch 12.0), plus what
     scikit-build-core adds, plus the CPU-torch additions."""
     import torch
 
-    recipe = load_recipes()["r580"]
+    recipe = load_recipes()["r570"]  # sgl-kernel 0.3.21 is r570/r575's (torch 2.9.1)
     pkg = next(p for p in recipe.packages if p.name == "sgl-kernel")
     facts = {"cpu": {"count": 2}, "memory": {"available_bytes": 24 * 1024**3}}
     knobs = resolve_knobs(

@@ -49,7 +49,7 @@ def _plan(fleet: Fleet, tmp: Path, extra: dict[str, dict[str, Any]], *flags: str
     doc = yaml.safe_load(fleet.inventory.read_text())
     for name in ("gpu1", "gpu2"):
         doc["all"]["hosts"][name].update(
-            {"provision_packages": ["minikernel"], "work_root": str(tmp / "work" / name)},
+            {"work_root": str(tmp / "work" / name)},  # no package vars: the defaults
             **extra.get(name, {}),
         )
         (tmp / "work" / name).mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def test_r580_host_gets_sglang_0_5_23_from_the_release_verified(planned: dict[st
     host = json_of(proc)["hosts"]["gpu1"]
     stack = host["stack"]
     assert host["recipe"] == "r580" and stack["top"] == "sglang==0.5.23"
-    assert stack["env"] is None  # shown, not requested
+    assert stack["env"].endswith("/envs/stack-sglang-0.5.23-cp311-manylinux_2_34_x86_64")
     kernel = stack["packages"]["sglang-kernel"]
     assert (kernel["version"], kernel["from"], kernel["verdict"]) == ("0.4.10", "release", "ok")
     assert kernel["checked"] == (
@@ -94,7 +94,27 @@ def test_r580_host_gets_sglang_0_5_23_from_the_release_verified(planned: dict[st
     assert stack["packages"]["sglang"]["version"] == "0.5.23"
     assert all(p["from"] == "release" for p in stack["packages"].values())
     assert "sgl-kernel" not in stack["packages"] and "sglang-kernel" in stack["shown"]
-    assert not any(s["name"] == "stack" for s in host["steps"])  # not requested: no step
+
+
+def test_a_fresh_r580_host_plans_the_stack_from_releases_and_no_source_build(
+    planned: dict[str, Any],
+) -> None:
+    """No package vars, no flags: the provision is the recipe's serving stack (issue #31)."""
+    host = json_of(planned["json"])["hosts"]["gpu1"]
+    assert host["parts"] == {
+        "stack": True,
+        "stack_why": "recipe r580's serving stack, by default",
+        "builds": [],
+        "builds_why": "none named (--package, provision_packages)",
+    }
+    steps = {s["name"]: s for s in host["steps"]}
+    assert steps["stack"]["status"] == "changed"  # would install, into its own env
+    assert steps["stack"]["message"].startswith("would install ")
+    assert host["stack"]["env"]
+    # no build env, no package build, no toolkit library asked for a build
+    assert not set(steps) & {"env", "minikernel", "flash-attn", "sgl-kernel", "build"}, list(steps)
+    assert "no build of this run links its libraries" in steps["toolkit"]["message"]
+    assert host["packages"] == {}
 
 
 def test_r570_host_gets_sglang_0_5_9_with_the_minor_version_note(planned: dict[str, Any]) -> None:
@@ -121,7 +141,7 @@ def test_plan_shows_it_as_a_table_and_changes_nothing(planned: dict[str, Any]) -
     assert (
         "stack sglang==0.5.9 from locks/sglang-0.5.9/pylock.cp311-manylinux_2_34_x86_64.toml" in out
     )
-    assert "not requested (invoke provision --stack installs it)" in out
+    assert "stack: yes (recipe r580's serving stack, by default); builds: none" in out
     assert "more from the release (sha256-pinned" in out
     assert planned["unchanged"]
     assert len(planned["cache"]) == 4  # the two links and their sha256 directories: no download

@@ -30,7 +30,7 @@ from sm120kit.remote import lib_closure, script_bundle, script_source
 from sm120kit.runner import HostContext
 from sm120kit.steps import RENDERERS, Step, commands, render
 from tests.support.fleet import Fleet
-from tests.test_build_op import SGL_TREE, git_repo, host, run_op, sgl_vars, steps
+from tests.test_build_op import SGL_TREE, git_repo, host, run_op, sgl_recipes, sgl_vars, steps
 from tests.test_pyenv import _spec as env_spec
 from tests.test_toolkit import _entry
 from tests.test_toolkit import _spec as toolkit_spec
@@ -299,7 +299,7 @@ def test_plan_shows_the_commands_provision_runs_for_the_patch_step(
     """`patch:sgl-kernel` in check mode, then for real, on a fleet host: the same commands."""
     repo, sha = git_repo(tmp_path / "sglang")
     sk = host(fleet, tmp_path, "sk", **sgl_vars(repo, sha))
-    opts = PlanOptions(packages=["sgl-kernel"])
+    opts = PlanOptions(packages=["sgl-kernel"], recipes_dir=str(sgl_recipes(tmp_path)))
 
     def source_only(ctx: HostContext) -> None:
         ensure_source(ctx, prepare(ctx, opts), "sgl-kernel")

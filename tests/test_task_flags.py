@@ -25,10 +25,10 @@ EXPECTED: dict[str, set[str]] = {
     "facts": COMMON,
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
-    "plan": COMMON | RECIPE | {"explain", "package"},
+    "plan": COMMON | RECIPE | {"explain", "package", "stack", "no-stack"},
     "provision": COMMON
     | RECIPE
-    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack"},
+    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack", "no-stack"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
@@ -94,15 +94,17 @@ HELP = {
     "mirror": "directory holding <dir>/ per source (default: setting sources_mirror)",
     "refresh": "read stored sources again and replace those whose tree changed (a corrected or "
     "deliberately patched mirror still claims the same commit)",
-    "stack": "install the recipe's serving stack (its [stack] lock) into its own env; build only "
-    "what it chooses to build (host var provision_stack: true does the same)",
+    "stack": "install the recipe's serving stack even where host var provision_stack is false "
+    "(the stack is the default)",
+    "no-stack": "leave the serving stack alone: build only the packages named (--package, vars)",
     "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
     "out": "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)",
     "path": "the lock file to read",
     "platform": "newest platform tag the lock accepts",
-    "index": "resolve from this index alone (pip --isolated --index-url), e.g. "
-    "https://pypi.org/simple; default: pip's own configuration",
-    "lock-python": "Python X.Y to lock for (default: the recipe's python, else 3.11)",
+    "index": "an index to resolve from, e.g. https://pypi.org/simple (default); give it more than "
+    "once for more (a wheel stub's own index); the recipe's [stack] indexes are added",
+    "lock-python": "Python X.Y to lock for, comma-separated (default: every X.Y the release has "
+    "wheels for)",
 }
 HELP_OVERRIDES = {
     ("sources.fetch", "package"): "package whose source and dependencies to fetch (e.g. sgl-kernel)"
@@ -111,6 +113,8 @@ HELP_OVERRIDES = {
 #: Value shown after the flag in --help: INT for whole numbers, STRING for text and for
 #: fractional numbers (invoke names no float kind), nothing for on/off flags.
 INT_FLAGS = {"forks", "max-jobs", "nvcc-threads", "pid", "keep"}
+#: Flags that may be given more than once (invoke's help shows them without a kind).
+LIST_FLAGS = {"index"}
 BOOL_FLAGS = {
     "json",
     "accept-new-host-keys",
@@ -121,6 +125,7 @@ BOOL_FLAGS = {
     "rebuild",
     "refresh",
     "stack",
+    "no-stack",
 }
 
 
@@ -157,7 +162,7 @@ def test_flags_help_and_kinds(collection: Any, name: str) -> None:
     assert set(rows) == EXPECTED[name]
     for flag, (spec, text) in rows.items():
         assert text == HELP_OVERRIDES.get((name, flag), HELP[flag]), flag
-        if flag in BOOL_FLAGS:
+        if flag in BOOL_FLAGS or flag in LIST_FLAGS:
             assert spec == f"--{flag}", spec
         else:
             kind = "INT" if flag in INT_FLAGS else "STRING"

@@ -371,6 +371,7 @@ def test_runfile_install_idempotent_and_plan_changes_nothing(
             "recipe.torch.cuda": "cpu",
             "allow_cpu_torch": True,
             "provision_packages": ["minikernel"],
+            "provision_stack": False,
         },
     )
     # plan first: would install, with the exact commands; nothing on the host changes.
@@ -577,7 +578,10 @@ def test_apt_plan_over_ssh(fleet: Fleet, tmp_path: Path) -> None:
     )
     entry = doc["hosts"]["gpu1"]
     step = step_of(entry, "toolkit")
-    assert step["message"] == "would install CUDA 13.1.1 (apt) into /usr/local/cuda-13.1"
+    assert step["message"] == (
+        "would install CUDA 13.1.1 (apt) into /usr/local/cuda-13.1; needs nvcc and CUDA headers "
+        "only (no build of this run links its libraries)"
+    )
     text = "\n".join(step["commands"])
     assert "/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb" in text
     assert (

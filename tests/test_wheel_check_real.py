@@ -2,7 +2,7 @@
 
 Nothing is simulated but the target itself (a driver version and a compute capability, as a
 GPU-less build box names them): the sglang-kernel 0.4.10 and sgl-kernel 0.3.21 wheels come
-from PyPI (``pip download --no-deps``, cached in the test cache), their modules are read by the
+from PyPI (tests/support/real_wheels.py: verified by sha256 in the test cache), their modules are read by the
 tool's fatbin reader, and cuobjdump (``nvidia-cuda-cuobjdump``, installed by scripts/test.sh)
 is the reference for the archs each module carries.
 

@@ -1,7 +1,8 @@
 """The in-run election: on a miss, one host thread per key builds and the others wait.
 
 The waiters then take the wheel from the cache. If the builder fails, every waiter fails
-with "builder X failed"; only when the builder was lost (unreachable) does the next waiter
+with "builder X failed"; when the run is interrupted (the builder's command killed, or a
+signal while a host waits), the waiters are interrupted too, not failed; only when the builder was lost (unreachable) does the next waiter
 build instead. A host with the var ``build_host: <other>`` never builds and waits for the
 cache: woken when that host's build in this run ends, failing at once when it was lost or its
 wheel reached no store the waiter reads, and after ``wait_timeout`` when it is outside the run.
@@ -13,7 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..errors import HostFailed, HostUnreachable
+from ..connection import cancel_reason, cancelled
+from ..errors import HostFailed, HostUnreachable, Interrupted
 from .config import CacheConfig
 from .health import StoreHealth
 from .locks import LockedBuild
@@ -33,6 +35,7 @@ class _Failure:
     host: str
     message: str
     fatal: bool
+    interrupted: bool = False  # the run was cancelled: says nothing about the build
 
 
 @dataclass
@@ -89,6 +92,8 @@ class Election:
         # cache has: nothing here will replace it.
         replacing = req.rebuild and (may_build or designated in ctx.runner.host_names)
         while True:
+            if cancelled():  # a signal while waiting: this host was interrupted, not failed
+                raise Interrupted(cancel_reason())
             with slot.cond:
                 seen = slot.finished
                 fresh = slot.published.sha256 if slot.published is not None else ""
@@ -106,6 +111,8 @@ class Election:
                     continue  # a build ended while we looked: look again
                 failure = slot.failure
                 if slot.builder is None and failure is not None:
+                    if failure.interrupted:
+                        raise Interrupted(failure.message)
                     if failure.fatal:
                         raise HostFailed(
                             f"builder {failure.host} failed to build {what}: {failure.message}"
@@ -198,10 +205,13 @@ class Election:
                 slot.builder = None
                 slot.finished += 1
                 # A lost builder says nothing about the build: let the next waiter try.
+                stopped = isinstance(exc, (Interrupted, KeyboardInterrupt)) or cancelled()
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 slot.failure = _Failure(
                     host,
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    (str(exc) or cancel_reason()) if stopped else message,
                     fatal=not isinstance(exc, HostUnreachable),
+                    interrupted=stopped,
                 )
                 slot.cond.notify_all()
             raise

@@ -13,8 +13,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..connection import cancel_reason, cancelled
 from ..controller import dead_here
-from ..errors import HostFailed
+from ..errors import HostFailed, Interrupted
 from .config import CacheConfig
 from .health import StoreHealth, one_line
 from .lookup import Lookup
@@ -107,6 +108,8 @@ class LockedBuild:
                 req.ctx.log.info("cache lock %s held by %s; waiting", key[:12], who)
                 req.progress(f"another run {req.work}s it ({who})")
             time.sleep(self.config.poll_interval)
+            if cancelled():  # a signal while waiting for another run: interrupted, not failed
+                raise Interrupted(cancel_reason())
             # --rebuild waits for the lock itself: a wheel that shows up meanwhile may be the
             # one being replaced.
             got = None if req.rebuild else self.lookup.find(req)

@@ -1,8 +1,8 @@
 """Store types by name: each backend registers the type it implements; ``make_store`` builds one.
 
 The model is pyinfra's connector registry: a backend module (``sftp.py``, ``s3.py``) imports
-the base (``store.py``: the Store interface and the local directory store) and this registry,
-and registers a factory here; neither the base nor this registry imports a backend. The
+the base (``store.py``: the Store interface and the local directory store) and the type table
+(``store_types.py``), and registers a factory there; neither the base nor this registry imports a backend. The
 backends that ship with sm120kit are named in :data:`BUILTIN_BACKENDS` and loaded by name the
 first time their type is asked for (the way pyinfra loads its connectors' entry points), so a
 store's third-party library loads only when such a store is configured.
@@ -10,17 +10,32 @@ store's third-party library loads only when such a store is configured.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from importlib import import_module
 from typing import Any
 
 from sm120kit.cache.store import CacheError, LocalStore, Store
 
-#: ``sftp_connect(spec)`` returns a paramiko SFTPClient (e.g. a fabric connection's ``.sftp()``).
-SftpConnect = Callable[[Mapping[str, Any]], Any]
-#: A backend's factory: a checked spec (and an optional SFTP connector) in, a Store out.
-StoreFactory = Callable[[Mapping[str, Any], "SftpConnect | None"], Store]
+# The table and its decorator live in store_types.py, which the backends import: a backend
+# importing this module, which imports it by name, was a cycle (tests/test_imports.py).
+from sm120kit.cache.store_types import (
+    _TYPES,
+    SftpConnect,
+    StoreFactory,
+    StoreType,
+    register_store_type,
+)
+
+__all__ = [
+    "BUILTIN_BACKENDS",
+    "SftpConnect",
+    "StoreFactory",
+    "StoreType",
+    "known_types",
+    "make_store",
+    "register_store_type",
+    "store_type",
+]
 
 #: Store type -> module that registers it, imported on first use of the type (``local`` is
 #: part of the base and registered below).
@@ -28,34 +43,6 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "sftp": "sm120kit.cache.sftp",
     "s3": "sm120kit.cache.s3",
 }
-
-
-@dataclass(frozen=True)
-class StoreType:
-    """One registered store type: the spec keys it takes and how to build it."""
-
-    kind: str
-    allowed: frozenset[str]
-    required: tuple[str, ...]
-    factory: StoreFactory
-
-
-_TYPES: dict[str, StoreType] = {}
-
-
-def register_store_type(
-    kind: str, *, allowed: set[str], required: tuple[str, ...] = ()
-) -> Callable[[StoreFactory], StoreFactory]:
-    """Decorator for a backend's factory: ``@register_store_type("s3", allowed={...})``.
-
-    ``type`` and ``name`` are always allowed; ``required`` keys must be set and non-empty.
-    """
-
-    def register(factory: StoreFactory) -> StoreFactory:
-        _TYPES[kind] = StoreType(kind, frozenset(allowed | {"type", "name"}), required, factory)
-        return factory
-
-    return register
 
 
 def store_type(kind: str) -> StoreType | None:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sm120kit.cache.registry import SftpConnect, register_store_type
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
+from sm120kit.cache.store_types import SftpConnect, register_store_type
 
 T = TypeVar("T")
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sm120kit.cache.registry import SftpConnect, register_store_type
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
+from sm120kit.cache.store_types import SftpConnect, register_store_type
 
 
 def _missing(exc: OSError) -> bool:

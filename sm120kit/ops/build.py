@@ -39,10 +39,12 @@ from ..runner import HostOp, Runner
 from ..state import ProvisionState
 from .build_explain import dependency_rows, explain, source_rows, target_explain
 from .build_inputs import (
+    UNKNOWN_UNTIL_ENV,
     add_dependency_defines,
     build_env,
     cc_version,
     key_inputs,
+    key_unknown,
     package_knobs,
     toolchain_env,
 )
@@ -125,8 +127,9 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     record["pip_args"] = list(knobs.pip_args)
     if deps is not None and not deps.complete:
         source = Source(source.path, "", source.present)  # the key needs every digest
-    if not source.digest or state.toolkit is None or state.env is None:
-        # Check mode before the toolkit/env/source exist: the key is not known yet.
+    if not source.digest or state.toolkit is None or key_unknown(state):
+        # Check mode before the toolkit/env/source exist: the key is not known yet (a planned
+        # env's torch is the recipe's `2.13.0`, not the `2.13.0+cpu` the build would hash).
         with ctx.step(f"wheel:{name}") as step:
             ctx.may_act(step, f"build or fetch {name} {version} (key known once it exists)")
         with ctx.step(f"install:{name}") as step:
@@ -281,13 +284,26 @@ def key_op(opts: PlanOptions, package: str) -> HostOp:
                 package_knobs(state, package),
                 tuple(dep_digests),
             )
-            key = compute_key(inputs)
-            step.message = key
+            unknown = key_unknown(state)
+            rows = [list(row) for row in describe(inputs)]
+            key: str | None = None
+            if unknown:
+                # No key the build would never use: torch and the key say why they are not
+                # known, every other input is shown as it will be.
+                rows = [
+                    [label, UNKNOWN_UNTIL_ENV if label in ("torch", "key") else value]
+                    for label, value in rows
+                ]
+                step.message = f"key {UNKNOWN_UNTIL_ENV} ({unknown})"
+            else:
+                key = compute_key(inputs)
+                step.message = key
         ctx.set(
             package=package,
             key=key,
-            inputs=[list(row) for row in describe(inputs)],
-            key_inputs=inputs.to_dict(),
+            key_unknown=unknown,
+            inputs=rows,
+            key_inputs=inputs.to_dict() if not unknown else None,
             # A toolkit or env that would be installed: its versions are the recipe's.
             predicted=any(s.message.startswith("would ") for s in ctx.result.steps),
         )

@@ -114,6 +114,20 @@ def cc_version(state: ProvisionState) -> str:
     return f"gcc {chosen['version']}" + (f" at {chosen['path']}" if ccbin else "")
 
 
+#: What cache.key shows for torch, and instead of the key, before the build env exists: the
+#: recipe's `2.13.0` is not what the build hashes (torch reports `2.13.0+cpu` or
+#: `2.9.1+cu130`, a label that depends on the index), so no key is guessed from it.
+UNKNOWN_UNTIL_ENV = "unknown until the build env exists"
+
+
+def key_unknown(state: ProvisionState) -> str | None:
+    """Why the key cannot be known yet on this host (None when it can): the build env is
+    only planned (check mode), so torch's real version string is not known."""
+    if state.env is None or state.env.planned:
+        return f"torch {UNKNOWN_UNTIL_ENV}"
+    return None
+
+
 def key_inputs(
     state: ProvisionState,
     name: str,
@@ -139,7 +153,7 @@ def key_inputs(
         )
     else:
         torch, abi = str(values.get("torch.version", "")), True
-        py_abi = "cp" + str(values.get("python", "")).replace(".", "")
+        py_abi = "cp" + state.python_version().replace(".", "")
         platform = f"linux_{state.facts.get('arch') or 'x86_64'}"
     return KeyInputs(
         package=name,

@@ -1,13 +1,14 @@
 """The `preflight` operation: would an SGLang launch start on each host? Judged before it runs.
 
 Per host: the facts (GPUs, memory in use, the processes holding it), one run of the stdlib
-probe `remote/preflight_probe.py` against the serving env (--python, else the recipe's managed
-env), then the verdicts of sm120kit/preflight.py. Any failed check fails the host, with one
+probe `remote/preflight_probe.py` against the serving env (--python, else the recipe's serving
+stack env, else, for a recipe without a stack, its managed build env), then the verdicts of sm120kit/preflight.py. Any failed check fails the host, with one
 line per failed check.
 """
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from ..errors import HostFailed, RecipeError, Sm120Error
@@ -18,19 +19,26 @@ from ..preflight import judge, probe_request
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext, HostOp
 from .smoke_check import choose_arch, managed_python, normalize_cc
+from .stack import env_path as stack_env_path
 
 #: Seconds for the probe: the env's interpreter lists its distributions, fatbin headers are read.
 PROBE_TIMEOUT = 300.0
 
 
 def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> tuple[str, str]:
-    """(interpreter, label): --python, else the env the tool provisioned for the host's recipe."""
+    """(interpreter, label): --python, else the host's serving env: the recipe's serving
+    stack env (``envs/stack-<lock>``, what `provision --stack` installs sglang into), and
+    only for a recipe without a ``[stack]`` the build's managed env."""
     if python:
         return python, "--python"
     try:
         state = prepare(ctx, opts)
     except RecipeError as exc:
         raise RecipeError(f"{exc}; or pass --python PATH of the env sglang runs in") from None
+    recipe = state.resolved.recipe
+    if recipe.stack is not None and recipe.lock is not None:
+        env = stack_env_path(state, recipe.lock)
+        return posixpath.join(env, "bin", "python"), "serving stack env"
     py, label, _env = managed_python(state)
     return py, label
 

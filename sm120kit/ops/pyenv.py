@@ -105,7 +105,7 @@ class EnvSpec:
         v = state.resolved.values
         if packages is None:
             packages = state.host_packages()
-        recipe, python = str(v["recipe"]), str(v["python"])
+        recipe, python = str(v["recipe"]), state.python_version()
         torch_version, torch_cuda = str(v["torch.version"]), str(v["torch.cuda"])
         return cls(
             recipe=recipe,
@@ -135,16 +135,20 @@ class EnvSpec:
         }
 
 
-def choose_python(facts: Mapping[str, Any], want: str, host: str) -> dict[str, Any]:
-    """The host's first python3 whose X.Y is `want`; HostFailed naming what exists otherwise."""
-    found = list(facts.get("python") or [])
-    for entry in found:
-        if ".".join(str(entry.get("version", "")).split(".")[:2]) == want:
-            return dict(entry)
-    have = ", ".join(f"{e['path']} ({e['version']})" for e in found) or "none"
+def choose_python(facts: Mapping[str, Any], want: str | list[str], host: str) -> dict[str, Any]:
+    """The host's python3 for `want` (X.Y, or X.Y in order of preference: the first the host
+    has, `host_python.pick_python` without locks); HostFailed naming what exists otherwise."""
+    from .host_python import pick_python, preference
+
+    prefer = preference(want)
+    got = pick_python(facts, prefer, None)
+    if got.path and not got.install and got.version:
+        found = [e for e in facts.get("python") or [] if str(e.get("path")) == got.path]
+        return dict(found[0]) if found else {"path": got.path, "version": got.version}
+    have = ", ".join(f"{e['path']} ({e['version']})" for e in facts.get("python") or []) or "none"
     raise HostFailed(
-        f"{host}: the recipe wants Python {want} but the host has {have}; install python{want} "
-        "(with its venv module) or set recipe.python"
+        f"{host}: the recipe wants Python {' or '.join(prefer)} but the host has {have}; "
+        f"install python{prefer[0]} (with its venv module) or set recipe.python"
     )
 
 
@@ -371,6 +375,7 @@ def planned_env(spec: EnvSpec, python: Mapping[str, Any], facts: Mapping[str, An
         torch_cuda=None if spec.torch_cuda == "cpu" else spec.torch_cuda,
         cxx11_abi=True,  # torch >= 2.7 wheels use the C++11 ABI
         torch_arch_list=[],
+        planned=True,
     )
 
 
@@ -399,7 +404,11 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
                 "but the host has a GPU: a CPU torch is for cross-builds only; set host var "
                 "allow_cpu_torch: true to build with it anyway"
             )
-        python = choose_python(state.facts, spec.python, name)
+        python = (
+            {"path": state.python.path, "version": state.python.version}
+            if state.python is not None and state.python.version == spec.python
+            else choose_python(state.facts, spec.python, name)
+        )
         probe = ctx.script("make_env", {"action": "probe", "env": spec.path, "marker": MARKER})
         plan = plan_env(spec, probe, python, state.host.vars)
         if plan is None:

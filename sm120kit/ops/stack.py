@@ -124,6 +124,7 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
     )
     built = ProvisionState(host, state.facts, again, flags=state.flags, wanted=[name])
     built.toolkit = state.toolkit
+    built.python, built.stack_lock = state.python, state.stack_lock
     return built
 
 
@@ -180,8 +181,17 @@ def stack_document(
 def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> dict[str, Any]:
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
-    lock, choices = choose(state.resolved, read_copies=ctx.check_mode or not install)
-    python = choose_python(state.facts, lock.python, state.host.name)
+    lock, choices = choose(
+        state.resolved, read_copies=ctx.check_mode or not install, lock=state.stack_lock
+    )
+    # The python step's interpreter (host_python.py; in plan, maybe one it would install)
+    # when it is the lock's Python.
+    chosen = state.python
+    python = (
+        {"path": chosen.path, "version": chosen.version}
+        if chosen is not None and chosen.version == lock.python
+        else choose_python(state.facts, lock.python, state.host.name)
+    )
     # Every file, before anything changes: a wheel the host cannot install, or a URL outside
     # the lock's indexes, is refused by plan and provision alike.
     wheels = [c.entry for c in choices if c.source == "release"] + [UV]

@@ -202,7 +202,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             how = "" if found.version == spec.version else f" serves CUDA {spec.version}"
             step.message = (
                 f"CUDA {found.version if exact else found.release} at {found.cuda_home} "
-                f"({found.source}, nvcc V{found.nvcc_version}){how}"
+                f"({found.source}, nvcc V{found.nvcc_version}){how}; {spec.needs}"
             )
             state.toolkit = found
             return found
@@ -214,6 +214,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             lacks = missing_components(entry, spec)
             if lacks and toolkit_mismatch(entry, bare, driver) is None:
                 what += f"; {entry.get('path')} {lacks}"
+        what += f"; {spec.needs}"
         if not ctx.may_act(step, what, plan.commands):
             state.toolkit = planned_toolkit(spec)
             return state.toolkit

@@ -141,6 +141,16 @@ class ToolkitSpec:
         )
 
     @property
+    def needs(self) -> str:
+        """What this run asks of a toolkit, and why (plan's reason line)."""
+        if self.components:
+            return (
+                f"needs nvcc, CUDA headers and {cudalibs.describe(self.components)} (the "
+                f"{', '.join(self.components_for)} build)"
+            )
+        return "needs nvcc and CUDA headers only (no build of this run links its libraries)"
+
+    @property
     def major(self) -> int:
         return drv.cuda_major(self.version)
 
@@ -148,18 +158,15 @@ class ToolkitSpec:
 def component_users(state: ProvisionState) -> list[str]:
     """The packages of this run that build against a CUDA torch (the only builds that read
     ATen's CUDA headers or link the toolkit's libraries): ``--package``, else the host's
-    ``provision_packages``, else the recipe's; none when the recipe's torch is a CPU build, and
+    ``provision_packages``, and the serving stack's own builds; none when the recipe's torch is a CPU build, and
     none for a run that builds nothing (``install-cuda``: the first build that needs the
     libraries adds them)."""
     if not state.flags.builds:
         return []
     if str(state.resolved.values.get("torch.cuda") or "cpu") == "cpu":
         return []
-    return [
-        p
-        for p in state.run_packages()
-        if state.resolved.values.get(f"packages.{p}.needs_cuda_torch", True)
-    ]
+    names = list(dict.fromkeys([*state.run_packages(), *state.stack_builds]))
+    return [p for p in names if state.resolved.values.get(f"packages.{p}.needs_cuda_torch", True)]
 
 
 def _exact_releases(entry: Mapping[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from .. import serve, smoke_report
 from ..ops import smoke_check
 from ..results import RunResult
 
-_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim", "unknown": "magenta"}
 _MAX_PROBLEM_LINES = 12
 
 

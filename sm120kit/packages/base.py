@@ -10,11 +10,10 @@ ignores values it does not know, what is wrong with an arch value (`arch_value_p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..knobs import Knobs
     from ..remote.lib.arch import Arch
 
 #: Build front ends the tool drives: setuptools (torch's cpp_extension, ninja) or
@@ -24,6 +23,91 @@ FRONT_ENDS = ("setuptools", "scikit-build-core")
 #: Memory one nvcc thread may take when a descriptor does not say (about 3-5 GB on these
 #: packages' heavy units).
 DEFAULT_GB_PER_NVCC_THREAD = 4.0
+
+#: ATen's CUDA headers, which any torch CUDA extension including ATen/cuda/CUDAContext.h reads
+#: (toolkit components, sm120kit.cuda_libraries).
+ATEN_CUDA = ("cublas", "cusparse", "cusolver")
+
+_GIB = 1024**3
+
+
+@dataclass
+class Knobs:
+    """What a build needs: env vars, extra front-end arguments, and why each value was chosen."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    pip_args: list[str] = field(default_factory=list)
+    explain: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def set_env(self, name: str, value: Any, reason: str) -> None:
+        self.env[name] = str(value)
+        self._note(name, str(value), reason)
+
+    def define(self, name: str, value: Any, reason: str) -> None:
+        """A CMake define passed through scikit-build-core's config settings."""
+        arg = f"-Ccmake.define.{name}={value}"
+        self.pip_args = [a for a in self.pip_args if not a.startswith(f"-Ccmake.define.{name}=")]
+        self.pip_args.append(arg)
+        self._note(arg, str(value), reason)
+
+    def note(self, name: str, value: str, reason: str) -> None:
+        """An explain-only line (something deliberately *not* set, and why)."""
+        self.explain.append((name, value, reason))
+
+    def _note(self, name: str, value: str, reason: str) -> None:
+        self.explain = [e for e in self.explain if e[0] != name]
+        self.explain.append((name, value, reason))
+
+    def render(self) -> str:
+        """The ``--explain`` text: one line per setting, its value and its reason."""
+        width = max((len(n) + len(v) for n, v, _ in self.explain), default=0) + 1
+        lines = []
+        for name, value, reason in self.explain:
+            shown = f"{name}={value}" if not name.startswith("-C") else name
+            lines.append(f"{shown:<{width + 1}}  # {reason}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Jobs and nvcc threads per job, and the arithmetic that produced them."""
+
+    jobs: int
+    threads: int
+    reason: str
+
+
+def plan_parallelism(
+    cpus: int,
+    mem_bytes: int,
+    *,
+    threads_default: int,
+    gb_per_thread: float = DEFAULT_GB_PER_NVCC_THREAD,
+    jobs_override: int | None = None,
+    threads_override: int | None = None,
+) -> Parallelism:
+    """Size parallel compile jobs and nvcc threads to the CPUs and the memory.
+
+    The memory budget is ``mem_GB / gb_per_thread`` nvcc threads in flight. Threads per job
+    default to `threads_default` but shrink to what the budget allows; jobs are then
+    ``min(cpus // 2, budget // threads)`` for multi-threaded nvcc (flash-attention 2.8.3's setup.py
+    formula when threads = 4 and gb_per_thread = 9 / 4) and ``min(cpus, budget)`` for
+    single-threaded compiles.
+    """
+    cpus = max(1, int(cpus))
+    mem_gb = mem_bytes / _GIB
+    budget = max(1, int(mem_gb // gb_per_thread))
+    if threads_override is not None:
+        threads = threads_override
+    else:
+        threads = max(1, min(threads_default, budget, cpus))
+    cpu_cap = max(1, cpus // 2) if threads_default > 1 else cpus
+    jobs = jobs_override if jobs_override is not None else max(1, min(cpu_cap, budget // threads))
+    reason = (
+        f"{cpus} CPUs, {mem_gb:.1f} GiB available / {gb_per_thread:g} GB per nvcc thread = "
+        f"{budget} thread(s) in flight"
+    )
+    return Parallelism(jobs=jobs, threads=threads, reason=reason)
 
 
 @dataclass

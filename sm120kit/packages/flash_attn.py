@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from ..knobs import Knobs, plan_parallelism
 from ..remote.lib.arch import Arch
-from .base import KnobRequest, PackageDescriptor
+from .base import KnobRequest, Knobs, PackageDescriptor, plan_parallelism
 
 NAME = "flash-attn"
 

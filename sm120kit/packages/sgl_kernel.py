@@ -13,10 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..cuda_libraries import ATEN_CUDA
-from ..knobs import Knobs, plan_parallelism
 from ..remote.lib.arch import Arch
-from .base import KnobRequest, LoaderChoice, ModuleArchs, PackageDescriptor
+from .base import (
+    ATEN_CUDA,
+    KnobRequest,
+    Knobs,
+    LoaderChoice,
+    ModuleArchs,
+    PackageDescriptor,
+    plan_parallelism,
+)
 from .sgl_kernel_cmake import predict_targets
 
 NAME = "sgl-kernel"

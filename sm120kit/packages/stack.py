@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from . import registry
 from .base import ModuleArchs
 
@@ -128,9 +130,29 @@ STACK = (
 )
 
 
+def _norm(name: str) -> str:
+    """A distribution name as PEP 503 compares them (`SGLang_Kernel` is `sglang-kernel`)."""
+    return str(canonicalize_name(name))
+
+
+def _names(name: str, others: tuple[str, ...]) -> set[str]:
+    return {_norm(n) for n in (name, *others) if n}
+
+
 def stack_package(name: str) -> StackPackage | None:
     """The stack entry called `name` (or published under it), or None."""
-    return next((p for p in STACK if name == p.name or name in p.distributions), None)
+    return next((p for p in STACK if _norm(name) in _names(p.name, p.distributions)), None)
+
+
+def package_name(name: str) -> str:
+    """The package a distribution name belongs to: every name a distribution is published
+    under finds the same facts (`sglang-kernel`, `sglang_kernel` and `sgl-kernel` are all
+    the sgl-kernel descriptor's). A name nothing knows is returned as given."""
+    for d in registry.descriptors():
+        if d.name and _norm(name) in _names(d.name, tuple(d.distributions)):
+            return d.name
+    entry = stack_package(name)
+    return entry.name if entry is not None else name
 
 
 def discover_names() -> tuple[str, ...]:
@@ -147,15 +169,22 @@ def jit_rules() -> dict[str, dict[str, str]]:
 
 
 def distributions(name: str) -> list[str]:
-    """Other distribution names package `name` is published under (sgl-kernel: sglang-kernel)."""
+    """Other distribution names package `name` is published under (sgl-kernel: sglang-kernel;
+    sglang-kernel: sgl-kernel), whichever of its names `name` is."""
     entry = stack_package(name)
     if entry is not None:
-        return list(entry.distributions)
-    return list(registry.descriptor(name).distributions) if _has_descriptor(name) else []
+        every = [entry.name, *entry.distributions]
+    elif _has_descriptor(name):
+        desc = registry.descriptor(package_name(name))
+        every = [desc.name, *desc.distributions]
+    else:
+        return []
+    return [n for n in every if _norm(n) != _norm(name)]
 
 
 def _has_descriptor(name: str) -> bool:
-    return any(d.name == name for d in registry.descriptors())
+    canonical = package_name(name)
+    return any(d.name == canonical for d in registry.descriptors())
 
 
 def smoke_facts(name: str) -> dict[str, Any]:
@@ -167,7 +196,7 @@ def smoke_facts(name: str) -> dict[str, Any]:
         archs = entry.module_archs
         loader = None
     elif _has_descriptor(name):
-        desc = registry.descriptor(name)
+        desc = registry.descriptor(package_name(name))
         archs, loader = desc.module_archs, desc.loader
     else:
         return out
@@ -181,11 +210,15 @@ def smoke_facts(name: str) -> dict[str, Any]:
 def probe_knowledge(names: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """The probe arguments for a whole-env smoke of `names` plus the stack:
     ``distributions``, ``facts``, ``discover``, ``jit``, ``top``."""
-    every = list(dict.fromkeys([*names, *discover_names()]))
+    # A package asked for under another of its names (`sglang-kernel`) is not discovered
+    # again under the descriptor's (`sgl-kernel`): one row per distribution.
+    asked = {package_name(n) for n in names}
+    discover = [n for n in discover_names() if n not in names and package_name(n) not in asked]
+    every = list(dict.fromkeys([*names, *discover]))
     return {
         "distributions": {n: distributions(n) for n in every if distributions(n)},
         "facts": {n: smoke_facts(n) for n in every if smoke_facts(n)},
-        "discover": [n for n in discover_names() if n not in names],
+        "discover": discover,
         "jit": jit_rules(),
         "top": TOP_LEVEL,
     }

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..knobs import Knobs, plan_parallelism
 from ..remote.lib.arch import Arch
-from .base import KnobRequest, PackageDescriptor
+from .base import KnobRequest, Knobs, PackageDescriptor, plan_parallelism
 
 
 def arch_list_value(archs: list[Arch]) -> str:

@@ -51,6 +51,8 @@ def os_release():
             continue
     return {
         "id": info.get("ID"),
+        # ID_LIKE: the family (debian, rhel fedora) that picks apt or dnf for a missing Python.
+        "id_like": info.get("ID_LIKE"),
         "version_id": info.get("VERSION_ID"),
         "codename": info.get("VERSION_CODENAME"),
         "pretty": info.get("PRETTY_NAME") or platform.system(),

@@ -10,6 +10,7 @@ real-format output for the driver and GPUs of its profile, and a file standing i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import getpass
 import json
 import os
@@ -17,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -215,6 +217,16 @@ class Fleet:
         return next(h for h in self.hosts + self.dead if h.name == name)
 
     def start(self) -> Fleet:
+        """Start every live host's sshd. Under pytest-xdist each worker starts its own fleet on
+        the same addresses: the port is chosen again under a lock shared by every process on the
+        machine, held until this fleet's sshds listen, so two fleets never pick one port."""
+        lock_path = Path(tempfile.gettempdir()) / "sm120kit-test-fleet.lock"
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.port = _free_port([h.address for h in self.hosts + self.dead])
+            return self._start()
+
+    def _start(self) -> Fleet:
         self.root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             # sshd's privilege separation needs this directory when it runs as root.

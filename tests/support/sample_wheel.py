@@ -27,6 +27,7 @@ from sm120kit.connection import LocalConnection
 from sm120kit.host import Host
 from sm120kit.remote import run_script
 from sm120kit.remote.build_wheel import PROVENANCE_FILE, PROVENANCE_SCHEMA
+from tests.support.venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_SRC = REPO / "examples" / "minikernel"
@@ -159,11 +160,7 @@ def install_into_venv(wheel: Path, venv: Path) -> Path:
     with dependency checks on, so the wheel's ``torch==`` pin is checked against the torch
     that is there.
     """
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-        check=True,
-    )
-    python = venv / "bin" / "python"
+    python = make_venv(venv)
     proc = subprocess.run(
         [
             sys.executable,

@@ -3,7 +3,7 @@ preflight one (sglang 0.5.23, sglang-kernel 0.4.10, flashinfer-python 0.7.2, no 
 preflight never imports them, it reads them) and smoke's whole stack beside the suite's torch.
 
 The wheels are downloaded once from PyPI into the test cache (``SM120KIT_TEST_CACHE``, default
-``~/.cache/sm120kit-tests``; pip's own cache makes a repeat download cheap), the venv is built
+``~/.cache/sm120kit-tests``, verified by sha256: tests/support/real_wheels.py), the venv is built
 once per set of wheel hashes. Nothing here is simulated.
 """
 

@@ -80,18 +80,23 @@ def sha256_of(path: Path) -> str:
 def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
     """A simple index of every wheel under `files`; yields its base URL (``.../simple``).
     `log` gets the name of every file served (to count downloads)."""
-    wheels = sorted(files.glob("*.whl"))
+    # Wheels, and sdists (a wheel stub's): uv reads both from a page.
+    wheels = sorted([*files.glob("*.whl"), *files.glob("*.tar.gz")])
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # quiet test output
             pass
+
+        def do_HEAD(self) -> None:  # noqa: N802 - uv asks for a file's size first
+            self.head_only = True
+            self.do_GET()
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
             if path.startswith("/files/"):
                 target = files / path[len("/files/") :]
                 if target.is_file():
-                    if log is not None:
+                    if log is not None and not getattr(self, "head_only", False):
                         log.append(target.name)
                     data = target.read_bytes()
                     return self._send(200, data, "application/octet-stream")
@@ -112,8 +117,12 @@ def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
             self.send_response(code)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
+            # One request per connection, said out loud: uv's client would otherwise try to
+            # reuse a connection the server is closing.
+            self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(data)
+            if not getattr(self, "head_only", False):
+                self.wfile.write(data)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -1,0 +1,250 @@
+"""Which Python a host's serving stack and build env use, and how a missing one is installed.
+
+The recipe's ``python`` is an ordered list of preference (``["3.11", "3.12", "3.13"]``; a
+plain ``"3.11"`` is a one-item list). `pick_python` is the pure rule, facts in, choice out:
+
+1. Of the recipe's Pythons that have a lock (`sm120kit.lock.stack_locks`; every one when
+   there is no stack), the first the host already has (facts: its ``python3.X`` on PATH).
+2. Else the first of them the distribution's archive has: apt ``python3.X`` plus
+   ``python3.X-venv`` (known from ``apt-cache policy``), or dnf ``python3.X`` (``dnf info``),
+   installed through sudo by the same rules as the toolkit's apt method (`sudo_prefix`).
+3. Else one line naming what to install.
+
+`ensure_python` is the ``python`` step: plan shows the lock and the interpreter it chose and
+why, or the install it would run; provision runs that install, then the stack (and the build
+env) use the interpreter and the lock of that Python.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import HostFailed
+from ..lock import Lock
+from ..runner import HostContext
+from ..state import ProvisionState
+from .toolkit_install import sudo_prefix, sudo_stdin
+
+#: os-release ``ID``/``ID_LIKE`` words and the package manager of their archive.
+_FAMILIES = {
+    "debian": "apt",
+    "ubuntu": "apt",
+    "rhel": "dnf",
+    "fedora": "dnf",
+    "centos": "dnf",
+    "rocky": "dnf",
+    "almalinux": "dnf",
+}
+INSTALL_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class PythonChoice:
+    """The host's Python X.Y for this run: found (`path`), to install (`install`), or
+    refused (`refusal`, one line)."""
+
+    version: str | None
+    path: str | None
+    why: str
+    install: list[str] = field(default_factory=list)  # commands, sudo included
+    query: list[str] = field(default_factory=list)  # archive lookups still to run (apt/dnf)
+    refusal: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "path": self.path,
+            "why": self.why,
+            "install": list(self.install),
+            "refusal": self.refusal,
+        }
+
+
+def preference(value: Any) -> list[str]:
+    """A recipe's (or host var's) ``python``: one X.Y or a list, as a list in order."""
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value or []]
+
+
+def host_pythons(facts: Mapping[str, Any]) -> dict[str, str]:
+    """X.Y -> the first interpreter path of that version on the host's PATH (facts)."""
+    out: dict[str, str] = {}
+    for entry in facts.get("python") or []:
+        xy = ".".join(str(entry.get("version", "")).split(".")[:2])
+        if xy and entry.get("path"):
+            out.setdefault(xy, str(entry["path"]))
+    return out
+
+
+def package_manager(facts: Mapping[str, Any]) -> str | None:
+    """``apt`` or ``dnf`` from os-release's ID and ID_LIKE, else None."""
+    os_ = facts.get("os") or {}
+    words = [str(os_.get("id") or "")] + str(os_.get("id_like") or "").split()
+    for word in words:
+        if word in _FAMILIES:
+            return _FAMILIES[word]
+    return None
+
+
+def packages_for(manager: str, xy: str) -> list[str]:
+    """The distribution packages that give a Python X.Y with its venv module."""
+    return [f"python{xy}", f"python{xy}-venv"] if manager == "apt" else [f"python{xy}"]
+
+
+def query_command(manager: str, wanted: list[str]) -> str:
+    """The read-only archive lookup for every wanted X.Y's packages."""
+    names = [p for xy in wanted for p in packages_for(manager, xy)]
+    if manager == "apt":
+        return "LC_ALL=C apt-cache policy " + " ".join(names)
+    return "LC_ALL=C dnf info --quiet " + " ".join(names)
+
+
+def archive_has(manager: str, output: str) -> set[str]:
+    """Package names the lookup's output offers (apt: a Candidate other than ``(none)``;
+    dnf: each ``Name :`` line)."""
+    if manager == "apt":
+        found, current = set(), None
+        for line in output.splitlines():
+            head = re.match(r"^(\S+):$", line)
+            if head:
+                current = head.group(1)
+                continue
+            cand = re.match(r"^\s+Candidate:\s*(\S+)", line)
+            if cand and current and cand.group(1) != "(none)":
+                found.add(current)
+        return found
+    return set(re.findall(r"^Name\s*:\s*(\S+)", output, re.M))
+
+
+def pick_python(
+    facts: Mapping[str, Any],
+    prefer: list[str],
+    locks_available: Collection[str] | None,
+    *,
+    archive: Collection[str] | None = None,
+    sudo: str = "",
+) -> PythonChoice:
+    """The rule (module docstring). `locks_available`: the X.Y the stack has locks for (None:
+    no stack, every preference serves). `archive`: package names the distribution's archive
+    offers (`archive_has`); None while not yet looked up, and then a choice that must install
+    carries the lookup in `query`. `sudo`: the prefix of root commands (`sudo_prefix`)."""
+    order = ", ".join(prefer)
+    usable = [p for p in prefer if locks_available is None or p in locks_available]
+    if not usable:
+        have = ", ".join(sorted(locks_available or [])) or "none"
+        return PythonChoice(
+            None,
+            None,
+            "",
+            refusal=f"the recipe wants Python {' or '.join(prefer)} but its stack has locks for "
+            f"{have} only (recipe.python, or draft a lock: invoke lock.draft --python)",
+        )
+    pythons = host_pythons(facts)
+    serves = "with a lock" if locks_available is not None else "of the recipe"
+    for xy in usable:
+        if xy in pythons:
+            skipped = [p for p in usable[: usable.index(xy)]]
+            why = f"the host has python{xy} ({pythons[xy]}), the first {serves} in the recipe's order ({order})"
+            if skipped:
+                why += f"; it has no {', '.join('python' + s for s in skipped)}"
+            return PythonChoice(xy, pythons[xy], why)
+    have = ", ".join(f"{v} ({p})" for v, p in sorted(pythons.items())) or "none"
+    manager = package_manager(facts)
+    os_ = facts.get("os") or {}
+    distro = os_.get("pretty") or os_.get("id") or "this distribution"
+    if manager is None:
+        return PythonChoice(
+            None,
+            None,
+            "",
+            refusal=f"the recipe wants Python {' or '.join(usable)} but the host has {have}; "
+            f"install python{usable[0]} with its venv module ({distro}: no apt or dnf known here)",
+        )
+    if archive is None:
+        return PythonChoice(None, None, "", query=[query_command(manager, usable)])
+    for xy in usable:
+        names = packages_for(manager, xy)
+        if all(n in archive for n in names):
+            if manager == "apt":
+                install = [
+                    f"{sudo}apt-get update",
+                    f"{sudo}env DEBIAN_FRONTEND=noninteractive apt-get install -y "
+                    "--no-install-recommends " + " ".join(shlex.quote(n) for n in names),
+                ]
+            else:
+                install = [f"{sudo}dnf install -y " + " ".join(shlex.quote(n) for n in names)]
+            why = (
+                f"the host has no {' or '.join('python' + p for p in usable)} (it has {have}); "
+                f"{distro}'s {manager} archive has {' and '.join(names)}"
+            )
+            return PythonChoice(xy, f"/usr/bin/python{xy}", why, install=install)
+    wanted = " or ".join(" + ".join(packages_for(manager, xy)) for xy in usable)
+    return PythonChoice(
+        None,
+        None,
+        "",
+        refusal=f"the recipe wants Python {' or '.join(usable)} but the host has {have}, "
+        f"and {distro}'s {manager} archive has no {wanted}: install one of them with its "
+        "venv module",
+    )
+
+
+def stack_pythons(state: ProvisionState) -> dict[str, Lock] | None:
+    """X.Y -> the stack's lock for it (None: the recipe has no stack)."""
+    recipe = state.resolved.recipe
+    if recipe.stack is None:
+        return None
+    if recipe.locks:
+        return dict(recipe.locks)
+    return {recipe.lock.python: recipe.lock} if recipe.lock is not None else {}
+
+
+def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> PythonChoice:
+    """The ``python`` step: pick (`pick_python`), look the archive up when needed, install
+    in provision; sets ``state.python`` and ``state.stack_lock``. `stack`: this run installs
+    or shows the stack, so only a Python with a lock serves."""
+    if state.python is not None:
+        return state.python  # type: ignore[no-any-return]
+    prefer = preference(state.resolved.values.get("python"))
+    locks = stack_pythons(state) if stack else None
+    name = state.host.name
+    has_password = bool(ctx.runner.options.connect.sudo_password)
+    sudo = sudo_prefix(state.facts, has_password)
+    with ctx.step("python") as step:
+        choice = pick_python(state.facts, prefer, locks, sudo=sudo)
+        if choice.query:
+            manager = package_manager(state.facts) or ""
+            out = ctx.run(choice.query[0], check=False, what="archive lookup")
+            offered = archive_has(manager, out.stdout)
+            choice = pick_python(state.facts, prefer, locks, archive=offered, sudo=sudo)
+        if choice.refusal:
+            raise HostFailed(f"{name}: {choice.refusal}")
+        assert choice.version is not None
+        lock = locks.get(choice.version) if locks else None
+        which = f"lock {lock.path.name}, " if lock is not None else ""
+        state.python = choice
+        state.stack_lock = lock
+        ctx.set(python=choice.to_dict())
+        if not choice.install:
+            step.message = f"Python {choice.version}: {which}{choice.path}: {choice.why}"
+            return choice
+        what = f"install Python {choice.version} ({which}{choice.path}): {choice.why}"
+        if not ctx.may_act(step, what, list(choice.install)):
+            return choice
+        step.commands = list(choice.install)
+        stdin = sudo_stdin(sudo, ctx.runner.options.connect.sudo_password)
+        for command in choice.install:
+            ctx.run(command, stdin=stdin, timeout=INSTALL_TIMEOUT)
+        got = ctx.run(f"command -v python{choice.version}", check=False)
+        path = got.stdout.strip() or str(choice.path)
+        choice = PythonChoice(choice.version, path, choice.why, install=list(choice.install))
+        state.python = choice
+        # Later steps of this run read the facts: let them see the new interpreter.
+        state.facts.setdefault("python", []).append({"path": path, "version": choice.version})
+        step.message = f"installed Python {choice.version} at {path} ({which.rstrip(', ')})"
+    return choice
