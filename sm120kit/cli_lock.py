@@ -79,9 +79,12 @@ def draft_command(c: Any, **f: Any) -> None:
     given = [raw_index] if isinstance(raw_index, str) else list(raw_index)
     stack_indexes = list(recipe.stack.indexes) if recipe is not None and recipe.stack else []
     indexes = index_list(None, [*given, *stack_indexes])
+    root = locks_root(Path(conf.get("recipes_dir") or default_recipes_dir()).resolve().parent)
+    if f.get("out"):  # before any index is asked: a draft that cannot be written is not run
+        given_out = Path(f["out"])
+        check_writable(given_out if given_out.is_absolute() else root / given_out, "--out")
     for index in indexes:
         check_index(index, top.split("==")[0])  # a dead index is a connection problem, named
-    root = locks_root(Path(conf.get("recipes_dir") or default_recipes_dir()).resolve().parent)
     pythons, asked = _pythons(f, recipe, top, indexes)
     if f.get("out") and len(pythons) != 1:
         raise RecipeError(

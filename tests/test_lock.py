@@ -212,8 +212,8 @@ def test_repo_recipes_name_their_stacks() -> None:
             r"r580\.toml:\d+: stack\.lock: replaced by locks = ",
         ),
         (
-            'python = "3.11"',
-            'python = "3.10"',
+            'python = ["3.11", "3.12", "3.13"]',
+            'python = ["3.10"]',
             r"r580\.toml:\d+: python: locks/sglang-0\.5\.23 has locks for Python 3\.11, 3\.12, none for",
         ),
     ],
