@@ -263,7 +263,7 @@ def test_provision_installs_the_lock_verified_and_idempotent(
     args = ["provision", "-H", "gpu3,local", "-i", str(inv), "--json"]
     first = run_invoke(args, env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "[gpu3] stack" in first.stderr  # progress on stderr under --json too
+    assert "[gpu3] stack fetch [" in first.stderr  # progress on stderr under --json too
     fetched = 0
     for name, host in json_of(first)["hosts"].items():
         steps = {s["name"]: s for s in host["steps"]}

@@ -268,7 +268,7 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
         names = {e["name"] for e in fetch}
         size = sum(c.entry.size or 0 for c in releases if c.entry.name in names)
         what = (
-            f"sync {env} to the {len(entries)} locked distributions of {lock.top} "
+            f"install exactly the {len(entries)} locked distributions of {lock.top} into {env} "
             f"({'; '.join(drift)}; {len(fetch)} files to fetch, {size / 1e9:.2f} GB known)"
             if drift
             else f"{lock.top} in {env}: installed as locked"
