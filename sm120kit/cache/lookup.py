@@ -136,7 +136,10 @@ class Lookup:
             except Sm120Error:
                 raise
             except Exception as exc:
-                raise HostFailed(f"copying {local.name} to {ctx.host.name} failed: {exc}") from None
+                # Some transport errors (paramiko's EOFError, a closed channel) carry no text:
+                # the type is then all the user gets, and better than an empty reason.
+                why = str(exc) or type(exc).__name__
+                raise HostFailed(f"copying {local.name} to {ctx.host.name} failed: {why}") from None
             size = local.stat().st_size
             self.counters.add("bytes_to_hosts", size)
             [res] = place(
