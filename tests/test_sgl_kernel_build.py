@@ -39,6 +39,7 @@ from tests.test_build_op import (
     invoke,
     json_of,
     make_env,
+    sgl_recipes,
     steps,
     toolkit,  # noqa: F401  (the session fixture)
     write_inventory,
@@ -55,7 +56,16 @@ def test_explain_is_a_dry_run_from_the_recipe(fleet: Fleet, tmp_path: Path) -> N
     of this cross-build box then stops the host with one line, before anything is written."""
     inventory = write_inventory(tmp_path, fleet, {"sk": {}})
     proc = invoke(
-        tmp_path, fleet, inventory, "build", "--package", "sgl-kernel", "-H", "sk", "--explain"
+        tmp_path,
+        fleet,
+        inventory,
+        "build",
+        "--package",
+        "sgl-kernel",
+        "-H",
+        "sk",
+        "--explain",
+        INVOKE_SM120KIT_RECIPES_DIR=str(sgl_recipes(tmp_path, keep_torch_pin=True)),
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     sk = json_of(proc)["hosts"]["sk"]
@@ -131,7 +141,7 @@ def test_store_managed_sources_configure_on_the_host(
     }
     sk = Host("sk", vars=host_vars)
     env = _env_with_cmake(tmp_path)
-    opts = PlanOptions(packages=["sgl-kernel"])
+    opts = PlanOptions(packages=["sgl-kernel"], recipes_dir=str(sgl_recipes(tmp_path)))
 
     def op(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -223,7 +233,9 @@ def test_minus_lcuda_links_on_a_driver_only_host(fleet: Fleet, tmp_path: Path) -
     seen: dict[str, Any] = {}
 
     def op(ctx: HostContext) -> None:
-        state = prepare(ctx, PlanOptions(packages=["sgl-kernel"]))
+        state = prepare(
+            ctx, PlanOptions(packages=["sgl-kernel"], recipes_dir=str(sgl_recipes(tmp_path)))
+        )
         state.toolkit = Toolkit(
             version="13.0.2",
             release="13.0",

@@ -247,16 +247,20 @@ def test_table_output(fleet: Fleet, envs: Envs, tmp_path: Path) -> None:
 
 
 def test_missing_managed_env_names_python_flag(fleet: Fleet, tmp_path: Path) -> None:
-    """Without --python the recipe's env is checked; it is never created by smoke."""
+    """Without --python, a host whose provision is the stack alone (r580's default) has its
+    serving stack env checked, the one `provision` makes; smoke never creates it."""
     proc, doc = smoke(fleet, tmp_path, hosts=GPU_HOST)
     assert proc.returncode == 2
     host = doc["hosts"][GPU_HOST]
     work_root = str(fleet.by_name(GPU_HOST).work_root)
-    # ops.pyenv's layout: <work_root>/envs/<recipe>-py<X.Y>-torch<version>-<cpu|cuXY>
+    # ops/stack.py's layout: <work_root>/envs/stack-<lock label>
     assert re.fullmatch(
-        re.escape(work_root) + r"/envs/r580-py3\.\d+-torch[\d.]+-(cpu|cu\d+)", host["env"]
+        re.escape(work_root) + r"/envs/stack-sglang-[\d.]+-cp3\d+-manylinux_\d+_\d+_x86_64",
+        host["env"],
     ), host["env"]
-    assert host["error"].startswith(f"smoke failed: the managed env {host['env']} does not exist")
+    assert host["error"].startswith(
+        f"smoke failed: the serving stack env {host['env']} does not exist"
+    )
     assert "--python" in host["error"] and "\n" not in host["error"]
     assert not Path(host["env"]).exists()
 
@@ -301,7 +305,8 @@ def test_bad_arch_is_bad_input(fleet: Fleet, tmp_path: Path) -> None:
 
 @pytest.fixture
 def managed_env(fleet: Fleet, tmp_path: Path) -> Iterator[Path]:
-    """gpu2's managed env path, learnt from a smoke run; removed again afterwards."""
+    """gpu2's default env path (its serving stack env), learnt from a smoke run; removed
+    again afterwards."""
     _, doc = smoke(fleet, tmp_path, hosts="gpu2")
     env = Path(doc["hosts"]["gpu2"]["env"])
     assert env.is_relative_to(fleet.by_name("gpu2").work_root)
@@ -314,13 +319,14 @@ def test_managed_env_is_checked(
     fleet: Fleet, envs: Envs, managed_env: Path, tmp_path: Path
 ) -> None:
     """A provisioned env (simulated by installing the wheel there): checked with no flags,
-    judged for the GPU's capability from the facts."""
+    judged for the GPU's capability from the facts. gpu2's provision is r580's serving stack
+    alone (the default), so that env is the serving stack env."""
     install_into_venv(envs.good_wheel, managed_env)
     proc, doc = smoke(fleet, tmp_path, hosts="gpu2")
     assert proc.returncode == 0, proc.stderr
     host = doc["hosts"]["gpu2"]
     assert host["python"] == str(managed_env / "bin" / "python")
-    assert host["python_source"] == "managed env"
+    assert host["python_source"] == "serving stack env"
     assert (host["arch"], host["arch_source"]) == ("12.0", "GPU (facts)")
     assert host["packages"]["minikernel"]["status"] == "pass"
     assert host["packages"]["sgl-kernel"]["status"] == "skip"

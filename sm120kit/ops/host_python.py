@@ -215,6 +215,21 @@ def stack_pythons(state: ProvisionState) -> dict[str, Lock] | None:
     return {recipe.lock.python: recipe.lock} if recipe.lock is not None else {}
 
 
+def serving_lock(state: ProvisionState) -> Lock | None:
+    """The lock whose env serves this host now: the ``python`` step's, else the one of the
+    Python `pick_python` takes from what the host already has (no archive lookup, nothing
+    installed), else the recipe's first; None for a recipe without a stack. Smoke and
+    preflight read the env of this lock, the one provision made on this host."""
+    if state.stack_lock is not None:
+        return state.stack_lock  # type: ignore[no-any-return]
+    locks = stack_pythons(state)
+    if not locks:
+        return None
+    choice = pick_python(state.facts, preference(state.resolved.values.get("python")), locks)
+    lock = locks.get(choice.version) if choice.version else None
+    return lock or state.resolved.recipe.lock
+
+
 def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> PythonChoice:
     """The ``python`` step: pick (`pick_python`), look the archive up when needed, install
     in provision; sets ``state.python`` and ``state.stack_lock``. `stack`: this run installs

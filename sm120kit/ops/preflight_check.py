@@ -18,6 +18,7 @@ from ..plan import PlanOptions, prepare
 from ..preflight import judge, probe_request
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext, HostOp
+from .host_python import serving_lock
 from .smoke_check import choose_arch, managed_python, normalize_cc
 from .stack import env_path as stack_env_path
 
@@ -35,9 +36,9 @@ def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> t
         state = prepare(ctx, opts)
     except RecipeError as exc:
         raise RecipeError(f"{exc}; or pass --python PATH of the env sglang runs in") from None
-    recipe = state.resolved.recipe
-    if recipe.stack is not None and recipe.lock is not None:
-        env = stack_env_path(state, recipe.lock)
+    lock = serving_lock(state)
+    if lock is not None:
+        env = stack_env_path(state, lock)
         return posixpath.join(env, "bin", "python"), "serving stack env"
     py, label, _env = managed_python(state)
     return py, label

@@ -32,7 +32,10 @@ from ..plan import PlanOptions, prepare
 from ..recipes import PackageSpec, Recipe
 from ..remote.lib.arch import Arch
 from ..runner import HostContext, HostOp
+from ..stack import provision_parts
 from ..state import ProvisionState
+from .host_python import serving_lock
+from .stack import env_path as stack_env_path
 
 #: Seconds per probe subprocess (one import, one dlopen...) and for the whole probe command.
 CHECK_TIMEOUT = 300.0
@@ -55,7 +58,7 @@ class Target:
     """What one host's smoke run checks: which interpreter, which packages, judged for what."""
 
     python: str
-    python_source: str  # "--python" | "managed env" | "provisioned env"
+    python_source: str  # "--python" | "serving stack env" | "managed env" | "provisioned env"
     env: str | None  # the managed env's directory (None with --python)
     packages: tuple[str, ...]
     explicit: bool  # named packages: absent ones fail instead of skipping
@@ -201,6 +204,24 @@ def managed_python(state: ProvisionState) -> tuple[str, str, str]:
         return state.env.python, "provisioned env", state.env.path
     env = managed_env_path(state)
     return posixpath.join(env, "bin", "python"), "managed env", env
+
+
+def default_python(state: ProvisionState, host_vars: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(interpreter, label, env directory) that `invoke smoke` checks without --python: the
+    serving stack env where the host's provision is the stack alone (the default since the
+    stack is; `stack.provision_parts`), else the recipe's build env. A host var that makes
+    the parts an error leaves the choice to the build env; provision reports that error."""
+    recipe = state.resolved.recipe
+    lock = serving_lock(state)
+    if lock is not None:
+        try:
+            parts = provision_parts(recipe=recipe.name, has_stack=True, host_vars=dict(host_vars))
+        except RecipeError:
+            parts = None
+        if parts is not None and parts.stack and not parts.builds:
+            env = stack_env_path(state, lock)
+            return posixpath.join(env, "bin", "python"), "serving stack env", env
+    return managed_python(state)
 
 
 # --------------------------------------------------------------------------------- verdicts
@@ -353,7 +374,8 @@ def raise_on_failure(ctx: HostContext, target: Target, run: SmokeRun) -> None:
     report = run.report
     if report.missing_python and target.env is not None:
         raise HostFailed(
-            f"smoke failed: the managed env {target.env} does not exist on {ctx.host.name} "
+            f"smoke failed: the {target.python_source} {target.env} does not exist on "
+            f"{ctx.host.name} "
             f"({report.error}); provision it first, or pass --python PATH to check an "
             "interpreter or venv built by other means"
         )
@@ -433,7 +455,7 @@ def smoke_op(
                 raise RecipeError(
                     f"{exc}; or pass --python PATH to check an env built by other means"
                 ) from None
-            py, py_source, env = managed_python(state)
+            py, py_source, env = default_python(state, ctx.host.vars)
         names: tuple[str, ...]
         knowledge: dict[str, Any]
         if package:
