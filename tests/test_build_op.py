@@ -235,12 +235,11 @@ def sgl_vars(repo: Path, sha: str) -> dict[str, Any]:
     }
 
 
-def sgl_recipes(tmp: Path, keep_torch_pin: bool = False) -> Path:
+def sgl_recipes(tmp: Path) -> Path:
     """The repo's recipes with r570's sgl-kernel 0.3.21 entry added to r580 without its torch
-    pin (with it: `keep_torch_pin`): the shipped r580 has one torch, its lock's 2.14.1, which
-    0.3.21 cannot build on, but this machine's CUDA 13.0 serves only r580 (tests here build a
-    stand-in tree)."""
-    root = tmp / ("cfg-pinned" if keep_torch_pin else "cfg")
+    pin: the shipped r580 has one torch, its lock's 2.14.1, which 0.3.21 cannot build on, but
+    this machine's CUDA 13.0 serves only r580 (tests here build a stand-in tree)."""
+    root = tmp / "cfg"
     recipes = root / "recipes"
     if recipes.exists():
         return recipes
@@ -254,9 +253,7 @@ def sgl_recipes(tmp: Path, keep_torch_pin: bool = False) -> Path:
     r580 = recipes / "r580.toml"
     text = r580.read_text()
     at = text.index(end)
-    if not keep_torch_pin:
-        sgl = sgl.replace('torch = "==2.9.1"\n', "")
-    r580.write_text(text[:at] + sgl + text[at:])
+    r580.write_text(text[:at] + sgl.replace('torch = "==2.9.1"\n', "") + text[at:])
     return recipes
 
 

@@ -54,7 +54,9 @@ def test_explain_is_a_dry_run_from_the_recipe(fleet: Fleet, tmp_path: Path) -> N
     the real recipe: the pin, every FetchContent dependency with its commit, the patch, the
     defines and each target's gencodes (predicted: SM-only, sm_120a) come out; the CPU torch
     of this cross-build box then stops the host with one line, before anything is written."""
-    inventory = write_inventory(tmp_path, fleet, {"sk": {}})
+    # r570's pin, given as a host var: the recipe copy's r580 entry has none (its torch is 2.14.1)
+    pin = {"recipe.packages.sgl-kernel.torch": "==2.9.1"}
+    inventory = write_inventory(tmp_path, fleet, {"sk": pin})
     proc = invoke(
         tmp_path,
         fleet,
@@ -65,7 +67,7 @@ def test_explain_is_a_dry_run_from_the_recipe(fleet: Fleet, tmp_path: Path) -> N
         "-H",
         "sk",
         "--explain",
-        INVOKE_SM120KIT_RECIPES_DIR=str(sgl_recipes(tmp_path, keep_torch_pin=True)),
+        INVOKE_SM120KIT_RECIPES_DIR=str(sgl_recipes(tmp_path)),
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     sk = json_of(proc)["hosts"]["sk"]

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from rich.console import Console
 
 from sm120kit.output.checks import render_smoke
 from sm120kit.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.real_wheels import real_wheel, wheel_venv
-from tests.test_build_op import sgl_recipes
 
 VERSION = "0.3.21"
 WHEEL = f"sgl_kernel-{VERSION}-cp310-abi3-manylinux2014_x86_64.whl"
@@ -40,13 +40,14 @@ def sgl_venv() -> Path:
 @pytest.fixture(scope="session")
 def smoked(sgl_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """`invoke smoke --host local --python VENV --package sgl-kernel --arch 12.0 --json`, with
-    r570's sgl-kernel 0.3.21 entry (and its torch pin) in local's recipe r580."""
+    local on an R570 driver: r570 pins sgl-kernel 0.3.21 (torch ==2.9.1), which r580 (torch
+    2.14.1, its lock's) no longer carries."""
     tmp = tmp_path_factory.mktemp("smoke-real")
     argv = ["smoke", "-H", "local", "--python", str(sgl_venv), "--package", "sgl-kernel"]
-    # r580 (local's recipe) pins sgl-kernel no more (its torch is 2.14.1): r570's 0.3.21
-    # entry, with its torch pin, stands in r580 here, so the recipe pin is still judged.
-    recipes = sgl_recipes(tmp, keep_torch_pin=True)
-    env = invoke_env(None, tmp, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    inventory = tmp / "hosts.yaml"
+    local = {"ansible_connection": "local", "target_driver": "570.124.06", "target_arch": "12.0"}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"local": local}}}))
+    env = invoke_env(None, tmp, INVOKE_SM120KIT_INVENTORY=str(inventory))
     proc = run_invoke([*argv, "--arch", "12.0", "--json"], env, timeout=1800)
     assert proc.returncode == 2, proc.stderr  # it does not load here: a failed host
     doc = json_of(proc)

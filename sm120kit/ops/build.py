@@ -131,7 +131,18 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
         # Check mode before the toolkit/env/source exist: the key is not known yet (a planned
         # env's torch is the recipe's `2.13.0`, not the `2.13.0+cpu` the build would hash).
         with ctx.step(f"wheel:{name}") as step:
-            ctx.may_act(step, f"build or fetch {name} {version} (key known once it exists)")
+            # The command is known without the key: plan shows what a build would run.
+            dest = posixpath.join(state.paths.build(name), "wheels")
+            python = state.env.python if state.env else "python"
+            cmd = build_command(
+                {"src": patched.tree, "python": python, "pip_args": knobs.pip_args}, dest
+            )
+            env = " ".join(f"{k}={_q(v)}" for k, v in sorted(build_env(state, knobs).items()))
+            ctx.may_act(
+                step,
+                f"build or fetch {name} {version} (key known once it exists)",
+                [f"{env} {shlex.join(cmd)}"],
+            )
         with ctx.step(f"install:{name}") as step:
             ctx.may_act(step, f"install {name} {version}")
         return record
