@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
@@ -145,15 +146,41 @@ def supports_sm120(driver: object) -> bool:
     return parse_driver_version(driver) >= parse_driver_version(SM120_MIN_DRIVER)
 
 
+@dataclass(frozen=True)
+class CudaVersion:
+    """A CUDA toolkit version (``13.0.2``, ``12.8``) as written, with its parts: the one place
+    the toolkit's ``X.Y`` release (``13.0``: what apt package names, ``/usr/local/cuda-X.Y``,
+    a torch build's ``cuXY`` and nvcc's own ``release`` line use) is cut from it."""
+
+    text: str
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, value: object) -> CudaVersion:
+        """Any X[.Y[.Z]] version; InvalidVersion (a ValueError) naming it otherwise."""
+        if isinstance(value, CudaVersion):
+            return value
+        release = Version(str(value)).release
+        return cls(str(value), release[0], release[1] if len(release) > 1 else 0)
+
+    @property
+    def xy(self) -> str:
+        """The ``X.Y`` release: ``13.0`` for ``13.0.2``."""
+        return f"{self.major}.{self.minor}"
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def cuda_major(toolkit: object) -> int:
     """Major version of a toolkit version string (``13.0.2`` -> 13); any X.Y[.Z] is accepted."""
-    return Version(str(toolkit)).release[0]
+    return CudaVersion.parse(toolkit).major
 
 
 def cuda_major_minor(toolkit: object) -> str:
-    """``X.Y`` of a toolkit version string (``13.0.2`` -> ``13.0``)."""
-    release = Version(str(toolkit)).release
-    return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+    """``X.Y`` of a toolkit version string (``13.0.2`` -> ``13.0``): `CudaVersion.xy`."""
+    return CudaVersion.parse(toolkit).xy
 
 
 def gcc_max(toolkit: object) -> int:

@@ -11,12 +11,21 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import drivers as drv
+from .errors import RecipeError
 from .lock import Lock, StackSpec
 from .recipe_checks import (
     _arch_admitted,
     _display,
     _torch_admits,
     normalize_arch,
+)
+from .recipe_resolved import (
+    CudaValues,
+    PackageValues,
+    Resolved,
+    StackValues,
+    Target,
+    TorchValues,
 )
 
 # --------------------------------------------------------------------------- data
@@ -154,10 +163,14 @@ class Selection:
 
 @dataclass
 class ResolvedRecipe:
-    """A selected recipe with inventory overrides applied, as flat dotted keys.
+    """A selected recipe with inventory overrides applied.
 
-    `values` maps keys like ``"cuda.version"`` or ``"packages.mypkg.knobs.MAX_JOBS"`` to
-    values; `sources` maps the same keys to where each came from (``"recipes/r580.toml"``,
+    `view` is the typed, frozen result every operation reads (`Resolved`: ``resolved.torch``,
+    ``resolved.cuda``, ``resolved.target``, ``resolved.stack``, ``resolved.packages`` are its
+    fields, read through here). `values` keeps the same values under the flat dotted keys the
+    override scheme names (``"cuda.version"``, ``"packages.mypkg.knobs.MAX_JOBS"``), for the
+    recipe-resolution modules and plan's provenance table only (`rows`); `sources` maps those
+    keys to where each came from (``"recipes/r580.toml"``,
     ``"inventory/host_vars/gpu1.yaml (recipe.torch.index)"``, ``"--driver flag"``, ...).
     `problems` lists, per package, why it cannot be built with these values (the build layer
     refuses those packages); `notes` are warnings for `plan`.
@@ -172,31 +185,63 @@ class ResolvedRecipe:
     #: The recipe's package entries for the resolved torch (Recipe.packages_for); the recipe's
     #: whole list when empty.
     specs: list[PackageSpec] = field(default_factory=list)
+    #: The typed values (set by `sm120kit.recipes.resolve_for_host` once they are checked).
+    view: Resolved | None = None
+
+    @property
+    def typed(self) -> Resolved:
+        """`view`, which resolution always sets (a RecipeError before it is means no host)."""
+        if self.view is None:
+            raise RecipeError(f"recipe {self.recipe.name}: not resolved for a host yet")
+        return self.view
+
+    @property
+    def torch(self) -> TorchValues:
+        return self.typed.torch
+
+    @property
+    def cuda(self) -> CudaValues:
+        return self.typed.cuda
+
+    @property
+    def target(self) -> Target:
+        return self.typed.target
+
+    @property
+    def stack(self) -> StackValues | None:
+        return self.typed.stack
+
+    @property
+    def packages(self) -> Mapping[str, PackageValues]:
+        return self.typed.packages
+
+    @property
+    def arch(self) -> tuple[str, ...]:
+        """The recipe's target archs after overrides (TORCH_CUDA_ARCH_LIST entries)."""
+        return self.typed.arch
+
+    @property
+    def python(self) -> tuple[str, ...]:
+        """X.Y in order of preference, after overrides."""
+        return self.typed.python
 
     def rows(self) -> list[tuple[str, Any, str]]:
-        """(key, value, source) for every value, sorted by key: what `plan` prints."""
-        return [(k, self.values[k], self.sources.get(k, "")) for k in sorted(self.values)]
+        """(key, value, source) for every value, sorted by key: what `plan` prints, derived
+        from the typed values."""
+        flat = self.typed.flat()
+        return [(k, flat[k], self.sources.get(k, "")) for k in sorted(flat)]
 
     def package_names(self) -> list[str]:
         return [p.name for p in self.package_specs()]
 
     def package_specs(self) -> list[PackageSpec]:
         """The package entries these values came from, one per name."""
-        return self.specs or self.recipe.packages_for(str(self.values.get("torch.version", "")))
+        if self.specs:
+            return self.specs
+        return self.recipe.packages_for(self.torch.version if self.view else "")
 
     def package(self, name: str) -> dict[str, Any]:
         """One package's values as a nested dict (``source`` and ``knobs`` as sub-dicts)."""
-        prefix = f"packages.{name}."
         if name not in self.package_names():
             raise KeyError(name)
-        out: dict[str, Any] = {"name": name, "source": {}, "knobs": {}}
-        for key, value in self.values.items():
-            if not key.startswith(prefix):
-                continue
-            rest = key[len(prefix) :]
-            head, _, tail = rest.partition(".")
-            if head in ("source", "knobs") and tail:
-                out[head][tail] = value
-            else:
-                out[rest] = value
-        return out
+        return self.packages[name].as_dict()

@@ -46,9 +46,15 @@ it, and inside it the first ``[[cuda.choices]]`` entry admitting the exact drive
 toolkit. ``--recipe NAME`` (``forced``) skips the range and arch match; the toolkit must
 still be one the driver can run, and the driver may then be unknown (the default toolkit).
 
-Target driver and arch (`resolve_for_host`), first found wins: the ``--driver``/``--arch``
-flags, the host vars ``target_driver``/``target_arch`` (cross-building on a CPU-only box),
-the gathered facts (``facts["gpu"]["driver_version"]``, ``facts["gpu"]["gpus"][i]["compute_cap"]``).
+Target driver (`resolve_for_host`), first found wins: the ``--driver`` flag, the host var
+``target_driver`` (cross-building on a CPU-only box), the gathered facts
+(``facts["gpu"]["driver_version"]``). The target arch follows the one rule of
+sm120kit/target_arch.py (``--arch``, host var ``target_arch``, the GPU, a forced recipe's
+first arch), the same rule the stack, `smoke` and `preflight` use.
+
+The result is typed (`ResolvedRecipe.view`, sm120kit/recipe_resolved.py): operations read
+``resolved.torch.version``, ``resolved.cuda.version.xy``, ``resolved.target.arch``; the flat
+dotted keys below are the override scheme's names and plan's provenance rows.
 
 Overrides: ONE scheme, flat inventory vars named ``recipe.<key>`` where ``<key>`` is a key
 of `ResolvedRecipe.values`, set in group_vars or host_vars like any var, so the inventory's
@@ -114,11 +120,13 @@ from .recipe_model import (
     ResolvedRecipe,
     Selection,
 )
+from .recipe_resolved import Resolved, Target
+from .target_arch import TARGET_ARCH_VAR, choose_target_arch
 
 OVERRIDE_PREFIX = "recipe."
-#: Host vars that stand in for a GPU's driver and arch (cross-building).
+#: Host vars that stand in for a GPU's driver and arch (cross-building; the arch's rule is
+#: sm120kit/target_arch.py).
 TARGET_DRIVER_VAR = "target_driver"
-TARGET_ARCH_VAR = "target_arch"
 
 
 # --------------------------------------------------------------------------- selection
@@ -235,7 +243,6 @@ def _select_forced(
 
 
 _FACTS_DRIVER = "facts (driver_version)"
-_FACTS_ARCH = "facts (nvidia-smi compute_cap)"
 
 
 def _var_source(host: Host, var: str) -> str:
@@ -264,41 +271,6 @@ def _target_driver(
     if found:
         return str(found).strip(), _FACTS_DRIVER
     return None, ""
-
-
-def _target_arch(
-    host: Host, facts: Mapping[str, Any] | None, flag: str | None, recipes: Mapping[str, Recipe]
-) -> tuple[str | None, str]:
-    if flag is not None:
-        return str(flag).strip(), "--arch flag"
-    if host.vars.get(TARGET_ARCH_VAR) not in (None, ""):
-        return str(host.vars[TARGET_ARCH_VAR]).strip(), _var_source(host, TARGET_ARCH_VAR)
-    caps = _gpu_caps(facts)
-    if not caps:
-        return None, ""
-    # A box mixing GPUs targets the first arch some recipe serves; plan notes the others.
-    for cap in caps:
-        if any(_arch_admitted(cap, r.arch) for r in recipes.values()):
-            return cap, _FACTS_ARCH
-    return caps[0], _FACTS_ARCH
-
-
-def _gpu_caps(facts: Mapping[str, Any] | None) -> list[str]:
-    gpu = _facts_gpu(facts)
-    if gpu.get("present") is False:
-        return []
-    caps: list[str] = []
-    for g in gpu.get("gpus") or []:
-        cap = g.get("compute_cap") if isinstance(g, Mapping) else None
-        if cap in (None, ""):
-            continue
-        try:
-            norm = normalize_arch(cap)
-        except ValueError:
-            continue
-        if norm not in caps:
-            caps.append(norm)
-    return caps
 
 
 def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -577,7 +549,10 @@ def _resolve(
 ) -> ResolvedRecipe:
     overrides = _collect_overrides(host)  # refuse a malformed scheme before anything else
     driver, driver_src = _target_driver(host, facts, driver_flag)
-    arch, arch_src = _target_arch(host, facts, arch_flag, recipes)
+    target = choose_target_arch(
+        host, facts, flag=arch_flag, served=[r.arch for r in recipes.values()]
+    )
+    arch = target.cc
     if driver is None and forced is None:
         gpu = _facts_gpu(facts)
         seen = "facts not gathered" if facts is None else "no NVIDIA driver in its facts"
@@ -599,12 +574,19 @@ def _resolve(
     _derive(values, sources, overridden)
     values["recipe"] = sel.recipe.name
     sources["recipe"] = sel.reason
+    if target.arch is None:  # a forced recipe, nothing naming an arch: the recipe's first
+        target = choose_target_arch(
+            host, facts, flag=arch_flag, recipe=(sel.recipe.name, sel.recipe.source, values["arch"])
+        )
     if driver is not None:
         values["target.driver"], sources["target.driver"] = driver, driver_src
-    if sel.arch is not None:
-        values["target.arch"], sources["target.arch"] = sel.arch, arch_src
+    if target.cc is not None:
+        values["target.arch"], sources["target.arch"] = target.cc, target.source
     resolved = ResolvedRecipe(sel.recipe, sel, values, sources, specs=specs)
     _check_resolved(resolved, driver, driver_src, sel.arch)
+    resolved.view = Resolved.from_flat(
+        values, resolved.package_names(), Target(driver, driver_src if driver else "", target)
+    )
     gpu = _facts_gpu(facts)
     if driver_src == _FACTS_DRIVER and gpu.get("module") == "proprietary":
         resolved.notes.append(
