@@ -68,7 +68,7 @@ def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
     ctx.state = state
     ctx.set(
         recipe=resolved.recipe.name,
-        cuda=resolved.values.get("cuda.version"),
+        cuda=str(resolved.cuda.version),
         reason=resolved.selection.reason,
     )
     return state
@@ -86,8 +86,8 @@ def recipes_op(opts: PlanOptions) -> HostOp:
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
         ctx.set(
-            arch=state.resolved.values.get("arch"),
-            torch=state.resolved.values.get("torch.version"),
+            arch=list(state.resolved.arch),
+            torch=state.resolved.torch.version,
             problems=state.resolved.problems,
             notes=state.resolved.notes,
         )

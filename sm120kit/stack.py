@@ -136,13 +136,18 @@ def stack_build_names(resolved: ResolvedRecipe) -> list[str]:
     lock = resolved.recipe.lock
     if lock is None:
         return []
-    wanted = {str(canonicalize_name(n)) for n in resolved.values.get("stack.build") or []}
+    wanted = {str(canonicalize_name(n)) for n in _stack_build(resolved)}
     out = []
     for entry in lock.packages:
         pkg = pinned_source(resolved, entry)
         if pkg is not None and (entry.key in wanted or entry.source == "build"):
             out.append(pkg.name)
     return out
+
+
+def _stack_build(resolved: ResolvedRecipe) -> tuple[str, ...]:
+    """``stack.build``: the lock's entries built whatever verification says."""
+    return resolved.stack.build if resolved.stack is not None else ()
 
 
 def pinned_source(resolved: ResolvedRecipe, entry: LockEntry) -> PackageSpec | None:
@@ -164,9 +169,10 @@ def _build_pins(pkg: PackageSpec, lock: Lock) -> dict[str, Any]:
 
 
 def target_of(resolved: ResolvedRecipe) -> tuple[str, str]:
-    """The host's target driver and arch (facts, host vars or flags, as the recipe chose)."""
-    driver = resolved.values.get("target.driver")
-    arch = resolved.values.get("target.arch") or (resolved.values.get("arch") or [""])[0]
+    """The host's target driver and arch (the driver as the recipe chose it; the arch by the
+    one rule of sm120kit/target_arch.py, which smoke and preflight also follow)."""
+    driver = resolved.target.driver
+    arch = resolved.target.arch.cc or ""
     if not driver:
         raise RecipeError("the stack's releases are verified for the host's driver: it is unknown")
     return str(driver), str(arch)
@@ -260,7 +266,7 @@ def choose(
     driver, arch = target_of(resolved)
     skip = not_for_arch(resolved)
     loaders = recipe.stack.loaders
-    wanted = {str(canonicalize_name(n)) for n in resolved.values.get("stack.build") or []}
+    wanted = {str(canonicalize_name(n)) for n in _stack_build(resolved)}
     unknown = sorted(n for n in wanted if lock.entry(n) is None)
     if unknown:
         src = resolved.sources.get("stack.build", recipe.source)

@@ -99,7 +99,7 @@ class ProvisionState:
 
     @property
     def arch_list(self) -> list[str]:
-        return list(self.resolved.values["arch"])
+        return list(self.resolved.arch)
 
     @property
     def cross_build(self) -> bool:

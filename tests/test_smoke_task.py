@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import Sm120Error
+from sm120kit.host import Host
 from sm120kit.ops import smoke_check as smoke_ops
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
@@ -336,19 +337,25 @@ def test_managed_env_is_checked(
 
 
 def test_arch_order() -> None:
+    """smoke's arch: the one rule of sm120kit/target_arch.py (--arch, host var target_arch,
+    the GPU, the recipe), labelled as smoke's JSON reports it. The full table, and that the
+    stack and preflight agree, is tests/test_target_arch.py."""
     gpu = {"gpu": {"present": True, "gpus": [{"compute_cap": "12.0"}]}}
     old = {"gpu": {"present": True, "gpus": [{"compute_cap": None}]}}
-    target = {"target_arch": "12.1"}
-    assert smoke_ops.choose_arch("12.0a", gpu, target, ["9.0"]) == ("12.0", "--arch")
-    assert smoke_ops.choose_arch(None, gpu, target, ["9.0"]) == ("12.0", "GPU (facts)")
-    assert smoke_ops.choose_arch(None, old, target, ["9.0"]) == ("12.1", "host var target_arch")
-    assert smoke_ops.choose_arch(None, None, {}, ["12.0+PTX"], "r580") == (
-        "12.0",
-        "recipe r580 arch",
-    )
-    assert smoke_ops.choose_arch(None, None, {}, None)[0] is None
+    target = Host("h", vars={"target_arch": "12.1"})
+    bare = Host("h")
+
+    def chosen(flag: str | None, facts: Any, host: Host) -> tuple[str | None, str]:
+        arch = smoke_ops.choose_arch(host, facts, flag, None)
+        return arch.cc, arch.label
+
+    assert chosen("12.0a", gpu, target) == ("12.0", "--arch")
+    assert chosen(None, gpu, target) == ("12.1", "host var target_arch")
+    assert chosen(None, old, target) == ("12.1", "host var target_arch")
+    assert chosen(None, gpu, bare) == ("12.0", "GPU (facts)")
+    assert chosen(None, None, bare)[0] is None
     with pytest.raises(Sm120Error, match="--arch 'x'"):
-        smoke_ops.choose_arch("x", None, {}, None)
+        chosen("x", None, bare)
 
 
 def test_failure_line_names_the_cause() -> None:

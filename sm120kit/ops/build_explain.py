@@ -26,16 +26,16 @@ def source_rows(
     state: ProvisionState, name: str, source: Source, patched: Patched
 ) -> list[dict[str, str]]:
     """--explain rows: the source pin and digest, and each patch with its state."""
-    pkg = state.resolved.package(name)
-    src = pkg["source"]
+    pkg = state.resolved.packages[name]
+    src = pkg.source
     pin = {
         "git": lambda: (
             f"{src.get('url')}@{src.get('ref')}"
             + (f" ({src['subdir']})" if src.get("subdir") else "")
         ),
-        "pypi": lambda: f"{name}=={pkg['version']} sdist ({src.get('index') or 'pypi'})",
+        "pypi": lambda: f"{name}=={pkg.version} sdist ({src.get('index') or 'pypi'})",
         "path": lambda: str(src.get("path")),
-    }.get(str(src.get("kind")), lambda: str(src))()
+    }.get(str(src.get("kind")), lambda: str(dict(src)))()
     rows = [
         {
             "name": "source",
@@ -86,12 +86,8 @@ def target_explain(
         how = f"from a real configure of {tree} ({doc.get('seconds', 0):.0f}s, compile commands)"
         return target_rows(name, doc.get("targets") or {}, how)
     defines = defines_from_pip_args(knobs.pip_args)
-    cuda = (
-        state.toolkit.release
-        if state.toolkit is not None
-        else ".".join(str(state.resolved.values.get("cuda.version", "")).split(".")[:2])
-    )
-    version = str(state.resolved.package(name)["version"])
+    cuda = state.toolkit.release if state.toolkit is not None else state.resolved.cuda.version.xy
+    version = state.resolved.packages[name].version
     predict = registry.descriptor(name).predict_targets
     predicted = predict(version, cuda, defines) if predict is not None else None
     if predicted is None:

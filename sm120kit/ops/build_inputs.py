@@ -22,8 +22,7 @@ from . import host_python
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
     """Knobs for `name` on this host: recipe knobs, host vars max_jobs/nvcc_threads, run flags."""
     desc = registry.descriptor(name)
-    pkg = state.resolved.package(name)
-    overrides: dict[str, Any] = dict(pkg.get("knobs") or {})
+    overrides: dict[str, Any] = dict(state.resolved.packages[name].knobs)
     # Not a build setting: where compiles are cached changes no binary (compile_cache.py).
     overrides.pop(compile_cache.KNOB, None)
     sources = {
@@ -138,13 +137,12 @@ def key_inputs(
     dependencies: tuple[tuple[str, str], ...] = (),
 ) -> KeyInputs:
     """Every input of the package's cache key, from the toolkit and env this host has."""
-    pkg = state.resolved.package(name)
-    values = state.resolved.values
+    pkg = state.resolved.packages[name]
     toolkit, env = state.toolkit, state.env
     if toolkit is not None:
         cuda = toolkit.nvcc_version or toolkit.version
     else:
-        cuda = str(values.get("cuda.version", ""))
+        cuda = str(state.resolved.cuda.version)
     if env is not None:
         torch, abi, py_abi, platform = (
             env.torch_version,
@@ -153,12 +151,12 @@ def key_inputs(
             env.platform,
         )
     else:
-        torch, abi = str(values.get("torch.version", "")), True
+        torch, abi = state.resolved.torch.version, True
         py_abi = "cp" + host_python.python_version(state).replace(".", "")
         platform = f"linux_{state.facts.get('arch') or 'x86_64'}"
     return KeyInputs(
         package=name,
-        version=str(pkg["version"]),
+        version=pkg.version,
         source_digest=source_digest,
         patches=patches,
         build_env=_key_env(knobs, registry.descriptor(name).oom_thread_defines),

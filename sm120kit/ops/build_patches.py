@@ -37,12 +37,10 @@ class Patched:
 def package_patches(state: ProvisionState, name: str) -> tuple[list[Patch], list[str]]:
     """The recipe's patches that apply to this version and the recipe's torch, and a note per
     skipped one."""
-    pkg = state.resolved.package(name)
-    files = list(pkg.get("patches") or [])
+    pkg = state.resolved.packages[name]
     patches_dir = state.resolved.recipe.patches_dir
-    loaded = [load_patch(patches_dir / f) for f in files]
-    torch = str(state.resolved.values.get("torch.version") or "")
-    chosen, skipped = select(loaded, str(pkg["version"]), torch=torch)
+    loaded = [load_patch(patches_dir / f) for f in pkg.patches]
+    chosen, skipped = select(loaded, pkg.version, torch=state.resolved.torch.version)
     return chosen, [f"{p.name} skipped: {why}" for p, why in skipped]
 
 

@@ -18,6 +18,7 @@ import shlex
 from typing import Any
 
 from .. import cmake_defines
+from ..drivers import CudaVersion
 from ..errors import HostFailed
 from ..knobs import Knobs, parse_arch_list
 from ..packages import registry
@@ -224,7 +225,7 @@ def configure_defines(
         cmake_defines.skbuild_defines(state.env.python, torch_dir, state.toolkit.cuda_home)
     )
     if not state.env.torch_cuda:
-        cuda = ".".join(str(state.toolkit.version).split(".")[:2])
+        cuda = CudaVersion.parse(state.toolkit.version).xy
         defines.update(cmake_defines.cpu_torch_defines(cuda, state.toolkit.cuda_home))
     defines.update(extra or {})
     return defines

@@ -208,18 +208,18 @@ def provenance_fields(state: ProvisionState, name: str, key: str) -> dict[str, A
     """What only the controller knows for the wheel's build record (``sm120kit-build.json``,
     written by build_wheel.py, which adds the torch, nvcc and device code it measures)."""
     record = state.packages.get(name) or {}
-    pkg = state.resolved.package(name)
+    pkg = state.resolved.packages[name]
     return {
         "package": name,
         "recipe": state.resolved.recipe.name,
         "cache_key": key,
         "arch_list": list(state.arch_list),
-        "source": {**dict(pkg.get("source") or {}), "digest": record.get("source_digest")},
+        "source": {**dict(pkg.source), "digest": record.get("source_digest")},
         "patches": list(record.get("patches") or []),
         "recipe_torch": {
-            "version": state.resolved.values.get("torch.version"),
-            "cuda": state.resolved.values.get("torch.cuda"),
-            "pin": pkg.get("torch") or None,
+            "version": state.resolved.torch.version,
+            "cuda": state.resolved.torch.cuda,
+            "pin": pkg.torch or None,
         },
     }
 

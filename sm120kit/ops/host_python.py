@@ -127,7 +127,7 @@ def python_version(state: ProvisionState) -> str:
     import cycle, tests/test_imports.py.)"""
     if state.python is not None and state.python.version:
         return str(state.python.version)
-    prefer = preference(state.resolved.values.get("python")) or ["3.11"]
+    prefer = list(state.resolved.python) or ["3.11"]
     # Without the python step (build, compile): the first the host has, else the first.
     return pick_python(state.facts, prefer, None).version or prefer[0]
 
@@ -225,7 +225,7 @@ def serving_lock(state: ProvisionState) -> Lock | None:
     locks = stack_pythons(state)
     if not locks:
         return None
-    choice = pick_python(state.facts, preference(state.resolved.values.get("python")), locks)
+    choice = pick_python(state.facts, list(state.resolved.python), locks)
     lock = locks.get(choice.version) if choice.version else None
     return lock or state.resolved.recipe.lock
 
@@ -236,7 +236,7 @@ def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> Py
     or shows the stack, so only a Python with a lock serves."""
     if state.python is not None:
         return state.python  # type: ignore[no-any-return]
-    prefer = preference(state.resolved.values.get("python"))
+    prefer = list(state.resolved.python)
     locks = stack_pythons(state) if stack else None
     name = state.host.name
     has_password = bool(ctx.runner.options.connect.sudo_password)

@@ -18,6 +18,7 @@ from ..plan import PlanOptions, prepare
 from ..preflight import judge, probe_request
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext, HostOp
+from ..target_arch import TargetArch
 from .host_python import serving_lock
 from .smoke_check import choose_arch, managed_python, normalize_cc
 from .stack import env_path as stack_env_path
@@ -67,10 +68,10 @@ def run_preflight(
     with ctx.step("preflight") as step:
         ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
         doc = ctx.script("preflight_probe", probe_request(launch, py), timeout=PROBE_TIMEOUT)
-        chosen, arch_source = choose_arch(arch, facts, ctx.host.vars, None)
-        cc = parse_cc(chosen) if chosen else None
+        chosen = preflight_arch(ctx, facts, arch)
+        cc = parse_cc(chosen.cc) if chosen.cc else None
         verdict = judge(launch, facts, doc, cc, label)
-        verdict["arch_source"] = arch_source
+        verdict["arch_source"] = chosen.label
         verdict["python"] = doc.get("python") or py
         ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)
         counts = {s: sum(c["status"] == s for c in verdict["checks"]) for s in ("pass", "fail")}
@@ -80,13 +81,21 @@ def run_preflight(
     return verdict
 
 
+def preflight_arch(ctx: HostContext, facts: dict[str, Any], arch: str | None) -> TargetArch:
+    """The arch preflight judges a launch for: `smoke_check.choose_arch` (the one rule of
+    sm120kit/target_arch.py), with the recipe this run resolved for the host when it did
+    (no ``--python``), so the stack, smoke and preflight agree."""
+    state = ctx.state
+    return choose_arch(ctx.host, facts, arch, state.resolved if state is not None else None)
+
+
 def preflight_op(
     opts: PlanOptions, launch: Launch, *, python: str | None = None, arch: str | None = None
 ) -> HostOp:
     """`invoke preflight`: judge `launch` on each host from its facts and its serving env.
 
-    `arch` (--arch) judges for that compute capability instead of the host's GPU (a host
-    without one: its target_arch host var, then the recipe's).
+    `arch` (--arch) judges for that compute capability; without it, for the host's target arch
+    (host var ``target_arch``, else its GPU, else the recipe's: sm120kit/target_arch.py).
     """
     check_flags(python, arch)
 

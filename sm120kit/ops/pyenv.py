@@ -103,16 +103,16 @@ class EnvSpec:
 
     @classmethod
     def from_state(cls, state: ProvisionState, packages: list[str] | None = None) -> EnvSpec:
-        v = state.resolved.values
+        resolved = state.resolved
         if packages is None:
             packages = state.host_packages()
-        recipe, python = str(v["recipe"]), host_python.python_version(state)
-        torch_version, torch_cuda = str(v["torch.version"]), str(v["torch.cuda"])
+        recipe, python = resolved.typed.recipe, host_python.python_version(state)
+        torch_version, torch_cuda = resolved.torch.version, resolved.torch.cuda
         return cls(
             recipe=recipe,
             python=python,
             torch_version=torch_version,
-            torch_index=str(v["torch.index"]),
+            torch_index=resolved.torch.index,
             torch_cuda=torch_cuda,
             path=state.paths.env(recipe, python, torch_version, flavour(torch_cuda)),
             tools=tuple(build_tools(packages, compile_cache_ops.enabled_on_host(state.host.vars))),
@@ -383,7 +383,7 @@ def planned_env(spec: EnvSpec, python: Mapping[str, Any], facts: Mapping[str, An
 def _toolkit_major(state: ProvisionState) -> int:
     if state.toolkit is not None:
         return drv.cuda_major(state.toolkit.release)
-    return drv.cuda_major(state.resolved.values["cuda.version"])
+    return state.resolved.cuda.version.major
 
 
 def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | None = None) -> PyEnv:

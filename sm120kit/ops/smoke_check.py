@@ -26,14 +26,16 @@ from typing import Any
 from .. import smoke_report as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
+from ..host import Host
 from ..packages import registry
 from ..packages import stack as serving
 from ..plan import PlanOptions, prepare
-from ..recipes import PackageSpec, Recipe
+from ..recipes import PackageSpec, Recipe, ResolvedRecipe
 from ..remote.lib.arch import Arch
 from ..runner import HostContext, HostOp
 from ..stack import provision_parts
 from ..state import ProvisionState
+from ..target_arch import TargetArch, choose_target_arch
 from .host_python import serving_lock
 from .stack import env_path as stack_env_path
 
@@ -102,12 +104,12 @@ def declarations(
         recipe = state.resolved.recipe
         out = {}
         for pkg in state.resolved.package_specs():
-            values = state.resolved.package(pkg.name)
+            values = state.resolved.packages[pkg.name]
             out[pkg.name] = _declaration(
                 recipe,
                 pkg,
-                str(values.get("version") or pkg.version),
-                str(values.get("torch") or ""),
+                values.version or pkg.version,
+                values.torch,
                 list(state.arch_list or recipe.arch),
                 f"recipe {recipe.name}",
             )
@@ -161,29 +163,27 @@ def gpu_capability(facts: Mapping[str, Any] | None) -> str | None:
 
 
 def choose_arch(
-    flag: str | None,
+    host: Host,
     facts: Mapping[str, Any] | None,
-    host_vars: Mapping[str, Any],
-    arch_list: Iterable[str] | None,
-    recipe: str | None = None,
-) -> tuple[str | None, str]:
-    """(capability, where it came from): --arch, the GPU, host var target_arch, the recipe."""
-    if flag not in (None, ""):
-        cc = normalize_cc(flag)
-        if cc is None:
-            raise Sm120Error(f"--arch {flag!r}: not a compute capability like 12.0")
-        return cc, "--arch"
-    cc = gpu_capability(facts)
-    if cc:
-        return cc, "GPU (facts)"
-    cc = normalize_cc(host_vars.get("target_arch"))
-    if cc:
-        return cc, "host var target_arch"
-    for entry in arch_list or ():
-        cc = normalize_cc(entry)
-        if cc:
-            return cc, f"recipe {recipe} arch" if recipe else "recipe arch"
-    return None, "none (no --arch, GPU, target_arch or recipe)"
+    flag: str | None,
+    resolved: ResolvedRecipe | None,
+) -> TargetArch:
+    """The arch smoke judges for: the host's target arch by the one rule of
+    sm120kit/target_arch.py (``--arch``, host var ``target_arch``, the GPU, the recipe), the
+    same the stack was verified for. With a recipe resolved for this run's flag, its target
+    (`ResolvedRecipe.target`, decided by that rule) is the answer; without one (``--python``
+    on a host no recipe serves) the rule is applied here. `preflight` asks this function too."""
+    if resolved is not None and resolved.view is not None:
+        chosen = resolved.target.arch
+        if flag in (None, "") or (chosen.kind == "flag" and chosen.cc == normalize_cc(flag)):
+            return chosen
+    recipe = None
+    if resolved is not None:
+        recipe = (resolved.recipe.name, resolved.recipe.source, list(resolved.arch))
+    try:
+        return choose_target_arch(host, facts, flag=flag, recipe=recipe)
+    except RecipeError as exc:
+        raise Sm120Error(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------- env
@@ -470,13 +470,8 @@ def smoke_op(
             names, explicit = registry.smoke_defaults(), False
         if not package:
             knowledge = serving.probe_knowledge(names)
-        cc, cc_source = choose_arch(
-            arch,
-            ctx.facts,
-            ctx.host.vars,
-            state.arch_list if state is not None else None,
-            state.resolved.recipe.name if state is not None else None,
-        )
+        chosen = choose_arch(ctx.host, ctx.facts, arch, state.resolved if state else None)
+        cc, cc_source = chosen.cc, chosen.label
         gpu = gpu_capability(ctx.facts) is not None
         target = Target(
             py,
@@ -512,13 +507,15 @@ def smoke_op(
 def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) -> None:
     """`provision`'s last step: smoke the packages it built in the recipe's env.
 
-    Judged for the GPU's capability, else the recipe's first arch. A fail raises HostFailed;
+    Judged for the host's target arch (`choose_arch`: the arch the build and the stack are
+    for). A fail raises HostFailed;
     each package's verdict also lands in ``state.packages[name]["smoke"]``.
     """
     if not names:
         return
     py, py_source, env = managed_python(state)
-    cc, cc_source = choose_arch(None, state.facts, {}, state.arch_list, state.resolved.recipe.name)
+    chosen = choose_arch(state.host, state.facts, None, state.resolved)
+    cc, cc_source = chosen.cc, chosen.label
     gpu = gpu_capability(state.facts) is not None
     target = Target(py, py_source, env, tuple(names), True, cc, cc_source, gpu, declarations(state))
     with ctx.step("smoke") as step:
@@ -545,15 +542,17 @@ STACK_MEMO = ".sm120kit-smoke.json"
 def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
     """`provision --stack`'s last step: smoke the serving env as ``invoke smoke --python ENV``
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
-    package's toolchain), judged for the GPU's capability, else the recipe's first arch.
-    `fresh` (the stack changed, or ``--recheck``): run it; otherwise the last passing verdict
-    (kept beside the env) is reused, unless the host has gained or lost its GPU since (on a
-    GPU-less host what needs the NVIDIA driver only warns). A fail raises HostFailed and
-    keeps no verdict."""
+    package's toolchain), judged for the host's target arch (`choose_arch`: the arch the
+    stack was verified for). `fresh` (the stack changed, or ``--recheck``): run it; otherwise
+    the last passing verdict (kept beside the env) is reused, unless the host has gained or
+    lost its GPU since (on a GPU-less host what needs the NVIDIA driver only warns) or its
+    target arch changed. A fail raises HostFailed and keeps no verdict."""
     memo_path = posixpath.join(env, STACK_MEMO)
     memo = None if fresh else ctx.read_json(memo_path)
     gpu = gpu_capability(state.facts) is not None
-    if memo is not None and memo.get("gpu") is not gpu:
+    chosen = choose_arch(state.host, state.facts, None, state.resolved)
+    cc, cc_source = chosen.cc, chosen.label
+    if memo is not None and (memo.get("gpu") is not gpu or memo.get("arch") != cc):
         memo = None  # judged without a GPU (what needs the driver only warned), or with one
     with ctx.step("stack smoke") as step:
         if memo is not None:
@@ -564,9 +563,6 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
             ctx.set(stack_smoke={**memo, "reused": True})
             return
         names = tuple(state.resolved.package_names())
-        cc, cc_source = choose_arch(
-            None, state.facts, {}, state.arch_list, state.resolved.recipe.name
-        )
         target = Target(
             posixpath.join(env, "bin", "python"),
             "the serving env",

@@ -100,7 +100,7 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
     `name` only. The recipe's own torch is kept when it is the lock's version."""
     resolved = state.resolved
     extra: dict[str, Any] = {}
-    if lock.torch and Version(str(resolved.values["torch.version"])).public != lock.torch:
+    if lock.torch and Version(resolved.torch.version).public != lock.torch:
         extra = {
             "recipe.torch.version": lock.torch,
             "recipe.torch.index": "pypi",
@@ -118,8 +118,8 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
         {resolved.recipe.name: resolved.recipe},
         host,
         state.facts,
-        driver=resolved.values.get("target.driver"),
-        arch=resolved.values.get("target.arch"),
+        driver=resolved.target.driver,
+        arch=resolved.target.arch.cc,
         forced=resolved.recipe.name,  # the recipe this host already got
     )
     built = ProvisionState(host, state.facts, again, flags=state.flags, wanted=[name])

@@ -183,7 +183,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
         return state.toolkit  # ensured earlier in this run
     spec = ToolkitSpec.from_state(state)
     check_host_compiler(ctx, state, spec)
-    driver = state.resolved.values.get("target.driver")
+    driver = state.resolved.target.driver
     with ctx.step("toolkit") as step:
         op = plan_toolkit(
             spec,

@@ -109,13 +109,11 @@ class ToolkitSpec:
 
     @classmethod
     def from_state(cls, state: ProvisionState) -> ToolkitSpec:
-        v, src = state.resolved.values, state.resolved.sources
-        version = str(v["cuda.version"])
-        release = drv.cuda_major_minor(version)
-        method = str(v["cuda.method"])
+        cuda, src = state.resolved.cuda, state.resolved.sources
+        version, release, method = str(cuda.version), cuda.version.xy, cuda.method
         prefix = f"/usr/local/cuda-{release}" if method == "apt" else state.paths.toolkit(version)
         users = component_users(state)
-        apt = tuple(v.get("cuda.apt_packages") or ())
+        apt = cuda.apt_packages
         components = cudalibs.needed(users)
         if method == "apt" and components:
             apt += tuple(drv.apt_library_packages(release, components))
@@ -126,15 +124,15 @@ class ToolkitSpec:
             prefix=prefix,
             nvcc_version=expected_nvcc(version),
             arch=tuple(state.arch_list),
-            gcc_max=int(v["cuda.gcc_max"]),
+            gcc_max=cuda.gcc_max,
             gcc_max_source=src.get("cuda.gcc_max", "?"),
-            pip_packages=tuple(v.get("cuda.pip_packages") or ()),
-            url=str(v.get("cuda.url") or ""),
-            sha256=str(v.get("cuda.sha256") or ""),
+            pip_packages=cuda.pip_packages,
+            url=cuda.url,
+            sha256=cuda.sha256,
             sha256_source=src.get("cuda.sha256", "?"),
-            runfile=str(v.get("cuda.runfile") or ""),
+            runfile=cuda.runfile,
             apt_packages=apt,
-            mirror=str(v.get("cuda.mirror") or drv.DEFAULT_MIRROR),
+            mirror=cuda.mirror or drv.DEFAULT_MIRROR,
             work_root=state.paths.work_root,
             components=components,
             components_for=tuple(p for p in users if cudalibs.package_needs(p)),
@@ -163,10 +161,11 @@ def component_users(state: ProvisionState) -> list[str]:
     libraries adds them)."""
     if not state.flags.builds:
         return []
-    if str(state.resolved.values.get("torch.cuda") or "cpu") == "cpu":
+    if state.resolved.torch.is_cpu:
         return []
     names = list(dict.fromkeys([*state.run_packages(), *state.stack_builds]))
-    return [p for p in names if state.resolved.values.get(f"packages.{p}.needs_cuda_torch", True)]
+    packages = state.resolved.packages
+    return [p for p in names if p not in packages or packages[p].needs_cuda_torch]
 
 
 def _exact_releases(entry: Mapping[str, Any]) -> list[str]:
