@@ -121,7 +121,7 @@ from .recipe_model import (
     Selection,
 )
 from .recipe_resolved import Resolved, Target
-from .target_arch import TARGET_ARCH_VAR, choose_target_arch
+from .target_arch import TARGET_ARCH_VAR, choose_target_arch, gpu_capabilities
 
 OVERRIDE_PREFIX = "recipe."
 #: Host vars that stand in for a GPU's driver and arch (cross-building; the arch's rule is
@@ -598,6 +598,13 @@ def _resolve(
             resolved.notes.append(
                 f"target driver {driver} ({driver_src}) differs from the installed {installed}"
             )
+    caps = gpu_capabilities(facts)
+    if target.kind in ("flag", "host var") and caps and target.arch not in caps:
+        resolved.notes.append(
+            f"target arch {target.cc} ({target.source}) is not the GPU's "
+            f"({', '.join(c.cc_text for c in caps)}): the stack, smoke and preflight are for "
+            f"{target.cc}; pass --arch {caps[0].cc_text} to judge this GPU"
+        )
     for g in gpu.get("gpus") or []:
         cap = g.get("compute_cap") if isinstance(g, Mapping) else None
         try:

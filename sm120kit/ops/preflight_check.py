@@ -9,15 +9,18 @@ line per failed check.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
+from ..host import Host
 from ..launch import Launch
 from ..plan import PlanOptions, prepare
 from ..preflight import judge, probe_request
 from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext, HostOp
+from ..state import ProvisionState
 from ..target_arch import TargetArch
 from .host_python import serving_lock
 from .smoke_check import choose_arch, managed_python, normalize_cc
@@ -68,7 +71,7 @@ def run_preflight(
     with ctx.step("preflight") as step:
         ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
         doc = ctx.script("preflight_probe", probe_request(launch, py), timeout=PROBE_TIMEOUT)
-        chosen = preflight_arch(ctx, facts, arch)
+        chosen = preflight_arch(ctx.host, facts, arch, ctx.state)
         cc = parse_cc(chosen.cc) if chosen.cc else None
         verdict = judge(launch, facts, doc, cc, label)
         verdict["arch_source"] = chosen.label
@@ -81,12 +84,13 @@ def run_preflight(
     return verdict
 
 
-def preflight_arch(ctx: HostContext, facts: dict[str, Any], arch: str | None) -> TargetArch:
+def preflight_arch(
+    host: Host, facts: Mapping[str, Any], arch: str | None, state: ProvisionState | None
+) -> TargetArch:
     """The arch preflight judges a launch for: `smoke_check.choose_arch` (the one rule of
     sm120kit/target_arch.py), with the recipe this run resolved for the host when it did
-    (no ``--python``), so the stack, smoke and preflight agree."""
-    state = ctx.state
-    return choose_arch(ctx.host, facts, arch, state.resolved if state is not None else None)
+    (no ``--python``), so the stack, smoke and preflight agree. Pure."""
+    return choose_arch(host, facts, arch, state.resolved if state is not None else None)
 
 
 def preflight_op(
