@@ -81,8 +81,7 @@ def _ensure_prerequisites(ctx: HostContext, state: ProvisionState) -> None:
 
 def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[str, Any]:
     """Source, patches, wheel (built or from the cache), install: see the module docstring."""
-    pkg = state.resolved.package(name)
-    version = str(pkg["version"])
+    version = state.resolved.packages[name].version
     knobs = package_knobs(state, name)
     problems = state.resolved.problems.get(name)
     if problems:

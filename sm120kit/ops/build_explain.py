@@ -141,7 +141,7 @@ def compile_cache_row(ctx: HostContext, state: ProvisionState, name: str) -> dic
     if not compile_cache.enabled_on_host(state.host.vars):
         where = state.host.var_sources.get("compile_cache", "inventory")
         return {**row, "value": "off", "reason": f"host var compile_cache ({where})"}
-    if not compile_cache.knob_enabled(name, state.resolved.package(name).get("knobs") or {}):
+    if not compile_cache.knob_enabled(name, state.resolved.packages[name].knobs):
         return {**row, "value": "off", "reason": f"knob compile_cache of {name}"}
     s3 = compile_cache.s3_settings(host_store_specs(cache_for(ctx.runner).config, ctx.host))
     store = posixpath.join(state.paths.work_root, "compile-cache")

@@ -86,12 +86,13 @@ def git_resolve(url: str, ref: str) -> str:
 
 def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePlan:
     """Resolve the package's source on the controller: nothing runs on the host."""
-    pkg = state.resolved.package(name)
-    source: dict[str, str] = pkg["source"]
-    version = str(pkg["version"])
+    pkg = state.resolved.packages[name]
+    source, version = pkg.source, pkg.version
     kind = source.get("kind")
-    if kind == "git" and srcstore.is_managed(pkg):
-        return _store_plan(ctx, state, srcstore.entries(name, pkg)[0], f"{name} {version}")
+    if kind == "git" and srcstore.is_managed(pkg.as_dict()):
+        return _store_plan(
+            ctx, state, srcstore.entries(name, pkg.as_dict())[0], f"{name} {version}"
+        )
     if kind == "pypi":
         index = source.get("index") or "pypi"
         index_url = fs.DEFAULT_INDEX if index in ("pypi", "") else index
@@ -178,7 +179,7 @@ class Source:
 
 def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
     """Step ``source:<pkg>``: the pinned, verified, pristine source tree on the host."""
-    version = str(state.resolved.package(name)["version"])
+    version = state.resolved.packages[name].version
     with ctx.step(f"source:{name}") as step:
         plan = plan_source(ctx, state, name)
         dest = state.paths.source(name, version, plan.dir_digest)

@@ -159,10 +159,9 @@ def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> di
     """build_wheel.py's ``compile_cache`` argument for `name` on this host, or None when the
     host var or the package's knob turns it off. S3 credentials for the team store go into
     a file only the host's user can read (the script deletes it), never into the arguments."""
-    pkg = state.resolved.package(name)
     if not compile_cache.enabled_on_host(state.host.vars):
         return None
-    if not compile_cache.knob_enabled(name, pkg.get("knobs") or {}):
+    if not compile_cache.knob_enabled(name, state.resolved.packages[name].knobs):
         return None
     assert state.env is not None
     stores = host_store_specs(cache_for(ctx.runner).config, ctx.host)
