@@ -164,6 +164,14 @@ class CudaVersion:
         release = Version(str(value)).release
         return cls(str(value), release[0], release[1] if len(release) > 1 else 0)
 
+    @classmethod
+    def from_cu(cls, tag: str) -> CudaVersion:
+        """The release a torch index or wheel tag names: ``cu130`` (or ``130``) -> ``13.0``."""
+        digits = tag[2:] if tag.startswith("cu") else tag
+        if not digits.isdigit() or len(digits) < 2:
+            raise ValueError(f"not a CUDA tag like cu130: {tag!r}")
+        return cls(f"{int(digits[:-1])}.{digits[-1]}", int(digits[:-1]), int(digits[-1]))
+
     @property
     def xy(self) -> str:
         """The ``X.Y`` release: ``13.0`` for ``13.0.2``."""

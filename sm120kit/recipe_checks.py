@@ -348,7 +348,10 @@ def _torch_problem(torch_cuda: str, index: str, toolkits: Iterable[str]) -> str 
 
 
 def _cu_tag(digits: str) -> str:
-    return f"{digits[:-1]}.{digits[-1]}"
+    try:
+        return drv.CudaVersion.from_cu(digits).xy
+    except ValueError:
+        return digits  # "cu9": no CUDA release; the torch checks then name the mismatch
 
 
 def spec_text(spec: SpecifierSet) -> str:

@@ -200,3 +200,14 @@ def test_major_and_major_minor() -> None:
     assert drv.cuda_major("13.0.2") == 13
     assert drv.cuda_major_minor("12.8.1") == "12.8"
     assert drv.cuda_major_minor("13") == "13.0"
+
+
+@pytest.mark.parametrize(
+    ("text", "xy", "major"),
+    [("13.0.2", "13.0", 13), ("12.8", "12.8", 12), ("13", "13.0", 13), ("12.9.1", "12.9", 12)],
+)
+def test_cuda_version_cuts_x_y_once(text: str, xy: str, major: int) -> None:
+    v = drv.CudaVersion.parse(text)
+    assert (v.xy, v.major, str(v)) == (xy, major, text)
+    assert drv.cuda_major_minor(text) == xy and drv.cuda_major(text) == major
+    assert drv.CudaVersion.from_cu("cu" + xy.replace(".", "")).xy == xy
