@@ -106,7 +106,7 @@ class EnvSpec:
         resolved = state.resolved
         if packages is None:
             packages = state.host_packages()
-        recipe, python = resolved.typed.recipe, host_python.python_version(state)
+        recipe, python = resolved.recipe.name, host_python.python_version(state)
         torch_version, torch_cuda = resolved.torch.version, resolved.torch.cuda
         return cls(
             recipe=recipe,
