@@ -1,4 +1,5 @@
-"""Planners as tables: the env Step planner (sm120kit/ops/pyenv.env_steps, torch_sources) and
+"""Planners as tables: the env Step planner (sm120kit/ops/pyenv.env_steps, torch_sources), the
+stack Step planner (sm120kit/ops/stack_steps.plan_stack: a probe of the host in, Steps out) and
 build parallelism (packages/base.plan_parallelism). The env planner: what a
 host's env needs in, the ops in order out. No host: the steps are what remote/make_env.py
 would be sent, and what `plan` would show (sm120kit.steps.commands)."""
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120kit.ops import pyenv
+from sm120kit.ops import pyenv, stack_steps
 from sm120kit.packages.base import plan_parallelism
 from sm120kit.steps import commands
 
@@ -83,3 +84,103 @@ def test_plan_parallelism(
     got = plan_parallelism(cpus, mem, threads_default=threads, gb_per_thread=gb, **over)
     assert (got.jobs, got.threads) == want
     assert f"{cpus} CPUs" in got.reason
+
+
+# ------------------------------------------------------------------------------ the stack
+
+STACK_FILES = tuple(
+    stack_steps.StackFile(n, v, f"{n}-{v}-py3-none-any.whl", f"https://idx/{n}.whl", s * 64,
+                          n == "b", f"/w/releases/{s * 64}/{n}-{v}-py3-none-any.whl", 1000)
+    for n, v, s in (("a", "1.0", "1"), ("b", "2.0", "2"))
+)  # fmt: skip
+UV_FILE = stack_steps.StackFile("uv", "0.13.9", "uv.whl", "https://idx/uv.whl", "9" * 64, False,
+                                "/w/releases/uv/uv.whl")  # fmt: skip
+STACK_FACTS = stack_steps.StackFacts(
+    top="a==1.0", lock="/r/locks/a.toml", env="/w/envs/stack-a", python="/usr/bin/python3.11",
+    files=STACK_FILES, uv=UV_FILE, uv_version="0.13.9", tools="/w/tools", cache="/w/cache/uv",
+    cuda_home="/w/cuda-13.0", driver="580.95.05", arch="12.0", install_timeout=60,
+)  # fmt: skip
+ALL = [f.dest for f in STACK_FILES] + [UV_FILE.dest]
+AS_LOCKED = {
+    "exists": True, "works": True, "installed": {"a": "1.0", "b": "2.0"},
+    "record": {"packages": {"a": {"sha256": "1" * 64}, "b": {"sha256": "2" * 64}}},
+    "present": ALL, "cuda_home": "/w/cuda-13.0",
+}  # fmt: skip
+SYNC = ["check", "unpack", "remove", "mkdir", "requirements", "uv", "remove", "record", "pth"]
+NEW_ENV = ["check", "unpack", "remove", "uv", "remove", "mkdir", "requirements", "uv", "rename"]
+NEW_ENV += ["remove", "record", "pth"]
+
+#: (case, probe, the ops in order, the drift)
+STACK_ROWS = [
+    ("fresh host: fetch all and uv, make the env beside, move it in", {"exists": False},
+     ["fetch"] * 3 + NEW_ENV, ["no env yet"]),
+    ("installed and matching: nothing", AS_LOCKED, [], []),
+    ("installed, files gone from releases/: the env is what counts", {**AS_LOCKED, "present": []},
+     [], []),
+    ("drifted env: synced in place, nothing fetched",
+     {**AS_LOCKED, "installed": {"b": "2.0", "x": "9"}}, SYNC,
+     ["missing: a", "not in the lock: x==9"]),
+    ("another file of the same version: synced",
+     {**AS_LOCKED, "record": {"packages": {"a": {"sha256": "0" * 64}}}}, SYNC,
+     ["another version or file: a, b"]),
+    ("drifted env, one file missing in the store: that file is fetched",
+     {**AS_LOCKED, "installed": {}, "present": ALL[1:]}, ["fetch", *SYNC], ["missing: a, b"]),
+    ("half-made env: removed, made again", {**AS_LOCKED, "works": False},
+     ["check", "unpack", "remove", *NEW_ENV[2:]], ["the env does not work (half-made?): made again"]),
+    ("only the CUDA_HOME .pth differs", {**AS_LOCKED, "cuda_home": None}, ["pth"], []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("probe", "want", "drift"), [r[1:] for r in STACK_ROWS], ids=[r[0] for r in STACK_ROWS]
+)
+def test_stack_steps(probe: dict[str, object], want: list[str], drift: list[str]) -> None:
+    plan = stack_steps.plan_stack(STACK_FACTS, probe)
+    assert [s.op for s in plan.steps] == want
+    assert plan.drift == drift
+    assert plan.fetches + plan.host_steps == plan.steps  # the controller's first, then the host's
+    if drift:
+        assert plan.what.startswith("install exactly the 2 locked distributions"), plan.what
+    if not want:
+        assert plan.what == (
+            "a==1.0: 2 distributions installed in /w/envs/stack-a as locked, CUDA_HOME /w/cuda-13.0"
+        )
+    assert len(commands(plan.steps)) == len(plan.steps)  # each step one line for `plan`
+
+
+def test_stack_steps_render_the_exact_uv_command_lines() -> None:
+    """What `plan` prints for a fresh host: the uv argv the host's install_lock runs as given
+    (remote/lib/uv_sync.run_uv: its environment spelled with env -u / VAR=)."""
+    plan = stack_steps.plan_stack(STACK_FACTS, {"exists": False})
+    lines = commands(plan.steps)
+    uv = "env -u VIRTUAL_ENV UV_CACHE_DIR=/w/cache/uv UV_NO_CONFIG=1 UV_NO_PROGRESS=1 "
+    uv += "/w/tools/uv-0.13.9/uv"
+    assert lines[0] == f"fetch https://idx/a.whl -> {STACK_FILES[0].dest} (sha256 {'1' * 64})"
+    assert lines[2] == f"fetch https://idx/uv.whl -> /w/releases/uv/uv.whl (sha256 {'9' * 64})"
+    assert lines[3] == (
+        "check the sha256 of the 2 files against the lock, then verify the 1 compiled ones for "
+        "driver 580.95.05, arch 12.0"
+    )
+    assert (
+        f"{uv} venv --relocatable --python /usr/bin/python3.11 /w/envs/stack-a.sm120kit-new"
+        in lines
+    )
+    assert (
+        f"{uv} pip sync --offline --no-index --require-hashes --compile-bytecode --python "
+        "/w/envs/stack-a.sm120kit-new/bin/python /w/envs/stack-a.sm120kit-scratch/requirements.txt"
+        in lines
+    )
+    assert "rm -rf /w/envs/stack-a && mv -T /w/envs/stack-a.sm120kit-new /w/envs/stack-a" in lines
+    assert lines[-1] == (
+        "printf '%s\\n' 'import os; os.environ.setdefault('\"'\"'CUDA_HOME'\"'\"', "
+        "'\"'\"'/w/cuda-13.0'\"'\"')' > /w/envs/stack-a/lib/python*/site-packages/"
+        "sm120kit_cuda_home.pth"
+    )
+    assert plan.cleanup == ["/w/envs/stack-a.sm120kit-scratch", "/w/envs/stack-a.sm120kit-new"]
+    [record] = [s for s in plan.steps if s.op == "record"]
+    assert record["packages"] == {
+        "a": {"version": "1.0", "sha256": "1" * 64},
+        "b": {"version": "2.0", "sha256": "2" * 64},
+    }
+    [req] = [s for s in plan.steps if s.op == "requirements"]
+    assert req["files"] == [[f.name, f.dest, f.sha256] for f in STACK_FILES]
