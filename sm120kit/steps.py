@@ -35,11 +35,15 @@ uv              argv, cache, timeout (install_lock: uv with its cache, no config
 requirements    path, files ([name, path, sha256]: uv's requirements file)
 record          path, lock, packages (install_lock: what the env holds, by sha256)
 pth             env, cuda_home (install_lock: the env's CUDA_HOME .pth file, or none)
+upload          src, dest (run by the controller: a file of its own onto the host)
+script          name, python, args (run by the controller: a remote script with its JSON
+                arguments, `sm120kit.remote`; an answer without ``ok`` fails the step)
 =============== ============================================================================
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import shlex
 from collections.abc import Callable, Iterable, Mapping
@@ -134,6 +138,15 @@ def _pth(step: Mapping[str, Any]) -> list[str]:
     return [f"printf '%s\\n' {_q(line)} > {pth}"]
 
 
+def _script(step: Mapping[str, Any]) -> list[str]:
+    # As `sm120kit.remote.script_command` shows a script run, with the script's name.
+    shown = json.dumps(step["args"], sort_keys=True)
+    return [
+        f"{_q(step['python'])} - {_q(shown)}  # remote/{step['name']}.py, program and "
+        "arguments on stdin"
+    ]
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "clean": lambda s: [f"rm -rf {' '.join(_qglob(g) for g in s['globs'])}"],
     "mkdir": lambda s: [f"mkdir -p {_q(s['path'])}"],
@@ -159,6 +172,8 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
         f"write {s['path']}: lock {s['lock']}, {len(s['packages'])} installed by sha256"
     ],
     "pth": _pth,
+    "upload": lambda s: [f"upload {s['src']} -> {s['dest']}"],
+    "script": _script,
 }
 
 

@@ -613,7 +613,8 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
     fleet: Fleet, tmp_path: Path, toolkit: Toolkit
 ) -> None:
     """sgl-kernel from a git commit (a local repository shaped like sglang's): the SM120 loader
-    patch "applies" to a copy of the pristine source, then is "already applied" on a rerun;
+    patch "applies" to a copy of the pristine source (fetched by the very commands a check-mode
+    run listed), then is "already applied" on a rerun;
     the CMake defines come from the arch list (explain), and a plan shows the exact build."""
     repo, sha = git_repo(tmp_path / "sglang")
     sk = host(fleet, tmp_path, "sk", **sgl_vars(repo, sha))
@@ -626,10 +627,17 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
         explain(ctx, state, "sgl-kernel", package_knobs(state, "sgl-kernel"))
         ctx.set(source=src.path, digest=src.digest, tree=patched.tree, patches=patched.patches)
 
+    shown = run_op(fleet, tmp_path, [sk], source_and_patch, check_mode=True)
     first = run_op(fleet, tmp_path, [sk], source_and_patch)
     assert_ok(first)
     data = first.hosts["sk"].data
     assert data["digest"] == f"git:{sha}"
+    # The source's Steps (ops/build_source.source_steps): plan listed what provision ran.
+    [planned] = [s.commands for s in shown.hosts["sk"].steps if s.name == "source:sgl-kernel"]
+    [ran] = [s.commands for s in first.hosts["sk"].steps if s.name == "source:sgl-kernel"]
+    assert (
+        planned == ran and "# remote/fetch_source.py" in ran[-1] and f'"commit": "{sha}"' in ran[-1]
+    )
     assert steps(first, "sk")["source:sgl-kernel"][0] == "changed"
     assert steps(first, "sk")["patch:sgl-kernel"][0] == "changed"
     assert [(p["name"], p["state"]) for p in data["patches"]] == [

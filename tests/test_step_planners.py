@@ -1,14 +1,17 @@
 """Planners as tables: the env Step planner (sm120kit/ops/pyenv.env_steps, torch_sources), the
-stack Step planner (sm120kit/ops/stack_steps.plan_stack: a probe of the host in, Steps out) and
+stack Step planner (sm120kit/ops/stack_steps.plan_stack: a probe of the host in, Steps out), the
+source and dependency uploads (ops/build_source.source_steps, ops/deps.deps_steps) and
 build parallelism (packages/base.plan_parallelism). The env planner: what a
 host's env needs in, the ops in order out. No host: the steps are what remote/make_env.py
 would be sent, and what `plan` would show (sm120kit.steps.commands)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from sm120kit.ops import pyenv, stack_steps
+from sm120kit.ops import build_source, deps, pyenv, stack_steps
 from sm120kit.packages.base import plan_parallelism
 from sm120kit.steps import commands
 
@@ -184,3 +187,57 @@ def test_stack_steps_render_the_exact_uv_command_lines() -> None:
     }
     [req] = [s for s in plan.steps if s.op == "requirements"]
     assert req["files"] == [[f.name, f.dest, f.sha256] for f in STACK_FILES]
+
+
+# ------------------------------------------------------------------------------ source and deps
+
+SDIST = {"kind": "sdist", "package": "p", "version": "1", "sha256": "ab" * 32, "dest": "/w/src/p"}
+TREE = {"kind": "path", "tree_sha256": "cd" * 32, "dest": "/w/src/t", "tarball": "/w/dl/t.tar"}
+
+#: (case, fetch_source args, controller tarball, the ops in order)
+SOURCE_ROWS = [
+    ("an sdist the host fetches itself", SDIST, None, ["script"]),
+    ("a tree of the controller's: uploaded, then unpacked", TREE, "/c/t.tar",
+     ["mkdir", "upload", "script"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "tarball", "want"), [r[1:] for r in SOURCE_ROWS], ids=[r[0] for r in SOURCE_ROWS]
+)
+def test_source_steps(args: dict[str, str], tarball: str | None, want: list[str]) -> None:
+    steps = build_source.source_steps(args, "/usr/bin/python3", tarball, "/w/dl", "/w/dl/t.tar")
+    assert [s.op for s in steps] == want
+    lines = commands(steps)
+    # The script's whole argument document is shown, as the host gets it on stdin.
+    assert lines[-1].startswith("/usr/bin/python3 - '{")
+    assert lines[-1].endswith("# remote/fetch_source.py, program and arguments on stdin")
+    assert json.loads(lines[-1].split(" - ", 1)[1].split("'  #")[0].strip("'")) == args
+    if tarball:
+        assert lines[:2] == ["mkdir -p /w/dl", "upload /c/t.tar -> /w/dl/t.tar"]
+
+
+#: (case, [(dir, tarball, digest, dest)], the ops in order)
+DEPS_ROWS = [
+    ("every tree present: nothing", [], []),
+    ("two trees: each uploaded, unpacked, its tarball removed",
+     [("cutlass", "/c/cutlass.tar", "1" * 64, "/w/src/cutlass"),
+      ("dlpack", "/c/dlpack.tar", "2" * 64, "/w/src/dlpack")],
+     ["mkdir"] + ["upload", "script", "remove"] * 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("uploads", "want"), [r[1:] for r in DEPS_ROWS], ids=[r[0] for r in DEPS_ROWS]
+)
+def test_deps_steps(uploads: list[tuple[str, str, str, str]], want: list[str]) -> None:
+    steps = deps.deps_steps(uploads, "/w/dl", "python3")
+    assert [s.op for s in steps] == want
+    for (directory, tarball, digest, dest), i in zip(uploads, range(1, len(steps), 3), strict=True):
+        remote = f"/w/dl/{directory}-{digest[:12]}.tar"
+        assert commands([steps[i]]) == [f"upload {tarball} -> {remote}"]
+        assert steps[i + 1]["args"] == {
+            "kind": "path", "tarball": remote, "tree_sha256": digest, "dest": dest,
+            "cache_dir": "/w/dl",
+        }  # fmt: skip
+        assert commands([steps[i + 2]]) == [f"rm -rf {remote}"]
