@@ -38,6 +38,7 @@ pth             env, cuda_home (install_lock: the env's CUDA_HOME .pth file, or 
 upload          src, dest (run by the controller: a file of its own onto the host)
 script          name, python, args (run by the controller: a remote script with its JSON
                 arguments, `sm120kit.remote`; an answer without ``ok`` fails the step)
+build           args (build_wheel.py's arguments: the build front end run in args["src"])
 =============== ============================================================================
 """
 
@@ -147,6 +148,17 @@ def _script(step: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _build(step: Mapping[str, Any]) -> list[str]:
+    # build_wheel.py runs the front end in src, into a fresh temp dir under out_dir, with the
+    # toolkit's bin/ first on PATH (remote/build_wheel.py).
+    from .remote.lib.frontend import build_command
+
+    args = step["args"]
+    env = " ".join(f"{k}={_q(v)}" for k, v in sorted(args["env"].items()))
+    cmd = build_command(args, posixpath.join(args["out_dir"], ".tmp-build-XXXXXXXX"))
+    return [f"cd {_q(args['src'])} && {env} {shlex.join(cmd)}  # remote/build_wheel.py"]
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "clean": lambda s: [f"rm -rf {' '.join(_qglob(g) for g in s['globs'])}"],
     "mkdir": lambda s: [f"mkdir -p {_q(s['path'])}"],
@@ -174,6 +186,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "pth": _pth,
     "upload": lambda s: [f"upload {s['src']} -> {s['dest']}"],
     "script": _script,
+    "build": _build,
 }
 
 

@@ -673,8 +673,10 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
     assert by_name["patch:sgl-kernel"].status == "ok"
     wheel = by_name["wheel:sgl-kernel"]
     assert wheel.status == "changed" and wheel.message.startswith("would build sgl-kernel")
-    assert "pip wheel --no-build-isolation" in wheel.commands[0]
-    assert "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a" in wheel.commands[0]
+    # The build's Steps (ops/compile.plan_build): a fresh copy of the tree, then the front end.
+    assert wheel.commands[0].startswith("rm -rf ") and wheel.commands[0].endswith("/work")
+    assert "pip wheel --no-build-isolation" in wheel.commands[-1]
+    assert "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a" in wheel.commands[-1]
     assert by_name["install:sgl-kernel"].message.startswith("would install")
     assert not (Path(env.path) / ".sm120kit").exists()
 

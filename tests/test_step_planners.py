@@ -1,6 +1,7 @@
 """Planners as tables: the env Step planner (sm120kit/ops/pyenv.env_steps, torch_sources), the
 stack Step planner (sm120kit/ops/stack_steps.plan_stack: a probe of the host in, Steps out), the
-source and dependency uploads (ops/build_source.source_steps, ops/deps.deps_steps) and
+source and dependency uploads (ops/build_source.source_steps, ops/deps.deps_steps), a build's
+Steps (ops/compile.build_steps) and
 build parallelism (packages/base.plan_parallelism). The env planner: what a
 host's env needs in, the ops in order out. No host: the steps are what remote/make_env.py
 would be sent, and what `plan` would show (sm120kit.steps.commands)."""
@@ -11,7 +12,7 @@ import json
 
 import pytest
 
-from sm120kit.ops import build_source, deps, pyenv, stack_steps
+from sm120kit.ops import build_source, compile, deps, pyenv, stack_steps
 from sm120kit.packages.base import plan_parallelism
 from sm120kit.steps import commands
 
@@ -241,3 +242,46 @@ def test_deps_steps(uploads: list[tuple[str, str, str, str]], want: list[str]) -
             "cache_dir": "/w/dl",
         }  # fmt: skip
         assert commands([steps[i + 2]]) == [f"rm -rf {remote}"]
+
+
+# ------------------------------------------------------------------------------ the build
+
+WHERE = {"bdir": "/w/build/p", "work": "/w/build/p/work", "out": "/w/build/p/out",
+         "progress": "/w/build/p/progress.json", "log": "/w/logs/build-p-k.log"}  # fmt: skip
+BUILD_ARGS = {"src": "/w/build/p/work", "python": "/w/env/bin/python", "env": {"MAX_JOBS": "2"},
+              "out_dir": "/w/build/p/out", "front_end": "pip"}  # fmt: skip
+FC = "-Ccmake.define.FETCHCONTENT_SOURCE_DIR_CUTLASS"
+COPY = ["remove", "remove", "remove", "mkdir", "copy"]
+
+#: (case, pip args, the libcuda link, the ops in order, the pip args build_wheel gets)
+BUILD_ROWS = [
+    ("a plain build: fresh copy, then the front end", ["-v"], None, [*COPY, "build"], ["-v"]),
+    ("the libcuda.so link after the copy", [], ("/w/build/p/work/.drv", "/usr/lib/libcuda.so.1"),
+     [*COPY, "mkdir", "link", "build"], []),
+    ("a dependency tree: a private copy, the define pointed at it", [f"{FC}=/w/src/cutlass-1"],
+     None, [*COPY, "copy", "build"],
+     [f"{FC}=/w/build/p/work/.sm120kit-deps/cutlass-1"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pip_args", "link", "want", "given"),
+    [r[1:] for r in BUILD_ROWS],
+    ids=[r[0] for r in BUILD_ROWS],
+)
+def test_build_steps(
+    pip_args: list[str], link: tuple[str, str] | None, want: list[str], given: list[str]
+) -> None:
+    steps = compile.build_steps(WHERE, "/w/src/p-patched", pip_args, link, BUILD_ARGS)
+    assert [s.op for s in steps] == want
+    assert steps[-1]["args"] == {**BUILD_ARGS, "pip_args": given}
+    lines = commands(steps)
+    assert lines[:3] == ["rm -rf /w/build/p/work", "rm -rf /w/build/p/out",
+                         "rm -rf /w/build/p/progress.json"]  # fmt: skip
+    assert (
+        lines[4]
+        == "rm -rf /w/build/p/work && mkdir -p /w/build/p && cp -a /w/src/p-patched /w/build/p/work"
+    )
+    # The front end exactly as build_wheel.py runs it (its temp out dir named by pattern).
+    assert lines[-1].startswith("cd /w/build/p/work && MAX_JOBS=2 /w/env/bin/python -m pip wheel ")
+    assert lines[-1].endswith("  # remote/build_wheel.py") and " ".join(given) in lines[-1]

@@ -4,7 +4,7 @@ Most operations send their Steps to a host script that interprets them (`remote/
 The source and dependency operations move files of the controller's onto the host, so their
 Steps run from here: ``upload`` through the connection's file copy, ``script`` as that remote
 script with its arguments, and every other op as the very shell line `plan` shows for it
-(`sm120kit.steps.render`).
+(`sm120kit.steps.render`; shell lines in a row go as one command, joined by ``&&``).
 """
 
 from __future__ import annotations
@@ -27,17 +27,26 @@ def run_steps(
     """Run `steps` in order; a script step whose answer is not ``ok`` stops them with the line
     `failed(step, answer)`. Returns the last script's answer."""
     last: dict[str, Any] = {}
+    shell: list[str] = []  # shell lines run as one command: one round trip, not one each
+
+    def flush() -> None:
+        if shell:
+            ctx.run(" && ".join(shell), timeout=timeout)
+            shell.clear()
+
     for step in steps:
         if step.op == "upload":
+            flush()
             ctx.put(str(step["src"]), str(step["dest"]))
         elif step.op == "script":
+            flush()
             args = dict(step["args"])
             last = ctx.script(str(step["name"]), args, python=str(step["python"]), timeout=timeout)
             if not last.get("ok"):
                 raise HostFailed(failed(step, last))
         else:
-            for line in render(step):
-                ctx.run(line, timeout=timeout)
+            shell += render(step)
+    flush()
     return last
 
 
