@@ -181,38 +181,13 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     assert env is not None
     releases = [c for c in choices if c.source == "release"]
     builds = [c for c in choices if c.source == "build"]
-    files = [
-        StackFile(
-            c.entry.name,
-            c.entry.version,
-            c.entry.filename,
-            c.entry.url,
-            c.entry.sha256,
-            c.entry.compiled,
-            release_path(state, c.entry),
-            c.entry.size or 0,
-        )
-        for c in releases
-    ]
     built = ensure_stack_builds(ctx, state, lock, builds)
     for c in builds:
         rec = built[c.entry.name]
         doc["packages"][c.entry.name].update(
             wheel_from=rec.get("wheel_from"), wheel=rec.get("wheel"), built_sha256=rec.get("sha256")
         )
-    files += [
-        StackFile(
-            c.entry.name,
-            c.entry.version,
-            posixpath.basename(str(built[c.entry.name].get("wheel") or "")),
-            f"file://{built[c.entry.name].get('wheel')}",
-            str(built[c.entry.name].get("sha256") or ""),
-            False,  # our own build: smoke judges it, as every build
-            str(built[c.entry.name].get("wheel") or ""),
-        )
-        for c in builds
-        if built[c.entry.name].get("wheel")
-    ]
+    files = stack_files(state, releases, builds, built)
     facts = stack_facts(state, lock, files, str(python["path"]))
     with ctx.step("stack") as step:
         probe = ctx.script(
@@ -238,6 +213,39 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
         step.commands = commands(ran)
         step.message = f"{plan.what}: {doc.pop('install_message')}" if plan.drift else plan.what
     return doc
+
+
+def stack_files(
+    state: ProvisionState,
+    releases: list[Choice],
+    builds: list[Choice],
+    built: dict[str, dict[str, Any]],
+) -> list[StackFile]:
+    """The files the env is made of on this host: each release where the host keeps it, then
+    each stack build's wheel where the build left it."""
+    files = [
+        StackFile(
+            c.entry.name,
+            c.entry.version,
+            c.entry.filename,
+            c.entry.url,
+            c.entry.sha256,
+            c.entry.compiled,
+            release_path(state, c.entry),
+            c.entry.size or 0,
+        )
+        for c in releases
+    ]
+    for c in builds:
+        wheel = str(built[c.entry.name].get("wheel") or "")
+        if wheel:
+            sha = str(built[c.entry.name].get("sha256") or "")
+            # Our own build: not verified as a release is; smoke judges it, as every build.
+            name = posixpath.basename(wheel)
+            files.append(
+                StackFile(c.entry.name, c.entry.version, name, f"file://{wheel}", sha, False, wheel)
+            )
+    return files
 
 
 def stack_facts(
