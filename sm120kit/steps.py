@@ -27,11 +27,24 @@ install_torch   argv, requirement, sources (make_env)
 inspect         argv (make_env: the env's facts as JSON)
 marker          path, spec, tools (make_env: the env's completeness marker)
 patch           tree, patches (patch_tree: apply the patches, all or none)
+fetch           name, url, dest, sha256 (the stack: run by the controller, the stores first)
+check           files, compiled, driver, arch (install_lock: sha256 of every file, then
+                verify the compiled ones for the target)
+unpack          wheel, member, dest (install_lock: one file of a wheel, once)
+uv              argv, cache, timeout (install_lock: uv with its cache, no config)
+requirements    path, files ([name, path, sha256]: uv's requirements file)
+record          path, lock, packages (install_lock: what the env holds, by sha256)
+pth             env, cuda_home (install_lock: the env's CUDA_HOME .pth file, or none)
+upload          src, dest (run by the controller: a file of its own onto the host)
+script          name, python, args (run by the controller: a remote script with its JSON
+                arguments, `sm120kit.remote`; an answer without ``ok`` fails the step)
+build           args (build_wheel.py's arguments: the build front end run in args["src"])
 =============== ============================================================================
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import shlex
 from collections.abc import Callable, Iterable, Mapping
@@ -92,6 +105,60 @@ def _copy(step: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _uv(step: Mapping[str, Any]) -> list[str]:
+    # run_uv's environment on the host (remote/lib/uv_sync.py), spelled as a shell line.
+    env = f"env -u VIRTUAL_ENV UV_CACHE_DIR={_q(step['cache'])} UV_NO_CONFIG=1 UV_NO_PROGRESS=1"
+    return [f"{env} {shlex.join(step['argv'])}"]
+
+
+def _check(step: Mapping[str, Any]) -> list[str]:
+    return [
+        f"check the sha256 of the {step['files']} files against the lock, then verify the "
+        f"{step['compiled']} compiled ones for driver {step['driver']}, arch {step['arch']}"
+    ]
+
+
+def _unpack(step: Mapping[str, Any]) -> list[str]:
+    dest = _q(step["dest"])
+    return [
+        f"[ -x {dest} ] || unzip -p {_q(step['wheel'])} {_q(step['member'])} > {dest}.part "
+        f"&& chmod 755 {dest}.part && mv {dest}.part {dest}"
+    ]
+
+
+def _requirements(step: Mapping[str, Any]) -> list[str]:
+    n = len(step["files"])
+    return [f"write {step['path']}: {n} lines 'NAME @ file://PATH --hash=sha256:SHA256'"]
+
+
+def _pth(step: Mapping[str, Any]) -> list[str]:
+    pth = f"{step['env']}/lib/python*/site-packages/sm120kit_cuda_home.pth"
+    if not step["cuda_home"]:
+        return [f"rm -f {pth}"]
+    line = f"import os; os.environ.setdefault('CUDA_HOME', {str(step['cuda_home'])!r})"
+    return [f"printf '%s\\n' {_q(line)} > {pth}"]
+
+
+def _script(step: Mapping[str, Any]) -> list[str]:
+    # As `sm120kit.remote.script_command` shows a script run, with the script's name.
+    shown = json.dumps(step["args"], sort_keys=True)
+    return [
+        f"{_q(step['python'])} - {_q(shown)}  # remote/{step['name']}.py, program and "
+        "arguments on stdin"
+    ]
+
+
+def _build(step: Mapping[str, Any]) -> list[str]:
+    # build_wheel.py runs the front end in src, into a fresh temp dir under out_dir, with the
+    # toolkit's bin/ first on PATH (remote/build_wheel.py).
+    from .remote.lib.frontend import build_command
+
+    args = step["args"]
+    env = " ".join(f"{k}={_q(v)}" for k, v in sorted(args["env"].items()))
+    cmd = build_command(args, posixpath.join(args["out_dir"], ".tmp-build-XXXXXXXX"))
+    return [f"cd {_q(args['src'])} && {env} {shlex.join(cmd)}  # remote/build_wheel.py"]
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "clean": lambda s: [f"rm -rf {' '.join(_qglob(g) for g in s['globs'])}"],
     "mkdir": lambda s: [f"mkdir -p {_q(s['path'])}"],
@@ -108,6 +175,18 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "inspect": lambda s: [f"{_q(s['argv'][0])} -c '<print interpreter and torch facts as JSON>'"],
     "marker": lambda s: [f"write {s['path']} (spec {s['spec']}, tools {s['tools']})"],
     "patch": lambda s: [f"patch_tree {s['tree']}: {', '.join(p['name'] for p in s['patches'])}"],
+    "fetch": lambda s: [f"fetch {s['url']} -> {s['dest']} (sha256 {s['sha256']})"],
+    "check": _check,
+    "unpack": _unpack,
+    "uv": _uv,
+    "requirements": _requirements,
+    "record": lambda s: [
+        f"write {s['path']}: lock {s['lock']}, {len(s['packages'])} installed by sha256"
+    ],
+    "pth": _pth,
+    "upload": lambda s: [f"upload {s['src']} -> {s['dest']}"],
+    "script": _script,
+    "build": _build,
 }
 
 

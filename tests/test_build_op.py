@@ -544,7 +544,8 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
     fleet: Fleet, tmp_path: Path, toolkit: Toolkit
 ) -> None:
     """sgl-kernel from a git commit (a local repository shaped like sglang's): the SM120 loader
-    patch "applies" to a copy of the pristine source, then is "already applied" on a rerun;
+    patch "applies" to a copy of the pristine source (fetched by the very commands a check-mode
+    run listed), then is "already applied" on a rerun;
     the CMake defines come from the arch list (explain), and a plan shows the exact build."""
     repo, sha = git_repo(tmp_path / "sglang")
     sk = host(fleet, tmp_path, "sk", **sgl_vars(repo, sha))
@@ -557,10 +558,17 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
         explain(ctx, state, "sgl-kernel", package_knobs(state, "sgl-kernel"))
         ctx.set(source=src.path, digest=src.digest, tree=patched.tree, patches=patched.patches)
 
+    shown = run_op(fleet, tmp_path, [sk], source_and_patch, check_mode=True)
     first = run_op(fleet, tmp_path, [sk], source_and_patch)
     assert_ok(first)
     data = first.hosts["sk"].data
     assert data["digest"] == f"git:{sha}"
+    # The source's Steps (ops/build_source.source_steps): plan listed what provision ran.
+    [planned] = [s.commands for s in shown.hosts["sk"].steps if s.name == "source:sgl-kernel"]
+    [ran] = [s.commands for s in first.hosts["sk"].steps if s.name == "source:sgl-kernel"]
+    assert (
+        planned == ran and "# remote/fetch_source.py" in ran[-1] and f'"commit": "{sha}"' in ran[-1]
+    )
     assert steps(first, "sk")["source:sgl-kernel"][0] == "changed"
     assert steps(first, "sk")["patch:sgl-kernel"][0] == "changed"
     assert [(p["name"], p["state"]) for p in data["patches"]] == [
@@ -596,8 +604,10 @@ def test_sgl_kernel_from_git_with_the_loader_patch(
     assert by_name["patch:sgl-kernel"].status == "ok"
     wheel = by_name["wheel:sgl-kernel"]
     assert wheel.status == "changed" and wheel.message.startswith("would build sgl-kernel")
-    assert "pip wheel --no-build-isolation" in wheel.commands[0]
-    assert "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a" in wheel.commands[0]
+    # The build's Steps (ops/compile.plan_build): a fresh copy of the tree, then the front end.
+    assert wheel.commands[0].startswith("rm -rf ") and wheel.commands[0].endswith("/work")
+    assert "pip wheel --no-build-isolation" in wheel.commands[-1]
+    assert "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a" in wheel.commands[-1]
     assert by_name["install:sgl-kernel"].message.startswith("would install")
     assert not (Path(env.path) / ".sm120kit").exists()
 

@@ -166,6 +166,15 @@ def test_provision_builds_once_installs_everywhere_and_smokes(
     froms = sorted(h["packages"]["minikernel"]["wheel_from"] for h in doc["hosts"].values())
     # one exact set of inputs: one build, the other hosts take the wheel from the cache
     assert froms[0] == "build" and all(f.startswith("cache:") for f in froms[1:]), froms
+    # The builder ran exactly the build Steps plan listed for it (ops/compile.plan_build).
+    [builder] = [
+        n for n, h in doc["hosts"].items() if h["packages"]["minikernel"]["wheel_from"] == "build"
+    ]
+    ran = next(s for s in doc["hosts"][builder]["steps"] if s["name"] == "wheel:minikernel")
+    planned = json_of(provisioned["plan1"])["hosts"][builder]["steps"]
+    assert (
+        ran["commands"] == next(s for s in planned if s["name"] == "wheel:minikernel")["commands"]
+    )
     for name, host in doc["hosts"].items():
         assert host["status"] == "changed", (name, host["error"])
         steps = {s["name"]: s["status"] for s in host["steps"]}

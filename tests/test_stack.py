@@ -245,11 +245,11 @@ def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:
 def test_provision_installs_the_lock_verified_and_idempotent(
     fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
-    """Over SSH (gpu3) and locally: installed by uv, verified, a rerun changes nothing; then
-    drift behind the tool's back (a distribution added, a locked one removed, with uv itself)
-    is repaired and reported, a half-made env is made again, and a corrupt file in the host's
-    releases/ is fetched again (its copy in the controller store was a copy, not one linked
-    file)."""
+    """Over SSH (gpu3) and locally: installed by uv, verified, by exactly the commands plan
+    listed before, a rerun changes nothing; then drift behind the tool's back (a distribution
+    added, a locked one removed, with uv itself) is repaired and reported, a half-made env is
+    made again, and a corrupt file in the host's releases/ is fetched again (its copy in the
+    controller store was a copy, not one linked file)."""
     recipes = _tiny_recipes(tmp_path, index)
     inv = _inventory(fleet, tmp_path, ("gpu3", "local"))
     cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
@@ -261,6 +261,8 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
     )
     args = ["provision", "-H", "gpu3,local", "-i", str(inv), "--json"]
+    planned = run_invoke(["plan", *args[1:]], env)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
     first = run_invoke(args, env)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "[gpu3] stack fetch [" in first.stderr  # progress on stderr under --json too
@@ -269,6 +271,12 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         steps = {s["name"]: s for s in host["steps"]}
         assert steps["stack"]["status"] == "changed", steps["stack"]
         assert "synced by uv 0.13.9 (3 added, 0 removed, 0 replaced)" in steps["stack"]["message"]
+        # What plan listed is, byte for byte, what provision ran (ops/stack_steps.py).
+        plan_steps = json_of(planned)["hosts"][name]["steps"]
+        [shown] = [s["commands"] for s in plan_steps if s["name"] == "stack"]
+        assert steps["stack"]["commands"] == shown
+        assert any(" pip sync --offline --no-index --require-hashes --compile-bytecode " in c
+                   for c in shown)  # fmt: skip
         assert "env" not in steps  # nothing is built: no build env
         stack = host["stack"]
         native = stack["packages"]["demo-native"]

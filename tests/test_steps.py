@@ -58,6 +58,11 @@ def test_a_step_is_json_and_renders_through_one_table() -> None:
     # Every op a remote script interprets has a renderer (and nothing else does).
     interpreted = {"clean", "mkdir", "download", "run", "link", "write", "copy", "rename"}
     interpreted |= {"remove", "verify", "select", "install_torch", "inspect", "marker", "patch"}
+    # install_lock's (the stack: ops/stack_steps.py); "fetch" is the controller's own.
+    interpreted |= {"fetch", "check", "unpack", "uv", "requirements", "record", "pth"}
+    # Run by the controller itself (ops/step_run.py): the source and dependency uploads, and
+    # the build's copy and link before build_wheel.py (ops/compile.py).
+    interpreted |= {"upload", "script", "build"}
     assert set(RENDERERS) == interpreted
 
 

@@ -33,10 +33,10 @@ from ..knobs import Knobs
 from ..packages import registry
 from ..packing import pack_tree
 from ..plan import PlanOptions, package_names, prepare
-from ..remote.lib.frontend import build_command
 from ..results import StepResult
 from ..runner import HostOp, Runner
 from ..state import ProvisionState
+from ..steps import Step, commands
 from .build_explain import dependency_rows, explain, source_rows, target_explain
 from .build_inputs import (
     UNKNOWN_UNTIL_ENV,
@@ -57,7 +57,7 @@ from .build_patches import (
     patch_steps,
 )
 from .build_source import Source, SourcePlan, ensure_source, git_resolve, index_sdist, plan_source
-from .compile import make_builder
+from .compile import make_builder, plan_build
 from .deps import ensure_dependencies, store_record
 from .install import env_drift, install, installed_marker
 
@@ -130,17 +130,11 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
         # Check mode before the toolkit/env/source exist: the key is not known yet (a planned
         # env's torch is the recipe's `2.13.0`, not the `2.13.0+cpu` the build would hash).
         with ctx.step(f"wheel:{name}") as step:
-            # The command is known without the key: plan shows what a build would run.
-            dest = posixpath.join(state.paths.build(name), "wheels")
-            python = state.env.python if state.env else "python"
-            cmd = build_command(
-                {"src": patched.tree, "python": python, "pip_args": knobs.pip_args}, dest
-            )
-            env = " ".join(f"{k}={_q(v)}" for k, v in sorted(build_env(state, knobs).items()))
+            # The commands are known without the key: plan shows what a build would run.
             ctx.may_act(
                 step,
                 f"build or fetch {name} {version} (key known once it exists)",
-                [f"{env} {shlex.join(cmd)}"],
+                commands(plan_build(state, name, patched.tree, knobs, "")),
             )
         with ctx.step(f"install:{name}") as step:
             ctx.may_act(step, f"install {name} {version}")
@@ -198,7 +192,8 @@ def _obtain(
     record: dict[str, Any],
     step: StepResult,
 ) -> None:
-    builder = make_builder(ctx, state, name, tree, knobs, key)
+    ran: list[Step] = []  # the build's Steps, when it runs (a cache miss)
+    builder = make_builder(ctx, state, name, tree, knobs, key, ran)
     dest = posixpath.join(state.paths.build(name), "wheels")
     built: dict[str, Any] = {}
 
@@ -220,11 +215,10 @@ def _obtain(
         if obtained.wheel_from.startswith("cache:"):
             ctx.may_act(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
         else:
-            args = {"src": tree, "python": state.env.python if state.env else "python"}
-            cmd = build_command({**args, "pip_args": knobs.pip_args}, dest)
-            env = " ".join(f"{k}={_q(v)}" for k, v in sorted(build_env(state, knobs).items()))
-            ctx.may_act(step, f"build {name} ({key[:12]})", [f"{env} {shlex.join(cmd)}"])
+            shown = commands(plan_build(state, name, tree, knobs, key))
+            ctx.may_act(step, f"build {name} ({key[:12]})", shown)
         return
+    step.commands = commands(ran)  # what the build ran; none when the cache had the wheel
     what = (
         f"built in {record['seconds']:.0f}s"
         if obtained.wheel_from == "build"

@@ -3,7 +3,9 @@
 The source is resolved on the controller first (`plan_source`: an index's sdist and its
 sha256, a git commit, a local tree packed and hashed, or the controller's source store), then
 ``remote/fetch_source.py`` unpacks it under ``work_root/src/<pkg>-<ver>-<digest>``. That
-directory stays pristine: it is never patched or built in.
+directory stays pristine: it is never patched or built in. The change is planned as Steps
+(`source_steps`: upload the controller's tarball, run fetch_source with its arguments): plan
+shows them, provision runs them (`step_run.run_steps`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from .. import sources as srcstore
 from ..errors import HostFailed, RecipeError
 from ..host_context import HostContext
 from ..packing import pack_tree
-from ..remote import script_command
 from ..remote.lib import sourcetree as fs
 from ..runner import Runner
 from ..state import ProvisionState
+from ..steps import Step, commands
 from .deps import store_record
+from .step_run import run_steps
 
 
 def _once(runner: Runner, key: str, compute: Callable[[], Any]) -> Any:
@@ -201,19 +204,36 @@ def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:
         if fs.matches(marker, fs.identity(args)):
             step.message = f"{plan.what}: {dest}"
             return Source(dest, plan.digest or _git_digest(marker), True)
-        commands = [script_command(ctx.host.python, args)]
-        if plan.local_tarball:
-            commands.insert(0, f"upload {plan.local_tarball} -> {remote_tar}")
-        if not ctx.may_act(step, f"fetch {plan.what} into {dest}", commands):
+        steps = source_steps(
+            args, ctx.host.python, plan.local_tarball, state.paths.downloads, remote_tar
+        )
+        if not ctx.may_act(step, f"fetch {plan.what} into {dest}", commands(steps)):
             return Source(dest, plan.digest, False)
-        if plan.local_tarball:
-            ctx.run(f"mkdir -p {_q(state.paths.downloads)}")
-            ctx.put(plan.local_tarball, remote_tar)
-        doc = ctx.script("fetch_source", args, timeout=3 * 3600)
-        if not doc.get("ok"):
-            raise HostFailed(f"{name}: fetching {plan.what} failed: {doc.get('error')}")
+        step.commands = commands(steps)
+        doc = run_steps(
+            ctx,
+            steps,
+            failed=lambda _s, doc: f"{name}: fetching {plan.what} failed: {doc.get('error')}",
+            timeout=3 * 3600,
+        )
         step.message = f"fetched {plan.what} into {dest}"
         return Source(dest, plan.digest or _git_digest(doc), True)
+
+
+def source_steps(
+    args: dict[str, Any],
+    python: str,
+    tarball: str | None,
+    downloads: str,
+    remote_tar: str,
+) -> list[Step]:
+    """The source operation's change as Steps: a controller tarball (a local tree or the source
+    store's) uploaded first, then `fetch_source` with `args` unpacks or fetches the pristine
+    tree (and writes its marker)."""
+    steps: list[Step] = []
+    if tarball:
+        steps += [Step("mkdir", path=downloads), Step("upload", src=tarball, dest=remote_tar)]
+    return [*steps, Step("script", name="fetch_source", python=python, args=args)]
 
 
 def _git_digest(doc: dict[str, Any] | None) -> str:
@@ -234,4 +254,5 @@ __all__ = [
     "index_sdist",
     "plan_source",
     "repo_root",
+    "source_steps",
 ]

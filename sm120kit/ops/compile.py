@@ -1,6 +1,8 @@
 """The build itself, run on a wheel-cache miss: ``remote/build_wheel.py`` in a throwaway copy
 of the patched tree (``build/<pkg>/work``, log under ``work_root/logs``), with the compile
 cache, the build record's provenance, and a retry with halved parallelism after an OOM kill.
+A build is planned as Steps (`plan_build`, through the pure `build_steps`): plan shows them,
+a cache miss runs them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from ..knobs import Knobs, lowered_for_oom
 from ..packages import registry
 from ..remote.lib.frontend import build_command
 from ..state import ProvisionState
+from ..steps import Step
 from .build_inputs import build_env
 from .build_progress import poll_progress
+from .step_run import run_steps
 
 #: A build may take hours on a small host (docs/stack-facts.md section 5); past this it is killed.
 BUILD_TIMEOUT = 8 * 3600
@@ -47,6 +51,73 @@ def _build_paths(state: ProvisionState, name: str, key: str) -> dict[str, str]:
     }
 
 
+def build_steps(
+    where: dict[str, str],
+    tree: str,
+    pip_args: list[str],
+    link: tuple[str, str] | None,
+    args: dict[str, Any],
+) -> list[Step]:
+    """One build as Steps, a pure function: a fresh copy of the patched `tree` to build in, the
+    ``libcuda.so`` link its LIBRARY_PATH names (`link`: directory, library; after the copy,
+    which replaces the directory it lives in), private copies of the dependency trees (a
+    full build writes into some of them: dlpack's ``bin/``, mscclpp's ``python/``; the stored
+    trees stay as verified), then build_wheel.py with `args` and the rewritten `pip_args`."""
+    work = where["work"]
+    steps = [
+        Step("remove", path=work),
+        Step("remove", path=where["out"]),
+        Step("remove", path=where["progress"]),
+        Step("mkdir", path=where["bdir"]),
+        Step("copy", src=tree, dest=work),
+    ]
+    if link is not None:
+        directory, library = link
+        steps += [
+            Step("mkdir", path=directory),
+            Step("link", target=library, path=posixpath.join(directory, "libcuda.so")),
+        ]
+    prefix = "-Ccmake.define.FETCHCONTENT_SOURCE_DIR_"
+    rewritten = []
+    for arg in pip_args:
+        if arg.startswith(prefix):
+            define, _, path = arg.partition("=")
+            copy = posixpath.join(work, ".sm120kit-deps", posixpath.basename(path))
+            steps.append(Step("copy", src=path, dest=copy))
+            arg = f"{define}={copy}"
+        rewritten.append(arg)
+    return [*steps, Step("build", args={**args, "pip_args": rewritten})]
+
+
+def plan_build(
+    state: ProvisionState,
+    name: str,
+    tree: str,
+    knobs: Knobs,
+    key: str,
+    cache_spec: dict[str, Any] | None = None,
+) -> list[Step]:
+    """The Steps of one build of `name` from `tree` on this host (`build_steps`): what plan
+    shows and what a wheel-cache miss runs (`key` may be "" in plan, before the env exists)."""
+    from .cmake_check import driver_link
+
+    where = _build_paths(state, name, key)
+    args: dict[str, Any] = {
+        "src": where["work"],
+        "python": state.env.python if state.env is not None else "python",
+        "env": build_env(state, knobs),
+        "out_dir": where["out"],
+        "log": where["log"],
+        "progress": where["progress"],
+        "front_end": "pip",
+        "timeout": float(BUILD_TIMEOUT),
+        "provenance": provenance_fields(state, name, key),
+    }
+    if cache_spec is not None:
+        args["compile_cache"] = cache_spec
+    return build_steps(where, tree, list(knobs.pip_args), driver_link(knobs), args)
+
+
 def _build_once(
     ctx: HostContext,
     state: ProvisionState,
@@ -55,38 +126,20 @@ def _build_once(
     knobs: Knobs,
     cache_spec: dict[str, Any] | None,
     key: str,
+    ran: list[Step],
 ) -> dict[str, Any]:
-    """One run of build_wheel.py in a fresh copy of `tree`: its JSON result."""
+    """One run of build_wheel.py in a fresh copy of `tree` (`plan_build`'s Steps, appended to
+    `ran`): its JSON result."""
     assert state.env is not None and state.toolkit is not None
-    where = _build_paths(state, name, key)
-    work, out, progress = where["work"], where["out"], where["progress"]
-    timeout = float(BUILD_TIMEOUT)
-    ctx.run(
-        f"rm -rf {_q(work)} {_q(out)} {_q(progress)} && mkdir -p {_q(where['bdir'])} && "
-        f"cp -a {_q(tree)} {_q(work)}",
-        what=f"copy the {name} tree to build in",
-    )
-    from .cmake_check import link_driver
-
-    link_driver(ctx, knobs)
-    pip_args = _private_dependency_copies(ctx, knobs.pip_args, work)
-    args = {
-        "src": work,
-        "python": state.env.python,
-        "env": build_env(state, knobs),
-        "pip_args": pip_args,
-        "out_dir": out,
-        "log": where["log"],
-        "progress": progress,
-        "front_end": "pip",
-        "timeout": timeout,
-        "provenance": provenance_fields(state, name, key),
-    }
-    if cache_spec is not None:
-        args["compile_cache"] = cache_spec
+    steps = plan_build(state, name, tree, knobs, key, cache_spec)
+    *prepare, build = steps
+    ran += steps
+    run_steps(ctx, prepare, failed=lambda _s, doc: str(doc.get("error")))
+    args = dict(build["args"])
+    timeout = float(args["timeout"])
     cuda_bin = posixpath.join(state.toolkit.cuda_home, "bin")
-    ctx.log.info("build %s: %s", name, " ".join(build_command(args, out)))
-    with poll_progress(ctx, f"wheel:{name}", progress):
+    ctx.log.info("build %s: %s", name, " ".join(build_command(args, args["out_dir"])))
+    with poll_progress(ctx, f"wheel:{name}", str(args["progress"])):
         try:
             doc = ctx.script("build_wheel", args, path=[cuda_bin], timeout=timeout + 300)
         except HostFailed as exc:
@@ -103,8 +156,11 @@ def make_builder(
     tree: str,
     knobs: Knobs,
     key: str,
+    ran: list[Step] | None = None,
 ) -> Callable[[], BuiltWheel]:
-    """The closure `WheelCache.obtain` runs on a miss: build_wheel.py in a fresh copy of `tree`."""
+    """The closure `WheelCache.obtain` runs on a miss: build_wheel.py in a fresh copy of `tree`
+    (the Steps that ran are appended to `ran`: one build, or more after an OOM kill)."""
+    done: list[Step] = [] if ran is None else ran
 
     def build() -> BuiltWheel:
         where = _build_paths(state, name, key)
@@ -120,7 +176,7 @@ def make_builder(
         retries = int(state.host.vars.get("oom_retries", DEFAULT_OOM_RETRIES))
         now = knobs
         while True:
-            doc = _build_once(ctx, state, name, tree, now, cache_spec, key)
+            doc = _build_once(ctx, state, name, tree, now, cache_spec, key, done)
             failure = doc.get("failure") or {}
             lowered = lowered_for_oom(now) if failure.get("kind") == "oom" and retries else None
             if doc.get("ok") or lowered is None:
@@ -223,27 +279,6 @@ def provenance_fields(state: ProvisionState, name: str, key: str) -> dict[str, A
     }
 
 
-def _private_dependency_copies(ctx: HostContext, pip_args: list[str], work: str) -> list[str]:
-    """Copies of the FetchContent trees inside the build's throwaway tree, and the pip
-    arguments pointing at them: a full build writes into some of them (dlpack's ``bin/``,
-    mscclpp's ``python/``), and the stored trees stay as verified."""
-    prefix = "-Ccmake.define.FETCHCONTENT_SOURCE_DIR_"
-    out, copies = [], []
-    for arg in pip_args:
-        if arg.startswith(prefix):
-            define, _, path = arg.partition("=")
-            copy = posixpath.join(work, ".sm120kit-deps", posixpath.basename(path))
-            copies.append(f"cp -a {_q(path)} {_q(copy)}")
-            arg = f"{define}={copy}"
-        out.append(arg)
-    if copies:
-        ctx.run(
-            f"mkdir -p {_q(posixpath.join(work, '.sm120kit-deps'))} && " + " && ".join(copies),
-            what="copy the dependency trees into the build tree",
-        )
-    return out
-
-
 #: Lines pip and the front end wrap a failed build in: they never say what went wrong.
 _WRAPPER = re.compile(
     r"^(\[notice\]|# sm120kit|ERROR: Failed|Failed to build|error: subprocess-exited|note: |"
@@ -282,8 +317,10 @@ def _q(text: str) -> str:
 __all__ = [
     "BUILD_TIMEOUT",
     "DEFAULT_OOM_RETRIES",
+    "build_steps",
     "compile_cache_spec",
     "last_error_line",
     "make_builder",
+    "plan_build",
     "provenance_fields",
 ]

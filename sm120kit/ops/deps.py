@@ -4,8 +4,10 @@ Each dependency (`sm120kit.sources`: a recipe ``dependencies`` entry, fetched in
 controller's source store) is uploaded as its deterministic tarball and unpacked by
 ``remote/fetch_source.py`` (kind ``path``, tree hash checked) into
 ``work_root/src/<dir>-<ref[:12]>-<digest[:12]>``; a tree already there with the same hash is
-left alone. The result names each tree's absolute path for ``FETCHCONTENT_SOURCE_DIR_<NAME>``
-and its digest for the wheel-cache key.
+left alone. The uploads are planned as Steps (`deps_steps`: upload, unpack, remove the
+tarball, per tree), which plan shows and provision runs (`step_run.run_steps`). The result
+names each tree's absolute path for ``FETCHCONTENT_SOURCE_DIR_<NAME>`` and its digest for the
+wheel-cache key.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import sources as srcstore
-from ..errors import HostFailed
 from ..remote.lib import sourcetree as fs
 from ..runner import HostContext
 from ..state import ProvisionState
+from ..steps import Step, commands
+from .step_run import run_steps
 
 _SEP = "--sm120kit-marker--"
 
@@ -120,30 +123,49 @@ def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> D
             step.message = f"{len(placed)} dependency trees present"
             return deps
         names = [e.dir for e, _, _ in todo] + missing
-        commands = [f"upload {r['tarball']} -> {dest}" for _, r, dest in todo]
-        commands += [f"invoke sources.fetch --package {name}  # {d}" for d in missing]
+        uploads = [(e.dir, str(r["tarball"]), str(r["digest"]), dest) for e, r, dest in todo]
+        steps = deps_steps(uploads, state.paths.downloads, ctx.host.python)
+        shown = commands(steps)
+        # Check mode, trees the source store lacks: provision fetches them there first.
+        shown += [f"invoke sources.fetch --package {name}  # {d}" for d in missing]
         if not ctx.may_act(
-            step, f"upload {len(names)} dependency trees: {', '.join(names)}", commands
+            step, f"upload {len(names)} dependency trees: {', '.join(names)}", shown
         ):
             return deps
-        ctx.run(f"mkdir -p {shlex.quote(state.paths.downloads)}")
-        for entry, record, dest in todo:
-            remote = posixpath.join(
-                state.paths.downloads, f"{entry.dir}-{str(record['digest'])[:12]}.tar"
-            )
-            ctx.put(str(record["tarball"]), remote)
-            args = {
-                "kind": "path",
-                "tarball": remote,
-                "tree_sha256": record["digest"],
-                "dest": dest,
-                "cache_dir": state.paths.downloads,
-            }
-            doc = ctx.script("fetch_source", args, timeout=3600)
-            ctx.run(f"rm -f {shlex.quote(remote)}", check=False)
-            if not doc.get("ok"):
-                raise HostFailed(
-                    f"{name}: unpacking dependency {entry.dir} failed: {doc.get('error')}"
-                )
+        step.commands = commands(steps)
+        dir_of = {dest: e.dir for e, _, dest in todo}
+        run_steps(
+            ctx,
+            steps,
+            failed=lambda s, doc: (
+                f"{name}: unpacking dependency {dir_of[s['args']['dest']]} failed: "
+                f"{doc.get('error')}"
+            ),
+            timeout=3600,
+        )
         step.message = f"uploaded {len(todo)} of {len(placed)} dependency trees"
         return deps
+
+
+def deps_steps(uploads: list[tuple[str, str, str, str]], downloads: str, python: str) -> list[Step]:
+    """The dependency trees' change as Steps, for `uploads` ([(dir, controller tarball, tree
+    digest, dest on the host)]): each tarball uploaded, unpacked by `fetch_source` (which
+    checks its tree digest and writes the tree's marker), then removed from the host."""
+    if not uploads:
+        return []
+    steps = [Step("mkdir", path=downloads)]
+    for directory, tarball, digest, dest in uploads:
+        remote = posixpath.join(downloads, f"{directory}-{digest[:12]}.tar")
+        args = {
+            "kind": "path",
+            "tarball": remote,
+            "tree_sha256": digest,
+            "dest": dest,
+            "cache_dir": downloads,
+        }
+        steps += [
+            Step("upload", src=tarball, dest=remote),
+            Step("script", name="fetch_source", python=python, args=args),
+            Step("remove", path=remote),
+        ]
+    return steps

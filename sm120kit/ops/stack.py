@@ -7,10 +7,12 @@ wheel stores, else one host of the run downloads it from the index and the store
 ``<work_root>/releases/<sha256>/<filename>``,
 where a rerun finds it. `remote/install_lock.py` then checks every file's sha256 against the
 lock and verifies every compiled release for the host's driver and arch before it installs
-anything, and installs with ``pip install --no-deps --require-hashes --no-index``. What it
+anything, and uv syncs the env to exactly those files (offline, hashes required). What it
 installed is recorded by sha256 beside the env, so a rerun installs and downloads nothing.
 
-Check mode: the choices (`sm120kit.stack.choose`), one probe, and the commands it would run.
+The decisions are `stack_steps.plan_stack`'s (a pure function: the lock's files and one probe
+of the host in, Steps out). Check mode shows those Steps rendered; provision runs exactly
+them, and records the ones that ran as the step's commands.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .. import release_check
@@ -35,15 +36,12 @@ from ..remote.lib.cudaarch import parse_cc
 from ..runner import HostContext
 from ..stack import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..state import ProvisionState
+from ..steps import Step, commands
 from .build_progress import poll_progress
 from .pyenv import choose_python
 from .stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
+from .stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
 
-RECORD = ".sm120kit-lock.json"
-#: Where a new env is made before it is moved into place (`uv_sync`).
-NEW = ".sm120kit-new"
-#: The .pth file giving the env's JIT packages the toolkit step's CUDA_HOME (install_lock).
-PTH = "sm120kit_cuda_home.pth"
 INSTALL_TIMEOUT = 4 * 3600.0
 #: Locked files obtained at once per host (each its own lookup, download and store put).
 FETCH_WORKERS = 8
@@ -57,36 +55,6 @@ def env_path(state: ProvisionState, lock: Lock) -> str:
 def release_path(state: ProvisionState, entry: LockEntry) -> str:
     """Where the host keeps a locked file: by sha256, so one file is fetched once."""
     return state.paths.join("releases", entry.sha256, entry.filename)
-
-
-def _drift(entries: list[dict[str, Any]], probe: dict[str, Any]) -> list[str]:
-    """How the env differs from the lock, one phrase per kind (empty: as locked): no env, a
-    broken one (cut off while made), distributions missing, at another version or file, or
-    not in the lock at all (installed behind the tool's back)."""
-    if not probe.get("exists"):
-        return ["no env yet"]
-    if not probe.get("works"):
-        return ["the env does not work (half-made?): made again"]
-    mine = (probe.get("record") or {}).get("packages") or {}
-    have = dict(probe.get("installed") or {})
-    want = {str(canonicalize_name(e["name"])): e for e in entries}
-    missing = sorted(k for k in want if k not in have)
-    other = sorted(
-        k
-        for k, e in want.items()
-        if k in have
-        and (have[k] != e["version"] or (mine.get(k) or {}).get("sha256") != e["sha256"])
-    )
-    extra = sorted(f"{k}=={v}" for k, v in have.items() if k not in want)
-    out = []
-    for label, names in (("missing", missing), ("another version or file", other),
-                         ("not in the lock", extra)):  # fmt: skip
-        if names:
-            shown_ = ", ".join(names[:5]) + (
-                f" and {len(names) - 5} more" if len(names) > 5 else ""
-            )
-            out.append(f"{label}: {shown_}")
-    return out
 
 
 def _uv_cache(state: ProvisionState) -> str:
@@ -213,106 +181,103 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     assert env is not None
     releases = [c for c in choices if c.source == "release"]
     builds = [c for c in choices if c.source == "build"]
-    record = posixpath.join(env, RECORD)
-    entries: list[dict[str, Any]] = [
-        {
-            "name": c.entry.name,
-            "version": c.entry.version,
-            "filename": c.entry.filename,
-            "url": c.entry.url,
-            "sha256": c.entry.sha256,
-            "compiled": c.entry.compiled,
-            "dest": release_path(state, c.entry),
-        }
-        for c in releases
-    ]
     built = ensure_stack_builds(ctx, state, lock, builds)
     for c in builds:
         rec = built[c.entry.name]
         doc["packages"][c.entry.name].update(
             wheel_from=rec.get("wheel_from"), wheel=rec.get("wheel"), built_sha256=rec.get("sha256")
         )
-    entries += [
-        {
-            "name": c.entry.name,
-            "version": c.entry.version,
-            "filename": posixpath.basename(str(built[c.entry.name].get("wheel") or "")),
-            "url": f"file://{built[c.entry.name].get('wheel')}",
-            "sha256": built[c.entry.name].get("sha256") or "",
-            "compiled": False,  # our own build: smoke judges it, as every build
-            "dest": built[c.entry.name].get("wheel") or "",
-        }
-        for c in builds
-        if built[c.entry.name].get("wheel")
-    ]
+    files = stack_files(state, releases, builds, built)
+    facts = stack_facts(state, lock, files, str(python["path"]))
     with ctx.step("stack") as step:
-        uv_row = {"name": UV.name, "dest": release_path(state, UV)}
         probe = ctx.script(
             "install_lock",
-            {"action": "probe", "env": env, "record": record, "entries": [*entries, uv_row]},
+            {
+                "action": "probe",
+                "env": env,
+                "record": facts.record,
+                "entries": [f.row() for f in (*files, facts.uv)],
+            },
         )
-        drift = _drift(entries, probe)
         for c in releases:
             doc["packages"][c.entry.name]["wheel_from"] = "release"
             doc["packages"][c.entry.name]["index"] = posixpath.dirname(c.entry.url)
-        home = state.toolkit.cuda_home if state.toolkit is not None else None
-        pth_ok = probe.get("cuda_home") == home
-        if not drift and pth_ok:
-            step.message = f"{lock.top}: {len(entries)} distributions installed in {env} as locked"
-            if home:
-                step.message += f", CUDA_HOME {home}"
+        plan = plan_stack(facts, probe)
+        if not plan.steps:
+            step.message = plan.what
             return doc
-        present = set(probe.get("present") or [])
-        uv_dest = release_path(state, UV)
-        fetch = [e for e in entries if e["dest"] not in present]
-        names = {e["name"] for e in fetch}
-        size = sum(c.entry.size or 0 for c in releases if c.entry.name in names)
-        what = (
-            f"install exactly the {len(entries)} locked distributions of {lock.top} into {env} "
-            f"({'; '.join(drift)}; {len(fetch)} files to fetch, {size / 1e9:.2f} GB known)"
-            if drift
-            else f"{lock.top} in {env}: installed as locked"
-        )
-        driver, arch = target_of(state.resolved)
-        commands = [f"fetch {e['url']} -> {e['dest']} (sha256 {e['sha256']})" for e in fetch]
-        if drift and uv_dest not in present:
-            commands.append(f"fetch {UV.url} -> {uv_dest} (sha256 {UV.sha256})")
-        if drift:
-            uv_bin = state.paths.join("tools", f"uv-{UV.version}", "uv")
-            made = f"{env}{NEW}"
-            commands += [
-                f"unpack uv {UV.version} from {uv_dest} to {uv_bin}  # if absent",
-                f"verify compiled releases for driver {driver}, arch {arch}",
-                f"{uv_bin} venv --relocatable --python {python['path']} {made} "
-                f"&& (sync below into it) && mv {made} {env}  # if absent or broken",
-                f"{uv_bin} pip sync --offline --no-index --require-hashes --compile-bytecode "
-                f"--python {env}/bin/python <the {len(entries)} verified files as "
-                f"'name @ file://... --hash=sha256:...'>  # UV_CACHE_DIR={_uv_cache(state)}",
-            ]
-        if not pth_ok:
-            what += f"; CUDA_HOME for its JIT packages: {home or 'none (no toolkit)'}"
-            commands.append(
-                f"write <site-packages>/{PTH}: CUDA_HOME={home} unless set"
-                if home
-                else f"remove <site-packages>/{PTH}"
-            )
-        if not ctx.may_act(step, what, commands):
+        # What check mode shows is what runs: the same Steps, rendered.
+        if not ctx.may_act(step, plan.what, commands(plan.steps)):
             return doc
-        step.commands = commands
-        if drift:
-            if uv_dest not in present:
-                fetch = [*fetch, uv_row]
-            _install(ctx, state, lock, doc, releases, entries, fetch, python["path"], record)
-            step.message = f"{what}: {doc.pop('install_message')}"
-        else:
-            step.message = what
-        if not pth_ok or drift:
-            done = ctx.script(
-                "install_lock", {"action": "cuda_home", "env": env, "cuda_home": home}
-            )
-            if not done.get("ok"):
-                raise HostFailed(f"{state.host.name}: stack {lock.top}: {done.get('error')}")
+        ran = _install(ctx, state, lock, doc, facts, plan)
+        step.commands = commands(ran)
+        step.message = f"{plan.what}: {doc.pop('install_message')}" if plan.drift else plan.what
     return doc
+
+
+def stack_files(
+    state: ProvisionState,
+    releases: list[Choice],
+    builds: list[Choice],
+    built: dict[str, dict[str, Any]],
+) -> list[StackFile]:
+    """The files the env is made of on this host: each release where the host keeps it, then
+    each stack build's wheel where the build left it."""
+    files = [
+        StackFile(
+            c.entry.name,
+            c.entry.version,
+            c.entry.filename,
+            c.entry.url,
+            c.entry.sha256,
+            c.entry.compiled,
+            release_path(state, c.entry),
+            c.entry.size or 0,
+        )
+        for c in releases
+    ]
+    for c in builds:
+        wheel = str(built[c.entry.name].get("wheel") or "")
+        if wheel:
+            sha = str(built[c.entry.name].get("sha256") or "")
+            # Our own build: not verified as a release is; smoke judges it, as every build.
+            name = posixpath.basename(wheel)
+            files.append(
+                StackFile(c.entry.name, c.entry.version, name, f"file://{wheel}", sha, False, wheel)
+            )
+    return files
+
+
+def stack_facts(
+    state: ProvisionState, lock: Lock, files: list[StackFile], python: str
+) -> StackFacts:
+    """What the stack's plan is made of on this host, apart from its probe."""
+    driver, arch = target_of(state.resolved)
+    uv = StackFile(
+        UV.name,
+        UV.version,
+        UV.filename,
+        UV.url,
+        UV.sha256,
+        False,
+        release_path(state, UV),
+        UV.size or 0,
+    )
+    return StackFacts(
+        top=lock.top,
+        lock=str(lock.path),
+        env=env_path(state, lock),
+        python=python,
+        files=tuple(files),
+        uv=uv,
+        uv_version=UV.version,
+        tools=state.paths.join("tools"),
+        cache=_uv_cache(state),
+        cuda_home=state.toolkit.cuda_home if state.toolkit is not None else None,
+        driver=driver,
+        arch=arch,
+        install_timeout=INSTALL_TIMEOUT,
+    )
 
 
 def _fetch(
@@ -349,39 +314,34 @@ def _install(
     state: ProvisionState,
     lock: Lock,
     doc: dict[str, Any],
-    releases: list[Choice],
-    entries: list[dict[str, Any]],
-    fetch: list[dict[str, Any]],
-    python: str,
-    record: str,
-) -> None:
-    """Obtain the files to fetch and uv, then check, verify and sync the env to `entries` on
-    the host (`install_lock` ``apply``); a file found corrupt there is fetched again once. Fills
-    `doc`."""
-    env = str(doc["env"])
-    by_dest = {release_path(state, c.entry): c.entry for c in releases}
-    by_dest[release_path(state, UV)] = UV
-    wanted = [by_dest[e["dest"]] for e in fetch if e["dest"] in by_dest]
+    facts: StackFacts,
+    plan: StackPlan,
+) -> list[Step]:
+    """Run `plan`: its fetch steps here (the files and uv onto the host), then its host steps
+    on the host (`install_lock` ``apply``); a file found corrupt there is fetched again once,
+    and the host steps run again. Fills `doc`; returns the steps that ran, in order."""
+    by_dest = {f.dest: f for f in (*facts.files, facts.uv)}
+    entry_of = {release_path(state, e): e for e in (*lock.packages, UV)}
+    # A built wheel is on the host already (the build put it there): nothing to fetch.
+    wanted = [entry_of[s["dest"]] for s in plan.fetches if s["dest"] in entry_of]
     target = _target(state, lock)
     got = _fetch(ctx, state, lock, wanted, target)
+    ran: list[Step] = list(plan.fetches)
     origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
     fetched = sum(n for _where, n in got)
     # Files placed in this run were hashed as they arrived: not read again before install.
-    placed = {release_path(state, e) for e in wanted}
-    entries = [{**e, "checked": e["dest"] in placed} for e in entries]
+    placed = {s["dest"] for s in plan.fetches}
+    entries = [{**f.row(), "checked": f.dest in placed} for f in facts.files]
+    env = facts.env
     progress = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.progress")
     args = {
         "action": "apply",
         "env": env,
-        "record": record,
-        "python": python,
-        "lock": str(lock.path),
         "entries": entries,
         "verify": target,
         "indexes": list(lock.indexes),
-        "uv": {"dest": release_path(state, UV), "version": UV.version},
-        "tools": state.paths.join("tools"),
-        "cache": _uv_cache(state),
+        "steps": plan.host_steps,
+        "cleanup": plan.cleanup,
         "progress": progress,
         "timeout": INSTALL_TIMEOUT,
     }
@@ -389,14 +349,17 @@ def _install(
     for _attempt in range(2):
         with poll_progress(ctx, "stack", progress):
             result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
+        ran += plan.host_steps[: int(result.get("done") or 0)]
         corrupt = [by_dest[d] for d in result.get("corrupt") or [] if d in by_dest]
         if result.get("ok") or not corrupt or refetched:
             break
         # A file in the host's releases/ whose bytes are not the lock's (removed there): fetched
         # again through the stores, then everything is checked again.
-        refetched = [e.name for e in corrupt]
+        refetched = [f.name for f in corrupt]
         ctx.log.warning("corrupt on the host, fetched again: %s", ", ".join(refetched))
-        fetched += sum(n for _w, n in _fetch(ctx, state, lock, corrupt, target))
+        again = [entry_of[f.dest] for f in corrupt]
+        ran += [fetch_step(f) for f in corrupt]
+        fetched += sum(n for _w, n in _fetch(ctx, state, lock, again, target))
         args["entries"] = [{**e, "checked": False} for e in entries]
     for name, verdict in (result.get("verdicts") or {}).items():
         row = doc["packages"].get(name)
@@ -407,10 +370,12 @@ def _install(
         row["checked"] = "sha256, cudart and SASS/PTX read on the host before install"
     if not result.get("ok"):
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {result.get('error')}")
+    if not plan.drift:
+        return ran  # the .pth file alone
     got_bytes = fetched + sum(n for _, n in result.get("downloaded") or [])
     doc["downloaded_bytes"] = got_bytes
     doc["files_from"] = dict(Counter(origins.values()))
-    sync = result.get("sync") or {}
+    sync = {**(result.get("sync") or {}), "remade": plan.remade}
     doc["sync"] = {**sync, "refetched": refetched}
     doc["timings"] = result.get("timings") or {}
     sources = ", ".join(f"{n} from {k}" for k, n in sorted(doc["files_from"].items()))
@@ -427,3 +392,4 @@ def _install(
         f"(files: {sources or 'none fetched'})"
     )
     doc["install_message"] = "; ".join(parts)
+    return ran

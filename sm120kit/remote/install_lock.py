@@ -3,21 +3,17 @@
 Runs on the host with any Python >= 3.8 and the standard library only. Argument (argv[1],
 JSON)::
 
-    {"action": "probe" | "fetch" | "apply" | "cuda_home" | "memo", "env": path,
-     "record": path, "python": interpreter for a new venv, "entries": [{"name", "version",
-     "filename", "url", "sha256", "compiled", "dest"}], "verify": {"cc": [12, 0], "driver",
-     "driver_cuda", "python", "not_for_arch": {}, "loaders": {dist: {cc: dir}}, "digest"} |
-     null, "indexes": [URL prefixes a file may be downloaded from] | null, "uv": {"dest":
-     uv's wheel, "version"}, "tools": dir, "cache": uv's cache dir, "progress": path,
-     "timeout": seconds}
+    {"action": "probe" | "fetch" | "apply" | "memo", "env": path, "record": path,
+     "entries": [{"name", "version", "filename", "url", "sha256", "compiled", "dest",
+     "checked"?}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
+     "not_for_arch": {}, "loaders": {dist: {cc: dir}}, "digest"} | null, "indexes": [URL
+     prefixes a file may be downloaded from] | null, "steps": [...], "cleanup": [paths],
+     "progress": path, "timeout": seconds}
 
-``probe`` changes nothing: ``{"exists", "ok": the env works, "record", "installed": {name:
+``probe`` changes nothing: ``{"exists", "works": the env works, "record", "installed": {name:
 version}, "present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's
-.pth file sets or null, "memo": the env's last passing smoke or null}``. ``cuda_home`` writes
-(or with null removes) ``<site-packages>/sm120kit_cuda_home.pth``, which sets CUDA_HOME for
-every process of the env's Python unless it is set already: the JIT packages (flashinfer,
-deep_gemm, humming) look there first for nvcc and the headers, so they get the toolkit step's
-one release instead of whatever pip put beside them. ``memo`` writes the smoke memo.
+.pth file sets or null, "memo": the env's last passing smoke or null}``. ``memo`` writes the
+smoke memo.
 
 ``fetch`` downloads the given entries (files the wheel stores did not have, fetched by the
 one host elected to download each), hashing each as it arrives, and verifies each compiled
@@ -25,19 +21,25 @@ one for ``verify`` right after its download, while the others still download: th
 is kept beside the file (below), so ``apply`` does not read it again. ``{"ok", "error",
 "downloaded"}``.
 
-``apply`` takes every entry of the lock, in three phases, each complete before the next:
-(1) every file is obtained into its ``dest`` and its sha256 compared with the lock's (an
-entry marked ``checked`` arrived in this run and was hashed as it arrived); a
-file whose bytes differ is removed and named in ``corrupt`` (the controller fetches it again
-and applies again), and nothing is installed; (2) every compiled entry is verified for the
-target (`wheel_check`), and one refusal stops it likewise; a verdict is kept beside its
-file, keyed by the target's ``digest`` (of the target and of this program) and the file's
-sha256, so that a file installed again is not read again; (3) uv (`uv_sync`) makes the env
-hold exactly these files, offline, hashes required, byte-compiled, a new env made beside and
-moved in whole, and the record (what was installed, by sha256) is written atomically.
-Prints ``{"ok", "error", "corrupt", "downloaded": [[name, bytes]], "verdicts": {name:
-{...}}, "installed": n, "sync": uv_sync's report, "seconds", "timings"}``. Progress (phase,
-files, bytes) goes to the ``progress`` file as it goes.
+``apply`` runs the controller's steps (sm120kit/ops/stack_steps.py plans them, `plan` shows
+them) through the step interpreter (`lib.steps`), with these ops beside the core ones:
+``check``: every entry's file is obtained into its ``dest`` and its sha256 compared with the
+lock's (an entry marked ``checked`` arrived in this run and was hashed as it arrived); a file
+whose bytes differ is removed and named in ``corrupt`` (the controller fetches it again and
+applies again); then every compiled entry is verified for the target (`wheel_check`), and
+one refusal stops it; a verdict is kept beside its file, keyed by the target's ``digest`` (of
+the target and of this program) and the file's sha256, so that a file installed again is not
+read again. ``unpack``: uv's binary out of its wheel, once. ``uv``: uv run with the step's
+argv (`uv_sync.run_uv`; a ``pip sync`` reports what it added, removed or replaced).
+``requirements``: uv's requirements file. ``record``: what the env holds, by sha256,
+atomically. ``pth``: ``<site-packages>/sm120kit_cuda_home.pth`` written (or with a null
+``cuda_home`` removed); it sets CUDA_HOME for every process of the env's Python unless it is
+set already: the JIT packages (flashinfer, deep_gemm, humming) look there first for nvcc and
+the headers, so they get the toolkit step's one release instead of whatever pip put beside
+them. On a failed step the ``cleanup`` paths are removed. Prints ``{"ok", "error", "done":
+steps completed, "corrupt", "downloaded": [[name, bytes]], "verdicts": {name: {...}},
+"installed": n, "sync": {"made", "added", "removed", "replaced"}, "seconds", "timings"}``.
+Progress (phase, files, bytes) goes to the ``progress`` file as it goes.
 """
 
 import concurrent.futures
@@ -48,9 +50,10 @@ import re
 import sys
 import time
 
-from sm120kit.remote.lib import uv_sync
+from sm120kit.remote.lib import steps, uv_sync
 from sm120kit.remote.lib.download import DownloadFailed, download
 from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
+from sm120kit.remote.lib.proc import StepFailed
 from sm120kit.remote.lib.wheel_check import loaded_modules, shared_objects, verify_wheel
 
 normalize = uv_sync.normalize
@@ -289,67 +292,75 @@ def fetch(args):
 
 
 def apply(args):
-    start = time.time()
+    """Run the controller's stack steps (``args["steps"]``, planned by
+    sm120kit/ops/stack_steps.py) with this script's ops beside the core ones."""
     entries = args.get("entries") or []
     timeout = float(args.get("timeout") or 3600)
-    env = args["env"]
     progress = Progress(args.get("progress"), len(entries))
-    target = args.get("verify")
-    errors, sizes, corrupt, verdicts = check(
-        entries, target, timeout, args.get("indexes"), progress
-    )
-    downloaded = [[e["name"], n] for e, n in zip(entries, sizes) if n]
-    failed = {"ok": False, "downloaded": downloaded, "verdicts": verdicts, "installed": 0}
-    error = next((x for x in errors if x), None)
-    if error or corrupt:
-        return dict(failed, error=error, corrupt=corrupt)
-    error = refused(entries, verdicts)
-    if error:
-        return dict(failed, error=error, corrupt=[])
-    verified = time.time()
-    uv = args["uv"]
-    uv_bin = uv_sync.ensure_uv(uv["dest"], args["tools"], uv["version"])
-    scratch = env + ".sm120kit-scratch"
-    remove(scratch)
-    os.makedirs(scratch)
-    files = [(e["name"], e["dest"], e["sha256"]) for e in entries]
-    progress.total = len(entries)
-    error, report = uv_sync.sync(
-        uv_bin, args["python"], env, files, args["cache"], scratch, int(timeout),
-        phase=lambda name: progress.set(name, force=True),
-    )  # fmt: skip
-    remove(scratch)
-    if error:
-        return dict(failed, error=error, corrupt=[], sync=report)
-    progress.set("done", force=True)
-    packages = {
-        normalize(e["name"]): {"version": e["version"], "sha256": e["sha256"]} for e in entries
-    }
-    write_atomic(
-        args["record"],
-        json.dumps({"lock": args.get("lock"), "packages": packages}, sort_keys=True, indent=1),
-    )
-    return {
-        "ok": True,
-        "error": None,
-        "corrupt": [],
-        "downloaded": downloaded,
-        "verdicts": verdicts,
-        "installed": len(entries),
-        "sync": report,
-        "seconds": round(time.time() - start, 3),
-        "timings": {
-            "check_s": round(verified - start, 3),
-            "sync_s": round(time.time() - verified, 3),
-        },
-    }
+    start = time.time()
+    sync = {"made": False, "added": [], "removed": [], "replaced": []}
+    timings = {}
+
+    def check_op(step, result):
+        errors, sizes, corrupt, verdicts = check(
+            entries, args.get("verify"), timeout, args.get("indexes"), progress
+        )
+        result["downloaded"] = [[e["name"], n] for e, n in zip(entries, sizes) if n]
+        result["verdicts"], result["corrupt"] = verdicts, corrupt
+        timings["check_s"] = round(time.time() - start, 3)
+        error = next((x for x in errors if x), None) or refused(entries, verdicts)
+        if error:
+            raise StepFailed(error)
+        progress.total = len(entries)
+
+    def uv_op(step, result):
+        argv = step["argv"]
+        syncing = argv[1:3] == ["pip", "sync"]
+        progress.set("install" if syncing else "venv", force=True)
+        # A sync's env: the one whose python it is given (new or existing).
+        target = os.path.dirname(os.path.dirname(argv[argv.index("--python") + 1]))
+        before = installed(target) if syncing else {}
+        began = time.time()
+        error = uv_sync.run_uv(argv[0], argv[1:], step["cache"], int(step["timeout"]))
+        if error:
+            raise StepFailed(error)
+        if syncing:
+            added, removed, replaced = uv_sync.changes(before, installed(target))
+            sync.update(added=added, removed=removed, replaced=replaced)
+            timings["sync_s"] = round(time.time() - began, 3)
+        else:
+            sync["made"] = True
+
+    def unpack_op(step, result):
+        uv_sync.unpack(step["wheel"], step["member"], step["dest"])
+
+    def requirements_op(step, result):
+        write_atomic(step["path"], uv_sync.requirements([tuple(f) for f in step["files"]]))
+
+    def record_op(step, result):
+        doc = {"lock": step["lock"], "packages": step["packages"]}
+        write_atomic(step["path"], json.dumps(doc, sort_keys=True, indent=1))
+        result["installed"] = len(step["packages"])
+
+    def pth_op(step, result):
+        done = set_cuda_home(step)
+        if not done["ok"]:
+            raise StepFailed(done["error"])
+
+    ops = {"check": check_op, "uv": uv_op, "unpack": unpack_op, "requirements": requirements_op,
+           "record": record_op, "pth": pth_op}  # fmt: skip
+    base = {"corrupt": [], "downloaded": [], "verdicts": {}, "installed": 0}
+    result = steps.apply(args, ops, base)
+    if result["ok"]:
+        progress.set("done", force=True)
+    result.update(sync=sync, timings=timings)
+    return result
 
 
 ACTIONS = {
     "probe": probe,
     "fetch": fetch,
     "apply": apply,
-    "cuda_home": set_cuda_home,
     "memo": write_memo,
 }
 

@@ -1,17 +1,15 @@
-"""Make a venv hold exactly a set of verified wheel files, with uv: offline, hashes required.
+"""uv on the host: unpack it, run it, and read what a venv holds before and after.
 
-uv comes to the host as a locked file like any other (its PyPI wheel, checked by sha256), and
-`ensure_uv` unpacks its binary once to ``<tools>/uv-<version>/uv``. `sync` then runs
-``uv pip sync --offline --no-index --require-hashes --compile-bytecode`` with a requirements
-file of ``name @ file://<path> --hash=sha256:<hex>`` lines: the files already checked on the
-host, nothing from an index, and exactly that set afterwards (uv removes any other
-distribution). What changed is read from the env before and after (`installed`), so the
-caller reports what was added, removed or replaced whoever caused the drift.
-
-A new env is made beside its final place (``<env>.sm120kit-new``, ``uv venv --relocatable``),
-filled, and renamed into place in whole: an env cut off while it was being made is never at
-the final path. An env at the final path that does not work (`env_ok`: no pyvenv.cfg, or its
-python does not start) is removed and made again.
+The controller plans the stack's steps (sm120kit/ops/stack_steps.py) and `install_lock` runs
+them with these: uv comes to the host as a locked file like any other (its PyPI wheel,
+checked by sha256), and `unpack` takes its binary out once to ``<tools>/uv-<version>/uv``.
+`run_uv` runs the argv of a ``uv`` step as given (``uv venv --relocatable`` for a new env made
+beside its final place, ``uv pip sync --offline --no-index --require-hashes
+--compile-bytecode`` with a requirements file of ``name @ file://<path> --hash=sha256:<hex>``
+lines: the files already checked on the host, nothing from an index, and exactly that set
+afterwards). What changed is read from the env before and after (`installed`, `changes`), so
+the report says what was added, removed or replaced whoever caused the drift. `env_ok` tells
+a working venv (pyvenv.cfg there, its python starts) from one cut off while it was made.
 
 Stdlib only, Python >= 3.8.
 """
@@ -22,10 +20,6 @@ import re
 import stat
 import subprocess
 import zipfile
-
-from sm120kit.remote.lib.files import remove
-
-NEW = ".sm120kit-new"
 
 
 def normalize(name):
@@ -43,15 +37,13 @@ def installed(env):
     return out
 
 
-def ensure_uv(wheel, tools, version):
-    """The uv binary from uv's wheel at `wheel`, unpacked once to ``<tools>/uv-<version>/uv``
-    (beside, then renamed: a half-written binary is never at the final path)."""
-    final = os.path.join(tools, "uv-%s" % version, "uv")
-    if os.access(final, os.X_OK):
-        return final
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    member = "uv-%s.data/scripts/uv" % version
-    part = final + ".part"
+def unpack(wheel, member, dest):
+    """`member` of the wheel at `wheel` (uv's binary) at `dest`, executable, once (beside, then
+    renamed: a half-written binary is never at the final path)."""
+    if os.access(dest, os.X_OK):
+        return dest
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    part = dest + ".part"
     with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(part, "wb") as out:
         while True:
             block = src.read(1 << 20)
@@ -59,8 +51,8 @@ def ensure_uv(wheel, tools, version):
                 break
             out.write(block)
     os.chmod(part, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-    os.rename(part, final)
-    return final
+    os.rename(part, dest)
+    return dest
 
 
 def env_ok(env):
@@ -109,52 +101,17 @@ def run_uv(uv, argv, cache, timeout):
     return None
 
 
-def sync(uv, python, env, files, cache, scratch, timeout, phase=None):
-    """Make `env` hold exactly `files` ([(name, path, sha256)]), byte-compiled. Returns
-    ``(error or None, {"made": bool, "remade": bool, "added": [...], "removed": [...],
-    "replaced": [...]})``: ``name==version`` rows of what changed. `phase(name)` is told
-    when a phase starts (``venv``, ``install``)."""
-    report = {"made": False, "remade": False, "added": [], "removed": [], "replaced": []}
-    before = {}
-    target = env
-    if os.path.lexists(env) and not env_ok(env):
-        remove(env)  # half-made (cut off while made by an older tool, a full disk): made again
-        report["remade"] = True
-    if os.path.lexists(env):
-        before = installed(env)
-    else:
-        if phase:
-            phase("venv")
-        target = env + NEW
-        remove(target)  # left by a run cut off while it made the env
-        error = run_uv(uv, ["venv", "--relocatable", "--python", python, target], cache, 600)
-        if error:
-            remove(target)
-            return error, report
-        report["made"] = True
-    req = os.path.join(scratch, "requirements.txt")
-    with open(req, "w") as fh:
-        fh.write(requirements(files))
-    if phase:
-        phase("install")
-    argv = ["pip", "sync", "--offline", "--no-index", "--require-hashes", "--compile-bytecode"]
-    argv += ["--python", os.path.join(target, "bin", "python"), req]
-    error = run_uv(uv, argv, cache, timeout)
-    if error:
-        if target != env:
-            remove(target)
-        return error, report
-    after = installed(target)
-    if target != env:
-        os.rename(target, env)
+def changes(before, after):
+    """``(added, removed, replaced)`` rows (``name==version``) between two `installed` maps."""
+    added, removed, replaced = [], [], []
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name), after.get(name)
         if old == new:
             continue
         if old is None:
-            report["added"].append("%s==%s" % (name, new))
+            added.append("%s==%s" % (name, new))
         elif new is None:
-            report["removed"].append("%s==%s" % (name, old))
+            removed.append("%s==%s" % (name, old))
         else:
-            report["replaced"].append("%s %s -> %s" % (name, old, new))
-    return None, report
+            replaced.append("%s %s -> %s" % (name, old, new))
+    return added, removed, replaced

@@ -1,0 +1,263 @@
+"""The stack operation as a pure function: what the host has in, the Steps that make its serving
+env hold exactly the lock out (`plan_stack`).
+
+`ensure_stack` (ops/stack.py) probes the host once (`install_lock` ``probe``: the env, its
+record, its installed distributions, which locked files its ``releases/`` already holds, the
+CUDA_HOME of its .pth file) and hands that probe and the lock's files to `plan_stack`. Check
+mode shows the Steps it returns (`sm120kit.steps.render`); provision runs exactly them: the
+``fetch`` steps on the controller (`stack_files.obtain_release`: the stores, else the index),
+every other step on the host, sent as is to `install_lock` ``apply`` (its step interpreter:
+``check``, ``unpack``, ``uv``, ``requirements``, ``record``, ``pth`` beside the core ops).
+The ``uv`` steps carry the very argv uv is run with on the host.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from ..steps import Step
+
+#: Where a new env is made before it is moved into place (whole: never half at the final path).
+NEW = ".sm120kit-new"
+#: Beside the env while it is synced: uv's requirements file.
+SCRATCH = ".sm120kit-scratch"
+#: What the env holds, by sha256, written once uv synced it (the next run's probe reads it).
+RECORD = ".sm120kit-lock.json"
+#: The env's .pth file that gives its JIT packages the toolkit step's CUDA_HOME.
+PTH = "sm120kit_cuda_home.pth"
+#: uv's sync: offline, from the listed files only, every hash required, byte-compiled.
+SYNC = ("pip", "sync", "--offline", "--no-index", "--require-hashes", "--compile-bytecode")
+#: Seconds uv may take to make a venv (a sync gets the install's whole timeout).
+VENV_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class StackFile:
+    """One file the env is made of, where the host keeps it (`dest`)."""
+
+    name: str
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    compiled: bool
+    dest: str
+    size: int = 0  # bytes, when the lock knows (for the plan's message)
+
+    def row(self) -> dict[str, Any]:
+        """The file as `install_lock` reads it (its ``entries``)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "filename": self.filename,
+            "url": self.url,
+            "sha256": self.sha256,
+            "compiled": self.compiled,
+            "dest": self.dest,
+        }
+
+
+@dataclass(frozen=True)
+class StackFacts:
+    """What the plan is made from, apart from the probe: the lock's files for this host, its
+    env and the tools' places on the host, the toolkit's CUDA_HOME and the target."""
+
+    top: str
+    lock: str  # the lock file (named in the env's record)
+    env: str
+    python: str  # the interpreter a new env is made with
+    files: tuple[StackFile, ...]
+    uv: StackFile  # uv's own wheel
+    uv_version: str
+    tools: str  # <work_root>/tools: uv is unpacked to <tools>/uv-<version>/uv
+    cache: str  # uv's cache on the host
+    cuda_home: str | None
+    driver: str | None
+    arch: str | None
+    install_timeout: float = 4 * 3600.0
+
+    @property
+    def record(self) -> str:
+        return posixpath.join(self.env, RECORD)
+
+    @property
+    def uv_bin(self) -> str:
+        return posixpath.join(self.tools, f"uv-{self.uv_version}", "uv")
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """The Steps, in order, and why: `drift` (empty: the env is as locked), `pth_ok` (its .pth
+    file sets the toolkit's CUDA_HOME). No steps: nothing to do."""
+
+    drift: list[str]
+    pth_ok: bool
+    what: str
+    steps: list[Step] = field(default_factory=list)
+    #: Removed on the host when a host step fails (the scratch dir, a half-made new env).
+    cleanup: list[str] = field(default_factory=list)
+
+    @property
+    def fetches(self) -> list[Step]:
+        """The steps the controller runs (the stores, else the index, into ``releases/``)."""
+        return [s for s in self.steps if s.op == "fetch"]
+
+    @property
+    def host_steps(self) -> list[Step]:
+        """The steps `install_lock` ``apply`` runs on the host, in order."""
+        return [s for s in self.steps if s.op != "fetch"]
+
+    @property
+    def remade(self) -> bool:
+        """Whether a broken env at the final path is removed and made again."""
+        return "the env does not work (half-made?): made again" in self.drift
+
+
+def drift(files: tuple[StackFile, ...], probe: Mapping[str, Any]) -> list[str]:
+    """How the env differs from the lock, one phrase per kind (empty: as locked): no env, a
+    broken one (cut off while made), distributions missing, at another version or file, or
+    not in the lock at all (installed behind the tool's back)."""
+    if not probe.get("exists"):
+        return ["no env yet"]
+    if not probe.get("works"):
+        return ["the env does not work (half-made?): made again"]
+    mine = (probe.get("record") or {}).get("packages") or {}
+    have = dict(probe.get("installed") or {})
+    want = {str(canonicalize_name(f.name)): f for f in files}
+    missing = sorted(k for k in want if k not in have)
+    other = sorted(
+        k
+        for k, f in want.items()
+        if k in have and (have[k] != f.version or (mine.get(k) or {}).get("sha256") != f.sha256)
+    )
+    extra = sorted(f"{k}=={v}" for k, v in have.items() if k not in want)
+    out = []
+    for label, names in (("missing", missing), ("another version or file", other),
+                         ("not in the lock", extra)):  # fmt: skip
+        if names:
+            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            out.append(f"{label}: {', '.join(names[:5])}{more}")
+    return out
+
+
+def fetch_step(f: StackFile) -> Step:
+    return Step("fetch", name=f.name, url=f.url, dest=f.dest, sha256=f.sha256)
+
+
+def uv_step(facts: StackFacts, *args: str, timeout: float) -> Step:
+    """uv run on the host with the env `run_uv` gives it (its cache, no config, no progress)."""
+    return Step("uv", argv=[facts.uv_bin, *args], cache=facts.cache, timeout=int(timeout))
+
+
+def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step], list[str]]:
+    """The host's steps that make the env hold exactly `facts.files` (the files are on the host
+    by then): check and verify them, unpack uv, make the env if it is absent or broken (beside,
+    then moved in whole), sync it, record it. Returns (steps, cleanup)."""
+    env, scratch = facts.env, facts.env + SCRATCH
+    member = f"uv-{facts.uv_version}.data/scripts/uv"
+    steps = [
+        Step(
+            "check",
+            files=len(facts.files),
+            compiled=sum(1 for f in facts.files if f.compiled),
+            driver=facts.driver,
+            arch=facts.arch,
+        ),
+        Step("unpack", wheel=facts.uv.dest, member=member, dest=facts.uv_bin),
+    ]
+    cleanup = [scratch]
+    target = env
+    if probe.get("exists") and not probe.get("works"):
+        steps.append(Step("remove", path=env))  # half-made: made again
+    if not probe.get("exists") or not probe.get("works"):
+        target = env + NEW
+        cleanup.append(target)
+        steps += [
+            Step("remove", path=target),  # left by a run cut off while it made the env
+            uv_step(
+                facts,
+                "venv",
+                "--relocatable",
+                "--python",
+                facts.python,
+                target,
+                timeout=VENV_TIMEOUT,
+            ),
+        ]
+    req = posixpath.join(scratch, "requirements.txt")
+    steps += [
+        Step("remove", path=scratch),
+        Step("mkdir", path=scratch),
+        Step("requirements", path=req, files=[[f.name, f.dest, f.sha256] for f in facts.files]),
+        uv_step(
+            facts,
+            *SYNC,
+            "--python",
+            posixpath.join(target, "bin", "python"),
+            req,
+            timeout=facts.install_timeout,
+        ),
+    ]
+    if target != env:
+        steps.append(Step("rename", src=target, dest=env))
+    packages = {
+        str(canonicalize_name(f.name)): {"version": f.version, "sha256": f.sha256}
+        for f in facts.files
+    }
+    steps += [
+        Step("remove", path=scratch),
+        Step("record", path=facts.record, lock=facts.lock, packages=packages),
+    ]
+    return steps, cleanup
+
+
+def plan_stack(facts: StackFacts, probe: Mapping[str, Any]) -> StackPlan:
+    """The stack operation: facts and the host's probe in, the Steps out (none: as locked)."""
+    why = drift(facts.files, probe)
+    pth_ok = probe.get("cuda_home") == facts.cuda_home
+    n = len(facts.files)
+    if not why and pth_ok:
+        what = f"{facts.top}: {n} distributions installed in {facts.env} as locked"
+        if facts.cuda_home:
+            what += f", CUDA_HOME {facts.cuda_home}"
+        return StackPlan(why, pth_ok, what)
+    steps: list[Step] = []
+    cleanup: list[str] = []
+    if why:
+        present = set(probe.get("present") or [])
+        fetch = [f for f in facts.files if f.dest not in present]
+        size = sum(f.size for f in fetch)
+        what = (
+            f"install exactly the {n} locked distributions of {facts.top} into {facts.env} "
+            f"({'; '.join(why)}; {len(fetch)} files to fetch, {size / 1e9:.2f} GB known)"
+        )
+        if facts.uv.dest not in present:
+            fetch.append(facts.uv)
+        steps = [fetch_step(f) for f in fetch]
+        host, cleanup = sync_steps(facts, probe)
+        steps += host
+    else:
+        what = f"{facts.top} in {facts.env}: installed as locked"
+    if not pth_ok:
+        what += f"; CUDA_HOME for its JIT packages: {facts.cuda_home or 'none (no toolkit)'}"
+    # A new or synced env gets its .pth again (uv made it without one).
+    steps.append(Step("pth", env=facts.env, cuda_home=facts.cuda_home))
+    return StackPlan(why, pth_ok, what, steps, cleanup)
+
+
+__all__ = [
+    "NEW",
+    "PTH",
+    "RECORD",
+    "StackFacts",
+    "StackFile",
+    "StackPlan",
+    "drift",
+    "plan_stack",
+    "sync_steps",
+]
