@@ -17,6 +17,42 @@ from tests.support.fleet import DEAD_HOSTS, TEST_HOSTS, Fleet
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: Test files that take the longest (docs/benchmarks.md, "CI: where the time goes"), longest
+#: first. Under `-n 2 --dist loadfile --no-loadscope-reorder` (.ci/run) the workers take whole
+#: files in collection order; starting with these and ending with the many short files keeps
+#: both workers busy to the end instead of leaving one to finish a long file alone (xdist's
+#: own reorder sorts by number of tests, which puts the few long end-to-end tests last).
+LONGEST_FIRST = (
+    "test_provision.py",
+    "test_wheelcache.py",
+    "test_smoke_task.py",
+    "test_stack.py",
+    "test_smoke_probe.py",
+    "test_pyenv.py",
+    "test_smoke_stack_real.py",
+    "test_compile_cache.py",
+    "test_smoke_real_wheel.py",
+    "test_flash_attn_cxx20.py",
+    "test_package_descriptor.py",
+    "test_build_op.py",
+    "test_stack_plan.py",
+    "test_sgl_kernel_build.py",
+    "test_serve_task.py",
+    "test_preflight.py",
+    "test_wheel_check_real.py",
+    "test_toolkit.py",
+    "test_host_python.py",
+    "test_smoke_provenance.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the files LONGEST_FIRST, then the rest as collected (a stable sort, the same on
+    every worker, as xdist requires)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Eight real OpenSSH servers on 127.0.0.2-9 plus a dead address (127.0.0.10).

@@ -88,6 +88,20 @@ def named(stack_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return host
 
 
+@pytest.fixture(scope="session")
+def named_new(stack_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same, under today's PyPI name: `--package sglang-kernel`."""
+    rc, host = _smoke(
+        tmp_path_factory.mktemp("smoke-named-new"),
+        "--python",
+        str(stack_env),
+        "--package",
+        "sglang-kernel",
+    )
+    assert rc == 2, host
+    return host
+
+
 def _checks(host: dict[str, Any], package: str) -> dict[str, dict[str, Any]]:
     return {c["check"]: c for c in host["packages"][package]["checks"]}
 
@@ -104,6 +118,20 @@ def test_package_flag_resolves_the_new_distribution_name(named: dict[str, Any]) 
     assert "not installed" not in (named["error"] or "")
     # Named alone: the serving stack is not checked.
     assert named["stack"] is None and list(named["packages"]) == ["sgl-kernel"]
+
+
+def test_smoke_under_either_name_gives_the_same_verdicts(
+    named: dict[str, Any], named_new: dict[str, Any]
+) -> None:
+    """The descriptor is sgl-kernel's, today's PyPI name sglang-kernel: the same facts give the
+    same verdicts under both (issue 32)."""
+    verdicts = {}
+    for name, host in (("sgl-kernel", named), ("sglang-kernel", named_new)):
+        pkg = host["packages"][name]
+        assert (pkg["distribution"], pkg["version"]) == ("sglang-kernel", "0.4.10"), pkg
+        verdicts[name] = {c["check"]: c["status"] for c in pkg["checks"]}
+    assert verdicts["sglang-kernel"] == verdicts["sgl-kernel"], verdicts
+    assert verdicts["sgl-kernel"]  # there were checks to compare
 
 
 def test_every_compiled_module_of_the_stack_is_checked(whole_env: dict[str, Any]) -> None:
