@@ -174,7 +174,7 @@ class Catalogue:
     #: Other names a distribution is published under (``sgl-kernel`` -> ``sglang-kernel``).
     aliases: dict[str, str] = field(default_factory=dict)
 
-    def _names(self, name: str) -> set[str]:
+    def names(self, name: str) -> set[str]:
         """`name` and every name it is published under, normalised."""
         key = norm(name)
         out = {key}
@@ -186,7 +186,7 @@ class Catalogue:
     def lookup(self, name: str, version: str) -> Lookup:
         """The facts of distribution `name` (any spelling, any name it is published under) at
         `version`; unknown (with why) when that version or distribution was not read."""
-        names = self._names(name)
+        names = self.names(name)
         found = [r for r in self.releases if r.distribution in names]
         if not found:
             return Lookup(None, f"{name}: {UNKNOWN} (no wheel of it read{self._where()})")

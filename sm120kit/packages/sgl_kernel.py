@@ -51,15 +51,15 @@ LOADER = LoaderChoice(
 
 _FA3 = "FA3 (FlashAttention 3, Hopper only; sgl_kernel/flash_attn.py is_fa3_supported() accepts 8.x and 9.x)"
 _MLA = "FlashMLA (Hopper/B200 only)"
-#: Read from the PyPI wheels with the tool's fatbin reader (remote/lib/wheel_check.py, the same
-#: targets as cuobjdump --list-elf; sm_100f is cuobjdump's sm_100 with the family flag).
+#: sgl-kernel 0.3.21's modules without 12.0 code, read from the PyPI wheel with the tool's
+#: fatbin reader (remote/lib/wheel_check.py). Kept here because no catalogue reads that
+#: release yet (sglang 0.5.9's lock has none); sglang-kernel 0.4.10's are in
+#: locks/sglang-0.5.23/catalogue.toml.
 MODULE_ARCHS = (
-    ModuleArchs("flash_ops", _FA3, ("sm_80", "sm_86", "sm_90a"), ("0.3.21", "0.4.10"),
-                "fatbin of sgl_kernel/flash_ops.abi3.so in the PyPI wheels 0.3.21 and 0.4.10"),
+    ModuleArchs("flash_ops", _FA3, ("sm_80", "sm_86", "sm_90a"), ("0.3.21",),
+                "fatbin of sgl_kernel/flash_ops.abi3.so in the PyPI wheel 0.3.21"),
     ModuleArchs("flashmla_ops", _MLA, ("sm_90a", "sm_100a"), ("0.3.21",),
                 "fatbin of sgl_kernel/flashmla_ops.abi3.so in the PyPI sgl-kernel 0.3.21 wheel"),
-    ModuleArchs("flashmla_ops", _MLA, ("sm_90a", "sm_100f", "sm_103a"), ("0.4.10",),
-                "fatbin of sgl_kernel/flashmla_ops.abi3.so in the PyPI sglang-kernel 0.4.10 wheel"),
 )  # fmt: skip
 
 #: sgl-kernel 0.3.21's CUTLASS GEMM units: in the by-hand SM-only build (docs/sgl-kernel.md)
