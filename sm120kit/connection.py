@@ -490,8 +490,10 @@ def _ssh_exception() -> type[Exception]:
     return SSHException
 
 
-#: Seconds to wait for the channel's EOF after the exit status arrived (see _exec).
-_EOF_GRACE = 5.0
+#: Seconds to wait for the channel's EOF after the exit status arrived with no output since
+#: (see _exec). On two cores at a load of 20, sshd itself can be off the CPU for seconds
+#: between reaping a command and forwarding its last output.
+_EOF_GRACE = 15.0
 
 
 def _exec(
@@ -551,6 +553,10 @@ def _exec(
             drain_until = drain_until or now + _EOF_GRACE
             if now > drain_until:
                 break
+        elif busy and drain_until is not None:
+            # Output still arriving after exit-status: sshd is behind, not a background
+            # process holding the pipe; the grace counts from the last output seen.
+            drain_until = time.monotonic() + _EOF_GRACE
         stop = cancelled()
         if stop or (deadline is not None and time.monotonic() > deadline):
             if pgid is not None:
