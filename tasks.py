@@ -434,7 +434,15 @@ def lock_convert(c, **f):
     cli_lock.convert_command(c, **f)
 
 
-lock = Collection("lock", lock_draft, lock_convert)
+@task("lock_dir", "arch", "json", name="catalogue")
+def lock_catalogue(c, **f):
+    """Regenerate --lock-dir's catalogue.toml from its locks' compiled wheels."""
+    from sm120kit import cli_lock
+
+    cli_lock.catalogue_command(c, **f)
+
+
+lock = Collection("lock", lock_draft, lock_convert, lock_catalogue)
 ns = Collection(
     facts,
     inventory,

@@ -11,6 +11,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from . import drivers as drv
+from .catalogue import FILE_NAME, Catalogue, save
+from .catalogue_read import lock_entries, make_catalogue
 from .cli import settings
 from .errors import RecipeError
 from .lock import Lock, dump_lock, locks_root
@@ -112,9 +114,16 @@ def draft_command(c: Any, **f: Any) -> None:
         raise RecipeError(skipped[0].split(": ", 1)[1] if skipped else f"{top}: nothing to lock")
     seen: dict[str, Any] = {}
     cache = release_cache()
+    # The catalogue first, from every compiled wheel resolved: verification reads its facts
+    # (modules without code for the arch, loaders); it is written after the locks.
+    arches = (str(arch),) if arch else (tuple(recipe.arch) if recipe else ("12.0",))
+    every = {e.sha256: e for item in resolved for e in item.entries if e.compiled}
+    cat, cat_seconds = make_catalogue(
+        list(every.values()), targets=arches, cache=cache, progress=progress
+    )
     docs = []
     for item in resolved:
-        target = _target(recipe, driver, arch, item.python)
+        target = _target(recipe, driver, arch, item.python, cat)
         lock = finish_lock(
             top, item, platform=platform, target=target, cache=cache, progress=progress, seen=seen
         )
@@ -126,6 +135,7 @@ def draft_command(c: Any, **f: Any) -> None:
         ]
         changes = write_lock(out, dump_lock(lock, header), lock)
         docs.append(_lock_doc(lock, out, recipe, changes))
+    catalogue = save_catalogue(outs[pythons[0]].parent, cat, cat_seconds, len(every))
     reason = f"{top} for {recipe.name}" if recipe else top
     first = docs[0]
     rel = (
@@ -142,15 +152,82 @@ def draft_command(c: Any, **f: Any) -> None:
         "skipped": skipped,
         "stack": stack_table(lock, rel, reason),
         "recipe": recipe.name if recipe else None,
+        "catalogue": catalogue,
     }
     show_document(doc, quiet, _draft_report)
+
+
+def save_catalogue(
+    lock_dir: Path, cat: Catalogue, seconds: dict[str, float], wheels: int
+) -> dict[str, Any]:
+    """Write `cat` as ``catalogue.toml`` in `lock_dir`; what was written, with counts."""
+    path = lock_dir / FILE_NAME
+    header = [
+        f"Release facts of the compiled wheels locked in {lock_dir.name}/, read from the wheels by",
+        f"`invoke lock.catalogue --lock-dir locks/{lock_dir.name}` (or lock.draft): do not edit.",
+        "Only the versions listed are known; any other version of a distribution is unknown.",
+    ]
+    state = save(path, cat, header)
+    return {
+        "catalogue": str(path),
+        "file": state,
+        "releases": len(cat.releases),
+        "wheels": wheels,
+        "modules": sum(len(w.modules) for r in cat.releases for w in r.wheels),
+        "not_on": {a: len(cat.not_for_arch(a)) for a in cat.targets},
+        "bytes": path.stat().st_size,
+        "seconds": round(sum(seconds.values()), 1),
+        "slowest": sorted(seconds.items(), key=lambda kv: -kv[1])[:3],
+    }
+
+
+def write_catalogue(
+    lock_dir: Path, targets: tuple[str, ...], progress: Any = None
+) -> dict[str, Any]:
+    """Read every compiled wheel of the locks in `lock_dir` (`catalogue_read.make_catalogue`,
+    each file checked against the lock's sha256) and write ``catalogue.toml`` beside them."""
+    entries = lock_entries(lock_dir)
+    if not entries:
+        raise RecipeError(f"{lock_dir}: no lock with a compiled wheel to read")
+    cat, seconds = make_catalogue(entries, targets=targets, progress=progress)
+    return save_catalogue(lock_dir, cat, seconds, len(entries))
+
+
+def catalogue_command(c: Any, **f: Any) -> None:
+    """Regenerate ``catalogue.toml`` of --lock-dir from its locks' compiled wheels."""
+    from .recipes import default_recipes_dir
+
+    if not f.get("lock_dir"):
+        raise RecipeError("--lock-dir is required (e.g. --lock-dir locks/sglang-0.5.23)")
+    conf = settings(c)
+    root = locks_root(Path(conf.get("recipes_dir") or default_recipes_dir()).resolve().parent)
+    given = Path(f["lock_dir"])
+    lock_dir = given if given.is_absolute() else root / given
+    if not lock_dir.is_dir():
+        raise RecipeError(f"--lock-dir {f['lock_dir']}: not a directory")
+    targets = tuple(a.strip() for a in str(f.get("arch") or "12.0").split(",") if a.strip())
+    quiet = bool(f.get("json"))
+    doc = write_catalogue(lock_dir, targets, None if quiet else stack_out.progress_line)
+    show_document(doc, quiet, _catalogue_report)
+
+
+def _catalogue_report(console: Any, doc: dict[str, Any]) -> None:
+    nots = ", ".join(f"{n} modules without code for {a}" for a, n in doc["not_on"].items())
+    console.print(
+        f"{doc['file']} {doc['catalogue']}: {doc['releases']} releases, {doc['wheels']} wheels, "
+        f"{doc['modules']} modules ({nots}), {doc['bytes']:,} bytes, {doc['seconds']} s",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _is_connection(line: str) -> bool:
     return "cannot reach the index" in line or "answered HTTP" in line
 
 
-def _target(recipe: Any, driver: Any, arch: Any, python: str) -> Target | None:
+def _target(
+    recipe: Any, driver: Any, arch: Any, python: str, cat: Catalogue | None = None
+) -> Target | None:
     if not (driver and arch):
         return None
     nfa: dict[str, str] = {}
@@ -159,7 +236,10 @@ def _target(recipe: Any, driver: Any, arch: Any, python: str) -> Target | None:
             nfa.update(pkg.not_for_arch)
         if recipe.stack is not None:
             nfa.update(recipe.stack.not_for_arch)
-    loaders = recipe.stack.loaders if recipe is not None and recipe.stack else {}
+    loaders = dict(recipe.stack.loaders) if recipe is not None and recipe.stack else {}
+    if cat is not None:  # the facts of the wheels just read win over the recipe's
+        nfa.update(cat.not_for_arch(str(arch)))
+        loaders.update(cat.loaders())
     return Target(str(driver), str(arch), python, not_for_arch=nfa, loaders=loaders)
 
 
@@ -185,6 +265,8 @@ def _lock_doc(lock: Lock, out: Path, recipe: Any, changes: dict[str, Any]) -> di
 def _draft_report(console: Any, doc: dict[str, Any]) -> None:
     for line in doc.get("skipped") or []:
         console.print(f"skipped {line}", markup=False, highlight=False)
+    if doc.get("catalogue"):
+        _catalogue_report(console, doc["catalogue"])
     for i, one in enumerate(doc["locks"]):
         last = i == len(doc["locks"]) - 1
         part = {**one, "stack": doc["stack"], "recipe": doc.get("recipe")}

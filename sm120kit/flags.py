@@ -73,6 +73,7 @@ FLAGS: dict[str, Flag] = {
         None, "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)"
     ),
     "path": Flag(None, "the lock file to read"),
+    "lock_dir": Flag(None, "a lock directory (locks/sglang-0.5.23) whose catalogue.toml to write"),
     "platform": Flag("manylinux_2_34_x86_64", "newest platform tag the lock accepts"),
     "index": Flag(
         None,

@@ -564,7 +564,32 @@ def load_stack(
             ("python",),
             f"{stack.locks} has locks for Python {have}, none for the recipe's {', '.join(wanted)}",
         )
+    stack = with_catalogue(stack, _locks_dir(stack, repo), error)
     return replace(stack, lock=f"{stack.locks}/{chosen.path.name}"), chosen
+
+
+def with_catalogue(stack: StackSpec, folder: Path, error: Any) -> StackSpec:
+    """The stack with its lock directory's catalogue facts (sm120kit/catalogue.py, read from
+    the locked wheels) added to the verification data: each module without code for a target
+    the catalogue judged is reported, not judged (except the one a loader imports), and each
+    loader read from a wheel gives its per-arch directories. Where the recipe says otherwise,
+    the wheel wins. No catalogue: the recipe's tables alone."""
+    from .catalogue import FILE_NAME, load_beside
+
+    try:
+        cat = load_beside(folder, f"{stack.locks}/{FILE_NAME}")
+    except RecipeError as exc:
+        raise error(("stack", "locks"), str(exc)) from None
+    if cat is None:
+        return stack
+    facts: dict[str, str] = {}
+    for arch in cat.targets:
+        facts.update(cat.not_for_arch(arch))
+    return replace(
+        stack,
+        not_for_arch={**stack.not_for_arch, **facts},
+        loaders={**stack.loaders, **cat.loaders()},
+    )
 
 
 def check_lock(stack: StackSpec, lock: Lock, torch_specs: dict[str, Any], error: Any) -> None:

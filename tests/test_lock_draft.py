@@ -329,13 +329,22 @@ def test_one_lock_per_python_and_a_difference_on_redraft(indexes: Any, tmp_path:
     assert doc["pythons"] == ["3.11", "3.12"] and doc["skipped"] == []
     folder = tmp_path / "tree" / "locks" / "demo-1.0"
     assert sorted(p.name for p in folder.iterdir()) == [
+        "catalogue.toml",
         "pylock.cp311-manylinux_2_34_x86_64.toml",
         "pylock.cp312-manylinux_2_34_x86_64.toml",
     ]
     assert [d["changes"]["file"] for d in doc["locks"]] == ["new", "new"]
     assert 'locks = "locks/demo-1.0"' in doc["stack"]
+    # The catalogue beside the locks: the compiled wheel's module, read from its bytes.
+    assert doc["catalogue"]["file"] == "written" and doc["catalogue"]["releases"] >= 1
+    from sm120kit.catalogue import load_beside
+
+    cat = load_beside(folder)
+    assert cat is not None and cat.lookup("demo", "1.0").known
+    assert not cat.lookup("demo", "1.1").known
     again = json.loads(_invoke(args, env).stdout)
     assert [d["changes"]["file"] for d in again["locks"]] == ["unchanged", "unchanged"]
+    assert again["catalogue"]["file"] == "unchanged"
     lock = load_lock(folder / "pylock.cp312-manylinux_2_34_x86_64.toml")
     native = lock.entry("demo")
     assert native is not None and native.compiled and native.verdict == "ok"

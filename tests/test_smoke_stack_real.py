@@ -28,7 +28,6 @@ from sm120kit.output.checks import render_smoke
 from sm120kit.packages import registry
 from sm120kit.packages import stack as serving
 from sm120kit.remote.lib.jit_toolchain import check_jit, judge_pair
-from sm120kit.remote.lib.probe_stack import matches
 from sm120kit.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.real_wheels import real_wheel
@@ -153,12 +152,14 @@ def test_every_compiled_module_of_the_stack_is_checked(whole_env: dict[str, Any]
         "flash_mla/_C_legacy.abi3.so",
     }
     # sgl-deep-ep 0.1.2.post1: the loaded fatbin has sm_90, sm_100, sm_103; its sm_120 SASS
-    # and PTX are relocatable device code only (cuobjdump lists them only with -all). Declared
-    # in its descriptor (module_archs): not for 12.0, reported as info with the reason.
+    # and PTX are relocatable device code only (cuobjdump lists them only with -all). In the
+    # release catalogue (read from the wheel): not for 12.0, reported as info with the reason.
     deep_ep = _checks(whole_env, "sgl-deep-ep")["arch_coverage"]
     [ep] = deep_ep["details"]["files"]
     assert ep["status"] == "info" and deep_ep["status"] != "fail"
-    assert "DeepEP" in ep["reason"] and "sm_90, sm_100, sm_103 only" in ep["reason"]
+    assert (
+        "sgl-deep-ep 0.1.2.post1" in ep["reason"] and "sm_90, sm_100, sm_103 only" in ep["reason"]
+    )
     assert "relocatable device code" in ep["reason"]
     checked = whole_env["checked"]
     assert checked.startswith("sgl-kernel (sglang-kernel 0.4.10), ")
@@ -166,22 +167,19 @@ def test_every_compiled_module_of_the_stack_is_checked(whole_env: dict[str, Any]
 
 
 def test_module_facts_match_the_real_wheels(whole_env: dict[str, Any]) -> None:
-    """The descriptors' module_archs are what the probe reads from the installed files."""
-    facts = {
-        ("sgl-kernel", m.module): m.sass
-        for m in registry.descriptor("sgl-kernel").module_archs
-        if "0.4.10" in m.versions
-    }
-    entry = serving.stack_package("sgl-flash-mla")
-    assert entry is not None
-    facts.update({("sgl-flash-mla", m.module): m.sass for m in entry.module_archs})
-    deep_ep = serving.stack_package("sgl-deep-ep")
-    assert deep_ep is not None
-    facts.update({("sgl-deep-ep", m.module): m.sass for m in deep_ep.module_archs})
-    for (package, module), want in facts.items():
-        sass = _sass(whole_env, package)
-        rel = next(r for r in sass if matches(module, r))
-        assert tuple(sass[rel]) == want, rel
+    """The committed catalogue (locks/sglang-0.5.23/catalogue.toml, made by `invoke
+    lock.catalogue` from the wheels) says what the probe reads from the installed files:
+    every shared object of sglang-kernel, sgl-flash-mla and sgl-deep-ep, with its SASS."""
+    [cat] = [c for c in serving.catalogues() if c.source.startswith("locks/sglang-0.5.23/")]
+    for package, dist, version in (
+        ("sgl-kernel", "sglang-kernel", "0.4.10"),
+        ("sgl-flash-mla", "sgl-flash-mla", "1.0.0"),
+        ("sgl-deep-ep", "sgl-deep-ep", "0.1.2.post1"),
+    ):
+        rel = cat.lookup(package, version).facts
+        assert rel is not None and rel.distribution == dist, package
+        read = {m.path: list(m.sass) for m in rel.modules() if "cpython-312" not in m.path}
+        assert read == _sass(whole_env, package), package
 
 
 def test_not_for_arch_modules_are_info_with_reason_and_source(whole_env: dict[str, Any]) -> None:
@@ -190,8 +188,10 @@ def test_not_for_arch_modules_are_info_with_reason_and_source(whole_env: dict[st
     }
     fa3 = files["sgl_kernel/flash_ops.abi3.so"]
     assert fa3["status"] == "info"
-    assert "FA3 (FlashAttention 3" in fa3["reason"] and "sm_80, sm_86, sm_90a only" in fa3["reason"]
-    assert "fatbin of sgl_kernel/flash_ops.abi3.so in the PyPI wheels" in fa3["reason"]
+    assert (
+        "sglang-kernel 0.4.10 sgl_kernel/flash_ops.abi3.so: .nv_fatbin holds sm_80, sm_86, "
+        "sm_90a only: no code for 12.0" in fa3["reason"]
+    )
     mla = files["sgl_kernel/flashmla_ops.abi3.so"]
     assert mla["status"] == "info" and "sm_90a, sm_100f, sm_103a only" in mla["reason"]
     for rel in ("sgl_kernel/sm100/common_ops.abi3.so", "sgl_kernel/spatial_ops.abi3.so"):
@@ -199,7 +199,9 @@ def test_not_for_arch_modules_are_info_with_reason_and_source(whole_env: dict[st
     infllm = files["sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so"]
     assert infllm["status"] == "pass"
     declared = whole_env["smoke"]["packages"]["sgl-kernel"]["declared"]
-    assert declared["source"] == "package descriptor (module_archs of sgl-kernel 0.4.10)"
+    assert declared["source"] == (
+        "release catalogue locks/sglang-0.5.23/catalogue.toml (module_archs of sgl-kernel 0.4.10)"
+    )
     mla_files = _checks(whole_env, "sgl-flash-mla")["arch_coverage"]["details"]["files"]
     assert {f["status"] for f in mla_files} == {"info"}
     cuda = next(f for f in mla_files if f["rel"] == "flash_mla/cuda.abi3.so")

@@ -56,6 +56,7 @@ EXPECTED: dict[str, set[str]] = {
         "json",
     },
     "lock.convert": {"path", "out", "json"},
+    "lock.catalogue": {"lock-dir", "arch", "json"},
 }
 
 #: The help text of each flag, as `invoke --help TASK` showed it before the flags were
@@ -100,6 +101,7 @@ HELP = {
     "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
     "out": "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)",
     "path": "the lock file to read",
+    "lock-dir": "a lock directory (locks/sglang-0.5.23) whose catalogue.toml to write",
     "platform": "newest platform tag the lock accepts",
     "index": "an index to resolve from, e.g. https://pypi.org/simple (default); give it more than "
     "once for more (a wheel stub's own index); the recipe's [stack] indexes are added",

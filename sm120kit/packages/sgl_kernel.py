@@ -19,7 +19,6 @@ from .base import (
     KnobRequest,
     Knobs,
     LoaderChoice,
-    ModuleArchs,
     PackageDescriptor,
     plan_parallelism,
 )
@@ -49,18 +48,9 @@ LOADER = LoaderChoice(
     "sgl-kernel 0.3.21 and sglang-kernel 0.4.10",
 )
 
-_FA3 = "FA3 (FlashAttention 3, Hopper only; sgl_kernel/flash_attn.py is_fa3_supported() accepts 8.x and 9.x)"
-_MLA = "FlashMLA (Hopper/B200 only)"
-#: Read from the PyPI wheels with the tool's fatbin reader (remote/lib/wheel_check.py, the same
-#: targets as cuobjdump --list-elf; sm_100f is cuobjdump's sm_100 with the family flag).
-MODULE_ARCHS = (
-    ModuleArchs("flash_ops", _FA3, ("sm_80", "sm_86", "sm_90a"), ("0.3.21", "0.4.10"),
-                "fatbin of sgl_kernel/flash_ops.abi3.so in the PyPI wheels 0.3.21 and 0.4.10"),
-    ModuleArchs("flashmla_ops", _MLA, ("sm_90a", "sm_100a"), ("0.3.21",),
-                "fatbin of sgl_kernel/flashmla_ops.abi3.so in the PyPI sgl-kernel 0.3.21 wheel"),
-    ModuleArchs("flashmla_ops", _MLA, ("sm_90a", "sm_100f", "sm_103a"), ("0.4.10",),
-                "fatbin of sgl_kernel/flashmla_ops.abi3.so in the PyPI sglang-kernel 0.4.10 wheel"),
-)  # fmt: skip
+# The device code of its released wheels' modules (FA3's flash_ops and flashmla_ops carry no
+# 12.0 code) is not written here: locks/*/catalogue.toml holds it, read from the wheels of
+# sgl-kernel 0.3.21 (locks/sglang-0.5.9) and sglang-kernel 0.4.10 (locks/sglang-0.5.23).
 
 #: sgl-kernel 0.3.21's CUTLASS GEMM units: in the by-hand SM-only build (docs/sgl-kernel.md)
 #: one cicc of csrc/gemm/fp8_blockwise_gemm_kernel.cu for sm_120a alone, nvcc --threads=1,
@@ -226,7 +216,6 @@ SGL_KERNEL = PackageDescriptor(
     arch_targets=("common_ops_sm90_build", "common_ops_sm100_build"),
     distributions=DISTRIBUTIONS,
     loader=LOADER,
-    module_archs=MODULE_ARCHS,
 )
 
 DESCRIPTORS = (SGL_KERNEL,)

@@ -14,13 +14,19 @@ the ones that compile at run time through their CUDA toolchain (`jit`, the rule 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from ..catalogue import Catalogue, load_beside
 from . import registry
 from .base import ModuleArchs
+
+#: The shipped lock directories, each with its generated catalogue.toml (docs/catalogue.md).
+LOCKS = Path(__file__).resolve().parent.parent.parent / "locks"
 
 #: The package a serving env is for; smoke imports it.
 TOP_LEVEL = "sglang"
@@ -33,7 +39,8 @@ class StackPackage:
     - `name`: its distribution name; `distributions`: other names it was published under;
     - `jit`: the toolchain lookup rule (``remote/lib/jit_toolchain.RULES``) of a package that
       compiles CUDA code at run time, None for one that ships compiled code;
-    - `module_archs`: its modules' device code per release, read from the wheels;
+    - `module_archs`: its modules' device code for releases no catalogue read (the
+      catalogues, ``locks/*/catalogue.toml``, give the rest);
     - `jit_source`: the files of the package its toolchain rule was read from.
     """
 
@@ -44,50 +51,13 @@ class StackPackage:
     module_archs: tuple[ModuleArchs, ...] = ()
 
 
-_FLASH_MLA = "FlashMLA (sgl-flash-mla: DeepSeek MLA kernels for Hopper and Blackwell B200/B300)"
-
 #: The released packages of sglang 0.5.23 other than sglang-kernel (a descriptor's).
 STACK = (
-    StackPackage(
-        "sgl-flash-mla",
-        # Read from the PyPI wheel sgl_flash_mla-1.0.0-cp310-abi3 with the tool's fatbin
-        # reader; flash_mla/_loader.py loads both with torch.ops.load_library at import.
-        module_archs=(
-            ModuleArchs(
-                "flash_mla.cuda",
-                _FLASH_MLA,
-                ("sm_100a", "sm_103a", "sm_107a"),
-                ("1.0.0",),
-                "fatbin of flash_mla/cuda.abi3.so in the PyPI sgl-flash-mla 1.0.0 wheel",
-            ),
-            ModuleArchs(
-                "flash_mla._C_legacy",
-                _FLASH_MLA + ", legacy SM90 kernels",
-                ("sm_90a", "sm_100a", "sm_103a", "sm_107a"),
-                ("1.0.0",),
-                "fatbin of flash_mla/_C_legacy.abi3.so in the PyPI sgl-flash-mla 1.0.0 wheel",
-            ),
-        ),
-    ),  # fmt: skip
-    # sgl-deep-ep 0.1.2.post1's deep_ep/_C (cpython-311, NEEDs libcudart.so.13): its loaded
-    # fatbin holds SASS sm_90, sm_100, sm_103; sm_120 SASS and compute_120 PTX are only
-    # relocatable device code (__nv_relfatbin), never loaded: no code for 12.0 (PyPI wheel).
-    # Declared like FlashMLA: DeepEP (expert-parallel all-to-all) is not available on 12.0,
-    # reported, not a failed smoke (the r580/r590/r595 stacks say the same).
-    StackPackage(
-        "sgl-deep-ep",
-        module_archs=(
-            ModuleArchs(
-                "deep_ep._C",
-                "DeepEP (sgl-deep-ep: expert-parallel all-to-all for Hopper and Blackwell "
-                "B200/B300; sm_120 only as relocatable device code, never loaded)",
-                ("sm_90", "sm_100", "sm_103"),
-                ("0.1.2.post1",),
-                ".nv_fatbin of deep_ep/_C.cpython-311-x86_64-linux-gnu.so in the PyPI "
-                "sgl-deep-ep 0.1.2.post1 wheel",
-            ),
-        ),
-    ),
+    # sgl-flash-mla 1.0.0 and sgl-deep-ep 0.1.2.post1: their modules' device code (no 12.0
+    # code in either: FlashMLA; DeepEP keeps sm_120 only as relocatable device code) is in
+    # locks/sglang-0.5.23/catalogue.toml, read from the wheels.
+    StackPackage("sgl-flash-mla"),
+    StackPackage("sgl-deep-ep"),
     # sgl-deep-gemm 0.2.3.post2's deep_gemm/_C.so holds no device code: its kernels are
     # compiled at run time (deep_gemm/__init__.py, _C.init with find_cuda_home()).
     StackPackage(
@@ -187,23 +157,66 @@ def _has_descriptor(name: str) -> bool:
     return any(d.name == canonical for d in registry.descriptors())
 
 
+@functools.lru_cache(maxsize=1)
+def catalogues() -> tuple[Catalogue, ...]:
+    """The catalogues of the shipped lock directories (``locks/*/catalogue.toml``)."""
+    if not LOCKS.is_dir():
+        return ()
+    found = (load_beside(d, f"locks/{d.name}/catalogue.toml") for d in sorted(LOCKS.iterdir()))
+    return tuple(c for c in found if c is not None)
+
+
+def catalogue_archs(names: list[str]) -> list[dict[str, Any]]:
+    """The probe's ``module_archs`` facts from the catalogues for a package published under
+    `names`: each module without code for a target the catalogue judged (not the module a
+    loader imports), for exactly the versions read."""
+    out: list[dict[str, Any]] = []
+    for cat in catalogues():
+        wanted = set().union(*(cat.names(n) for n in names))
+        for rel in cat.releases:
+            if rel.distribution not in wanted:
+                continue
+            loaded = rel.loader.module if rel.loader else None
+            for mod in rel.modules():
+                for why in mod.not_on.values():
+                    fact = {
+                        "module": mod.key.replace("/", "."),
+                        "sass": list(mod.sass),
+                        "versions": list(rel.versions),
+                        "reason": why,
+                        "source": cat.source,
+                    }
+                    # One fact per module and range (cp311 and cp312 files say the same).
+                    same = any(
+                        (f["module"], f["versions"]) == (fact["module"], fact["versions"])
+                        for f in out
+                    )
+                    if mod.stem != loaded and not same:
+                        out.append(fact)
+    return out
+
+
 def smoke_facts(name: str) -> dict[str, Any]:
     """What the probe is told about package `name`: its loader rule and the modules whose
-    device code is known per release (``{}`` when nothing is known)."""
+    device code is known per release: from the catalogues (read from the wheels), then the
+    descriptor's own for releases no catalogue read (``{}`` when nothing is known)."""
     out: dict[str, Any] = {}
     entry = stack_package(name)
     if entry is not None:
         archs = entry.module_archs
         loader = None
+        names = [entry.name, *entry.distributions]
     elif _has_descriptor(name):
         desc = registry.descriptor(package_name(name))
         archs, loader = desc.module_archs, desc.loader
+        names = [desc.name, *desc.distributions]
     else:
         return out
     if loader is not None:
         out["loader"] = loader.to_json()
-    if archs:
-        out["module_archs"] = [m.to_json() for m in archs]
+    facts = catalogue_archs(names) + [m.to_json() for m in archs]
+    if facts:
+        out["module_archs"] = facts
     return out
 
 

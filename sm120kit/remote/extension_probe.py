@@ -90,7 +90,7 @@ from sm120kit.remote.lib.probe_checks import (
     without_driver,
 )
 from sm120kit.remote.lib.probe_env import Context, exports, static_extension
-from sm120kit.remote.lib.probe_stack import facts_not_for_arch, stack_section
+from sm120kit.remote.lib.probe_stack import facts_not_for_arch, facts_source, stack_section
 from sm120kit.remote.lib.targets import (
     INSPECT_SRC,
     LOAD_SRC,
@@ -263,7 +263,9 @@ def probe_package(
         "built_for": built_for,
         "torch": torch_summary(built_for, ctx.torch),
         "declared": {
-            "source": "package descriptor (module_archs of {} {})".format(name, info.get("version"))
+            "source": "{} (module_archs of {} {})".format(
+                facts_source(facts, info.get("version")), name, info.get("version")
+            )
             if facts_used
             else declared.get("source"),
             "not_for_arch": {

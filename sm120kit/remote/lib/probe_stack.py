@@ -1,6 +1,7 @@
 """The smoke probe's view of a serving stack: which of its packages an env holds, whether the
 top-level package (sglang) imports, whether its pins hold, and the modules a released wheel
-carries for other archs only (the package descriptors' ``module_archs``, read from the wheels).
+carries for other archs only (``module_archs``: the release catalogues' facts, read from the
+wheels, matched to the installed version; a version no catalogue read is unknown).
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 """
@@ -58,6 +59,16 @@ def facts_not_for_arch(
                 continue  # it does run here (or holds no code): judged like any other file
             out[path] = str(fact["reason"])
     return out
+
+
+def facts_source(facts: dict[str, Any], version: str | None) -> str:
+    """Where the facts for this release came from: the catalogue file(s) read from the wheels
+    (``release catalogue locks/sglang-0.5.23/catalogue.toml``), else the package descriptor."""
+    found = sorted(
+        {str(f["source"]) for f in facts.get("module_archs") or []
+         if f.get("source") and _public(version) in [_public(v) for v in f.get("versions") or []]}
+    )  # fmt: skip
+    return "release catalogue " + ", ".join(found) if found else "package descriptor"
 
 
 def pins(requires: list[str]) -> dict[str, str]:

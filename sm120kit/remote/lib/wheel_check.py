@@ -35,6 +35,15 @@ _RELEASE = re.compile(rb"Cuda compilation tools, release (\d+)\.(\d+), V(\d+\.\d
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)$")
 
 
+def module_key(path: str) -> str:
+    """A module's path in the wheel without its suffixes (``torchao/_C``,
+    ``nvidia/cu13/lib/libcufft``): how `not_for_arch` names one where stems repeat. A dot in a
+    directory name (``scipy.libs/``) is kept."""
+    head, _, name = path.rpartition("/")
+    stem = name.split(".", 1)[0]
+    return f"{head}/{stem}" if head else stem
+
+
 def read_module(name: str, path: str) -> dict[str, Any]:
     """What one extension module carries: SASS and PTX targets, the CUDA runtime major it
     links, and the nvcc release that compiled it (from the string nvcc embeds, when the
@@ -166,7 +175,7 @@ def verify_wheel(
         # A module is named by its stem (``flash_ops``) or, where stems repeat across
         # packages, by its path in the wheel without the suffix (``torchao/_C``).
         stem = mod["module"].rsplit("/", 1)[-1].split(".", 1)[0]
-        qualified = mod["module"].split(".", 1)[0]
+        qualified = module_key(mod["module"])
         why = not_for_arch.get(qualified, not_for_arch.get(stem))
         if why is not None:
             judged.append({**mod, "status": "not for arch", "reason": why})
