@@ -11,6 +11,9 @@
 # ARGS: {"cases": [[argv...], ...], "fields": [name, ...], "cc": [12, 0]}
 # Prints: {"ran": bool, "reason": str|None, "version": str|None, "gpu": str|None,
 #          "cases": [{"error": str|None, "backends": {field: value}}]}
+import contextlib
+import io
+
 out = {"ran": False, "reason": None, "version": None, "gpu": None, "cases": []}
 try:
     import torch
@@ -40,17 +43,29 @@ except BaseException as e:
 if out["ran"]:
     for argv in ARGS.get("cases") or []:
         case = {"error": None, "backends": {}}
+        said = io.StringIO()
         try:
-            args = prepare_server_args(list(argv))
+            with contextlib.redirect_stderr(said):
+                args = prepare_server_args(list(argv))
             args.resolve_once()
             resolved = args.resolved_dict()
             for name in ARGS.get("fields") or []:
                 if name in resolved:
                     value = resolved[name]
                     case["backends"][name] = value if value is None else str(value)
+        except ImportError as e:
+            # A module sglang's resolution imports is missing from the env (transformers,
+            # torchvision...): the env cannot answer, which is not sglang refusing the launch.
+            out["ran"] = False
+            out["reason"] = "sglang's resolution needs a module this env lacks: " + _err(e)
+            out["cases"] = []
+            break
         except SystemExit as e:
             # argparse refuses a flag ("invalid choice"): sglang would exit the same way.
-            case["error"] = "sglang's argument parser refused the launch (exit %s)" % (e.code,)
+            lines = [l for l in said.getvalue().splitlines() if l.strip()]
+            case["error"] = "sglang's argument parser refused the launch: %s" % (
+                lines[-1] if lines else "exit %s" % (e.code,)
+            )
         except BaseException as e:
             case["error"] = "sglang's resolution refused the launch: " + _err(e)
         out["cases"].append(case)
