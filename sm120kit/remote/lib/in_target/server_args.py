@@ -14,6 +14,10 @@
 import contextlib
 import io
 
+# Preflight reads, it never downloads: the model's files must already be local.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
 out = {"ran": False, "reason": None, "version": None, "gpu": None, "cases": []}
 try:
     import torch
