@@ -11,6 +11,7 @@ lives as data in sm120kit/preflight_rules.py.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .errors import one_line
-from .launch import Launch
+from .launch import Launch, server_args
 from .preflight_host import (
     CC,
     Check,
@@ -37,6 +38,7 @@ from .preflight_rules import (
     DEFAULT_ATTENTION,
     DISTRIBUTIONS,
     MOE_BACKENDS,
+    RESOLVED_FIELDS,
     RULES,
     TABLE_SGLANG,
     Backend,
@@ -63,10 +65,18 @@ def explicit_backends(launch: Launch) -> list[str]:
     return [n for n in names if n]
 
 
-def probe_request(launch: Launch, python: str | None) -> dict[str, Any]:
-    """The preflight probe's arguments for this launch."""
+def probe_request(
+    launch: Launch, python: str | None, cc: CC | None = None, resolve: bool = False
+) -> dict[str, Any]:
+    """The preflight probe's arguments for this launch. With `resolve`, the probe also asks
+    sglang's own ServerArgs in the env which backends the launch gets (`cc`: the arch it
+    presents when the host has no GPU), and reads the modules of every backend preflight's
+    tables know, since which ones sglang picks is learnt in the same run."""
     modules: list[dict[str, Any]] = []
     wanted: list[Backend] = []
+    if resolve:
+        for table in (ATTENTION_BACKENDS, MOE_BACKENDS, A2A_BACKENDS):
+            wanted += [e for e in table.values() if e.modules]
     for name in explicit_backends(launch):
         entry = ATTENTION_BACKENDS.get(canonical(name, ATTENTION_BACKENDS))
         if entry is not None:
@@ -80,7 +90,7 @@ def probe_request(launch: Launch, python: str | None) -> dict[str, Any]:
             item = {"dist": list(m.dist), "prefix": m.prefix}
             if item not in modules:
                 modules.append(item)
-    return {
+    out: dict[str, Any] = {
         "python": python,
         "dists": list(DISTRIBUTIONS),
         "modules": modules,
@@ -88,6 +98,81 @@ def probe_request(launch: Launch, python: str | None) -> dict[str, Any]:
         "host": launch.host,
         "model_path": launch.model_path,
     }
+    if resolve:
+        out["resolve"] = {
+            "cases": [server_args(launch.words)],
+            "fields": list(RESOLVED_FIELDS),
+            "cc": list(cc) if cc else None,
+        }
+    return out
+
+
+# ------------------------------------------------------------------------- sglang's answer
+
+
+def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
+    """What sglang's own resolution said: {"by", "backends", "error", "reason", "gpu"}.
+
+    `by` is what the verdict names as its source: "sglang X ServerArgs" when it ran, else
+    "the tool's rules (sglang's resolution could not run: why)".
+    """
+    doc = probe.get("resolved")
+    if not doc:
+        return {"by": "the tool's rules (sglang's resolution was not asked)", "backends": None}
+    if not doc.get("ran"):
+        why = doc.get("reason") or "no reason given"
+        return {
+            "by": f"the tool's rules (sglang's resolution could not run: {why})",
+            "backends": None,
+            "reason": why,
+        }
+    case = (doc.get("cases") or [{}])[0]
+    return {
+        "by": f"sglang {doc.get('version')} ServerArgs",
+        "backends": case.get("backends") or {},
+        "error": case.get("error"),
+        "gpu": doc.get("gpu"),
+    }
+
+
+def resolved_launch(launch: Launch, backends: Mapping[str, Any]) -> Launch:
+    """The launch with the backends sglang chose (what the tables and rules then judge)."""
+
+    def pick(name: str) -> Any:
+        value = backends.get(name)
+        return value if value not in (None, "None") else getattr(launch, name)
+
+    return dataclasses.replace(
+        launch,
+        attention_backend=pick("attention_backend"),
+        prefill_attention_backend=pick("prefill_attention_backend"),
+        decode_attention_backend=pick("decode_attention_backend"),
+        moe_runner_backend=pick("moe_runner_backend"),
+        moe_a2a_backend=pick("moe_a2a_backend"),
+    )
+
+
+def resolution_check(res: Mapping[str, Any]) -> Check:
+    """The source of the backend verdicts, as a check (fail: sglang itself refuses the launch)."""
+    if res.get("error"):
+        return check(
+            "sglang_resolution",
+            "fail",
+            f"resolved by: {res['by']}: {res['error']}",
+            {"gpu": res.get("gpu")},
+            "fix the flag sglang names",
+        )
+    if res.get("backends") is None:
+        return check("sglang_resolution", "skip", f"resolved by: {res['by']}")
+    chosen = ", ".join(
+        f"{k}={v}" for k, v in sorted(res["backends"].items()) if v not in (None, "None")
+    )
+    return check(
+        "sglang_resolution",
+        "pass",
+        f"resolved by: {res['by']} ({res.get('gpu')}): {chosen}",
+        {"backends": res["backends"], "gpu": res.get("gpu")},
+    )
 
 
 # ------------------------------------------------------------------------- backends
@@ -419,8 +504,15 @@ def judge(
     env = env_check(probe, python_source)
     versions = {k: (v or {}).get("version") for k, v in (probe.get("dists") or {}).items()}
     sglang = versions.get("sglang")
-    checks = [env, stack_check(probe, facts, cc)]
+    res = resolution(probe)
+    checks = [env, stack_check(probe, facts, cc), resolution_check(res)]
+    if res.get("backends"):
+        launch = resolved_launch(launch, res["backends"])
     attention, phases = attention_checks(launch, probe, cc, sglang)
+    if res.get("backends"):
+        phases["how"] = f"resolved by: {res['by']}"
+        for c in attention:
+            c["evidence"] = dict(c.get("evidence") or {}, chosen_by=phases["how"])
     checks += attention
     checks += moe_checks(launch, probe, cc)
     checks += rule_checks(launch, phases, cc, versions)
@@ -436,6 +528,8 @@ def judge(
         "ok": not failed,
         "arch": cc_text(cc) if cc else None,
         "attention": {k: phases[k] for k in ("prefill", "decode", "candidates", "how", "note")},
+        "resolved_by": res["by"],
+        "resolved": res.get("backends"),
         "checks": checks,
         "failed": [f"{c['check']}: {c['reason']}" for c in failed],
     }

@@ -313,3 +313,36 @@ DISTRIBUTIONS = (
     "sgl-deep-ep",
     "torch",
 )
+
+#: The backend-selecting fields of sglang 0.5.23's ServerArgs whose resolved values preflight
+#: asks sglang for (sglang/srt/arg_groups/fields/exec_.py: attention, sampling, GEMM runners,
+#: DSA/DSv4 sparse-attention phases, mamba / linear-attention, MoE; fields/spec.py: the
+#: speculative draft's attention, DSA top-k and MoE backends; fields/mm.py: multimodal
+#: attention). A field an installed sglang lacks is left out of its answer.
+RESOLVED_FIELDS = (
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "sampling_backend",
+    "fp8_gemm_runner_backend",
+    "fp4_gemm_runner_backend",
+    "bf16_gemm_backend",
+    "dsa_prefill_backend",
+    "dsa_decode_backend",
+    "dsa_paged_mqa_logits_backend",
+    "dsa_topk_backend",
+    "dsv4_prefill_backend",
+    "dsv4_attn_backend",
+    "mamba_backend",
+    "linear_attn_backend",
+    "linear_attn_prefill_backend",
+    "linear_attn_decode_backend",
+    "linear_attn_verify_backend",
+    "moe_runner_backend",
+    "moe_a2a_backend",
+    "speculative_draft_attention_backend",
+    "speculative_dsa_topk_backend",
+    "speculative_moe_runner_backend",
+    "speculative_moe_a2a_backend",
+    "mm_attention_backend",
+)

@@ -2,7 +2,9 @@
 
 Per host: the facts (GPUs, memory in use, the processes holding it), one run of the stdlib
 probe `remote/preflight_probe.py` against the serving env (--python, else the recipe's serving
-stack env, else, for a recipe without a stack, its managed build env), then the verdicts of sm120kit/preflight.py. Any failed check fails the host, with one
+stack env, else, for a recipe without a stack, its managed build env), which also runs
+sglang's own argument resolution in that env (remote/lib/in_target/server_args.py), then
+the verdicts of sm120kit/preflight.py. Any failed check fails the host, with one
 line per failed check.
 """
 
@@ -70,9 +72,11 @@ def run_preflight(
     py, label = serving_python(ctx, opts, python)
     with ctx.step("preflight") as step:
         ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
-        doc = ctx.script("preflight_probe", probe_request(launch, py), timeout=PROBE_TIMEOUT)
         chosen = preflight_arch(ctx.host, facts, arch, ctx.state)
         cc = parse_cc(chosen.cc) if chosen.cc else None
+        # sglang's own resolution runs in the env; on a host without a GPU it is shown `cc`.
+        request = probe_request(launch, py, cc, resolve=True)
+        doc = ctx.script("preflight_probe", request, timeout=PROBE_TIMEOUT)
         verdict = judge(launch, facts, doc, cc, label)
         verdict["arch_source"] = chosen.label
         verdict["python"] = doc.get("python") or py

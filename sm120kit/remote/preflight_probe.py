@@ -12,7 +12,8 @@ Arguments (argv[1], JSON)::
      "dists": ["sglang", "sglang-kernel", ...],
      "modules": [{"dist": ["<dist>", "<older name>"], "prefix": "<pkg>/<module>."}],
      "port": 30000, "host": "127.0.0.1",
-     "model_path": "/models/x" | null, "timeout": 120}
+     "model_path": "/models/x" | null, "timeout": 120,
+     "resolve": {"cases": [[argv...]], "fields": [...], "cc": [12, 0]} | absent}
 
 Output::
 
@@ -21,7 +22,12 @@ Output::
      "modules": [{"dist", "prefix", "installed_dist", "files": [{"rel", "path", "sass", "ptx"}]}],
      "port": {"port", "host", "in_use", "detail"},
      "model": {"path", "local", "exists", "is_dir", "is_file", "form", "bytes", "files", "truncated",
-               "config": {"architectures", "model_type", "kv_lora_rank"} | null}}
+               "config": {"architectures", "model_type", "kv_lora_rank"} | null},
+     "resolved": {"ran", "reason", "version", "gpu", "cases": [{"error", "backends"}]} | absent}
+
+``resolve``: the env's own interpreter runs sglang's argument resolution on each argv
+(lib/in_target/server_args.py); it runs only for a local model directory with a config.json,
+since sglang's per-model overrides read it (a hub id would be downloaded).
 """
 
 from __future__ import annotations
@@ -34,7 +40,12 @@ import sys
 from typing import Any
 
 from sm120kit.remote.lib.fatbin import device_targets
-from sm120kit.remote.lib.targets import INSPECT_SRC, resolve_python, run_target
+from sm120kit.remote.lib.targets import (
+    INSPECT_SRC,
+    SERVER_ARGS_SRC,
+    resolve_python,
+    run_target,
+)
 
 #: Files counted when sizing a model directory (a checkpoint has hundreds, not millions).
 MAX_MODEL_FILES = 200000
@@ -189,7 +200,23 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
             "requires": pkg.get("requires") or [],
         }
     out["modules"] = [module_files(info, w) for w in args.get("modules") or []]
+    if args.get("resolve"):
+        out["resolved"] = resolve(python, args["resolve"], out.get("model") or {}, args)
     return out
+
+
+def resolve(
+    python: str, request: dict[str, Any], model: dict[str, Any], args: dict[str, Any]
+) -> dict[str, Any]:
+    """sglang's own resolution of each argv in the env, or why it could not run."""
+    if not model.get("local"):
+        return {"ran": False, "reason": "the model is a hub id with no local config.json"}
+    if model.get("form") != "hf" or not model.get("config"):
+        return {"ran": False, "reason": "the model path has no readable config.json"}
+    doc, err = run_target(python, SERVER_ARGS_SRC, request, float(args.get("timeout") or 120))
+    if doc is None:
+        return {"ran": False, "reason": "the resolution script failed: %s" % err}
+    return doc
 
 
 def main(argv: list[str]) -> int:

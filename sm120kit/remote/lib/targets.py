@@ -29,6 +29,7 @@ __bundle__ = (
     "sm120kit.remote.lib.in_target.loader_eval",
     "sm120kit.remote.lib.in_target.gpu_op",
     "sm120kit.remote.lib.in_target.import_top",
+    "sm120kit.remote.lib.in_target.server_args",
 )
 
 
@@ -55,6 +56,7 @@ LOAD_SRC = target_source("load")
 LOADER_SRC = target_source("loader_eval")
 GPU_SRC = target_source("gpu_op")
 IMPORT_TOP_SRC = target_source("import_top")
+SERVER_ARGS_SRC = target_source("server_args")
 
 DEFAULT_GPU_OPS = {
     # The bundled sample kernel: add one to a CUDA tensor through its torch op.
