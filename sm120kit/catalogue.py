@@ -44,7 +44,7 @@ UNKNOWN = "unknown"
 
 
 def norm(name: str) -> str:
-    """A distribution name as PEP 503 compares them (``SGLang_Kernel`` is ``sglang-kernel``)."""
+    """A distribution name as PEP 503 compares them (``Foo_Bar.baz`` is ``foo-bar-baz``)."""
     return str(canonicalize_name(name))
 
 
@@ -85,7 +85,7 @@ class ModuleFacts:
 
     @property
     def key(self) -> str:
-        """Its path without the suffix (``sgl_kernel/flash_ops``): how verification names it."""
+        """Its path without the suffix (``pkg/_C``): how verification names it."""
         head, _, name = self.path.rpartition("/")
         return f"{head}/{name.split('.', 1)[0]}" if head else name.split(".", 1)[0]
 
@@ -171,7 +171,7 @@ class Catalogue:
     targets: tuple[str, ...] = ("12.0",)
     source: str = ""
     path: Path | None = None
-    #: Other names a distribution is published under (``sgl-kernel`` -> ``sglang-kernel``).
+    #: Other names a distribution is published under (an old name -> the current one).
     aliases: dict[str, str] = field(default_factory=dict)
 
     def names(self, name: str) -> set[str]:

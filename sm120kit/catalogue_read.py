@@ -56,9 +56,14 @@ _VARIANT_DIR = re.compile(r"^(?P<pkg>[^/]+)/(?P<dir>sm\d+)/(?P<stem>[^/.]+)\.[^/
 _CUDA_DIST = re.compile(r"^(nvidia-.*-cu\d+|nvidia-cuda-runtime.*|cuda-toolkit|cuda-python)$")
 #: A run-time CUDA toolchain lookup in a package's Python source.
 _JIT = re.compile(r"CUDA_HOME|CUDA_PATH|\bnvcc\b")
-#: Aliases the catalogue records: a distribution renamed on PyPI (sgl-kernel up to 0.3.21,
-#: sglang-kernel from 0.4.0; the import package is ``sgl_kernel`` in both wheels).
-ALIASES = {"sgl-kernel": "sglang-kernel"}
+
+
+def aliases() -> dict[str, str]:
+    """Aliases the catalogue records: a distribution renamed on PyPI, from the package
+    descriptors (each knows the names it is published under; sm120kit/packages/)."""
+    from .packages import registry
+
+    return {d.name: n for d in registry.descriptors() if d.name for n in d.distributions}
 
 
 def _sorted_targets(targets: set[str]) -> tuple[str, ...]:
@@ -211,9 +216,8 @@ def _capability(test: ast.expr) -> str | None:
 def read_loader(zf: zipfile.ZipFile) -> LoaderFacts | None:
     """The per-arch directory rule of a package whose wheel holds one module in several
     ``<pkg>/smNN/`` directories, read from the ``if``/``elif``/``else`` chain of its Python
-    source that names those directories (sgl_kernel/load_utils.py
-    ``_load_architecture_specific_ops``: ``== 90`` -> sm90, another GPU -> sm100, none ->
-    sm100). None when the wheel has no such directories or no source names them."""
+    source that names those directories (for example a loader whose ``== 90`` branch picks
+    sm90, another GPU sm100, none sm100: docs/catalogue.md). None when the wheel has no such directories or no source names them."""
     dirs: dict[str, set[str]] = {}
     stems: dict[str, str] = {}
     for name in zf.namelist():
@@ -379,4 +383,4 @@ def make_catalogue(
         if keep:
             keep(entry, path)
     merged = merge_versions(_one_version(releases))
-    return Catalogue(tuple(merged), targets=targets, aliases=dict(ALIASES)), seconds
+    return Catalogue(tuple(merged), targets=targets, aliases=aliases()), seconds

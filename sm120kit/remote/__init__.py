@@ -16,6 +16,7 @@ import ast
 import base64
 import json
 import shlex
+import threading
 import zlib
 from functools import cache
 from importlib import resources
@@ -81,10 +82,19 @@ def script_source(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.py").read_text(encoding="utf-8")
 
 
+#: CPython 3.11's ast.parse is not thread-safe: runner threads bundling scripts at once failed
+#: with "SystemError: AST constructor recursion depth mismatch" (seen in CI, one host of eight
+#: "failed"; the same error from threaded parses: pytest-dev/pytest#10763, home-assistant/core#95364).
+#: One parse at a time.
+_AST_LOCK = threading.Lock()
+
+
 def lib_imports(source: str) -> list[str]:
     """The ``sm120kit.remote.lib`` modules `source` imports, in the order it names them."""
     found: list[str] = []
-    for node in ast.walk(ast.parse(source)):
+    with _AST_LOCK:
+        nodes = list(ast.walk(ast.parse(source)))
+    for node in nodes:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
