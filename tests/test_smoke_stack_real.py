@@ -73,32 +73,23 @@ def whole_env(
     return host
 
 
+def _smoke_package(tmp: Path, env: Path, package: str) -> dict[str, Any]:
+    """`invoke smoke ... --package <package>` on the stack env: a failed host (no CUDA torch)."""
+    rc, host = _smoke(tmp, "--python", str(env), "--package", package)
+    assert rc == 2, host
+    return host
+
+
 @pytest.fixture(scope="session")
 def named(stack_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """`invoke smoke ... --package sgl-kernel` on the same env (installed as sglang-kernel)."""
-    rc, host = _smoke(
-        tmp_path_factory.mktemp("smoke-named"),
-        "--python",
-        str(stack_env),
-        "--package",
-        "sgl-kernel",
-    )
-    assert rc == 2, host
-    return host
+    return _smoke_package(tmp_path_factory.mktemp("smoke-named"), stack_env, "sgl-kernel")
 
 
 @pytest.fixture(scope="session")
 def named_new(stack_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The same, under today's PyPI name: `--package sglang-kernel`."""
-    rc, host = _smoke(
-        tmp_path_factory.mktemp("smoke-named-new"),
-        "--python",
-        str(stack_env),
-        "--package",
-        "sglang-kernel",
-    )
-    assert rc == 2, host
-    return host
+    return _smoke_package(tmp_path_factory.mktemp("smoke-named-new"), stack_env, "sglang-kernel")
 
 
 def _checks(host: dict[str, Any], package: str) -> dict[str, dict[str, Any]]:
