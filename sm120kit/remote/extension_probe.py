@@ -81,6 +81,7 @@ from typing import Any
 
 from sm120kit.remote.lib.cudaarch import cc_text, parse_cc
 from sm120kit.remote.lib.diagnosis import drift_line, torch_is_cpu_build, torch_text
+from sm120kit.remote.lib.forks import Servers
 from sm120kit.remote.lib.probe_checks import (
     check_arch,
     check_gpu,
@@ -154,55 +155,18 @@ def probe_package(
     jobs = []
     for t in tops:
         base = {"module": t, "kind": "package"}
-        jobs.append(
-            (
-                "top",
-                t,
-                True,
-                pool.submit(
-                    run_target, ctx.python, LOAD_SRC, dict(base, with_torch=True), ctx.timeout
-                ),
-            )
-        )
-        jobs.append(
-            (
-                "top",
-                t,
-                False,
-                pool.submit(
-                    run_target, ctx.python, LOAD_SRC, dict(base, with_torch=False), ctx.timeout
-                ),
-            )
-        )
+        for with_torch in (True, False):
+            args = dict(base, with_torch=with_torch)
+            jobs.append(("top", t, with_torch, pool.submit(ctx.target, "load", LOAD_SRC, args)))
     for path, ext in exts.items():
         if ext.get("elf_error"):
             continue
         base = {"module": ext["module"], "kind": "extension", "path": path}
-        jobs.append(
-            (
-                "so",
-                path,
-                True,
-                pool.submit(
-                    run_target,
-                    ctx.python,
-                    LOAD_SRC,
-                    dict(base, with_torch=True, dlopen=path),
-                    ctx.timeout,
-                ),
-            )
-        )
+        args = dict(base, with_torch=True, dlopen=path)
+        jobs.append(("so", path, True, pool.submit(ctx.target, "load", LOAD_SRC, args)))
         if ext["module"]:
-            jobs.append(
-                (
-                    "so",
-                    path,
-                    False,
-                    pool.submit(
-                        run_target, ctx.python, LOAD_SRC, dict(base, with_torch=False), ctx.timeout
-                    ),
-                )
-            )
+            args = dict(base, with_torch=False)
+            jobs.append(("so", path, False, pool.submit(ctx.target, "load", LOAD_SRC, args)))
     modules: dict[str, dict[str, Any]] = {}
     for kind, key, with_torch, fut in jobs:
         res, err = fut.result()
@@ -379,11 +343,30 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
         "packages": list(dict.fromkeys(packages + stack_names)),
         "distributions": args.get("distributions") or {},
     }
+    # The fork servers start first: importing torch there overlaps the env's inspection.
+    servers = Servers(python, timeout, enabled=args.get("fork", True) is not False)
+    try:
+        return _probe(args, out, inspect, servers)
+    finally:
+        servers.close()
+
+
+def _probe(
+    args: dict[str, Any], out: dict[str, Any], inspect: dict[str, Any], servers: Servers
+) -> dict[str, Any]:
+    python, timeout = args["python"], float(args.get("timeout") or 300)
+    packages = list(args.get("packages") or [])
     env_info, err = run_target(python, INSPECT_SRC, inspect, timeout)
+    fresh = 1
     if env_info is None:
         out["error"] = f"cannot inspect {python}: {err}"
         return out
-    torch_info, err = run_target(python, TORCH_SRC, {"gpu": bool(args.get("gpu"))}, timeout)
+    ready = servers.torch.wait_ready() if servers.torch is not None else None
+    if ready is not None and ready.get("torch_info") is not None and not args.get("gpu"):
+        torch_info = ready["torch_info"]  # the server's import, the same script, gpu=false
+    else:
+        torch_info, err = run_target(python, TORCH_SRC, {"gpu": bool(args.get("gpu"))}, timeout)
+        fresh += 1
     if torch_info is None:
         torch_info = {"error": err}
     out["python_version"] = env_info.get("version")
@@ -394,12 +377,13 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     if out["torch"]["version"] is None and env_info.get("torch_dist_version"):
         out["torch"]["version"] = env_info["torch_dist_version"]
     ctx = Context(args, env_info, torch_info)
+    ctx.servers = servers
     out["arch"] = cc_text(ctx.cc) if ctx.cc else None
     out["arch_source"] = ctx.arch_source
     out["gpu"] = bool(args.get("gpu"))
     # Every package's checks and the stack's are started at once, each in its own thread,
-    # and share one pool of `jobs` fresh interpreters: no package waits for the one before
-    # it to finish its slowest import.
+    # and share one pool of `jobs` interpreters (children of the fork servers, or fresh): no
+    # package waits for the one before it to finish its slowest import.
     seen = set()
     todo = []
     for name in packages:
@@ -439,6 +423,8 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
         for name, fut in started:
             out["packages"][name] = fut.result()
         out["stack"] = stack.result()
+    runs = servers.counts()
+    out["runs"] = dict(runs, interpreters=runs["interpreters"] + fresh)
     return out
 
 

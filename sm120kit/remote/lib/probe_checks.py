@@ -14,7 +14,7 @@ from typing import Any
 from sm120kit.remote.lib.cudaarch import arch_verdict, cc_text, target_key
 from sm120kit.remote.lib.diagnosis import short_error, sort_causes
 from sm120kit.remote.lib.probe_env import MAX_LISTED_SYMBOLS, Context
-from sm120kit.remote.lib.targets import DEFAULT_GPU_OPS, GPU_SRC, LOADER_SRC, run_target
+from sm120kit.remote.lib.targets import DEFAULT_GPU_OPS, GPU_SRC, LOADER_SRC
 
 
 def check_import_order(ctx: Context, modules: list[dict[str, Any]]) -> dict[str, Any]:
@@ -276,9 +276,7 @@ def check_loader(
             "details": details,
         }, none
     package = variants[0]["rel"].split("/")[0]
-    res, err = run_target(
-        ctx.python, LOADER_SRC, {"cc": list(ctx.cc), "package": package}, ctx.timeout
-    )
+    res, err = ctx.target("loader_eval", LOADER_SRC, {"cc": list(ctx.cc), "package": package})
     if res is None:
         return {
             "check": "loader",
@@ -384,7 +382,7 @@ def check_gpu(ctx: Context, name: str) -> dict[str, Any]:
             "reason": f"no known op for {name}",
             "details": {},
         }
-    res, err = run_target(ctx.python, GPU_SRC, {"code": code}, ctx.timeout)
+    res, err = ctx.target("gpu_op", GPU_SRC, {"code": code})
     error = err if res is None else res.get("error")
     if error:
         return {

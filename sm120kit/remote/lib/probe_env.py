@@ -18,6 +18,7 @@ from sm120kit.remote.lib.diagnosis import close_variant, expected_from
 from sm120kit.remote.lib.elf import open_elf
 from sm120kit.remote.lib.fatbin import device_targets, relocatable_targets
 from sm120kit.remote.lib.loader import Resolver, system_lib_dirs
+from sm120kit.remote.lib.targets import run_target
 
 PROBE_VERSION = 1
 SHLIB_RE = re.compile(r"\.so(\.\d+)*$")
@@ -88,6 +89,17 @@ class Context:
         self._torch_tables: list[dict[str, set[str]]] | None = None
         self._provided: dict[str, list[str]] = {}
         self._variants: dict[str, str | None] = {}
+        #: The fork servers (`forks.Servers`) checks run in, or None: a fresh interpreter each.
+        self.servers: Any = None
+
+    def target(
+        self, script: str, src: str, args: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """Run in-target script `script` (``in_target/<script>.py``, its program `src`) for
+        one check: in a child of the fork server whose state it needs, else fresh."""
+        if self.servers is None:
+            return run_target(self.python, src, args, self.timeout)
+        return self.servers.run(script, src, args, self.timeout)  # type: ignore[no-any-return]
 
     def lib_dirs(self) -> list[str]:
         """Where this env's CUDA libraries can come from: torch's nvidia-* wheels, then the

@@ -15,7 +15,7 @@ from typing import Any
 from sm120kit.remote.lib.cudaarch import cc_text, sass_runs_on
 from sm120kit.remote.lib.jit_toolchain import check_jit
 from sm120kit.remote.lib.probe_env import Context
-from sm120kit.remote.lib.targets import IMPORT_TOP_SRC, run_target
+from sm120kit.remote.lib.targets import IMPORT_TOP_SRC
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?\s*==\s*([^;,)\s]+)")
 
@@ -88,11 +88,10 @@ def import_top(ctx: Context, module: str) -> dict[str, Any]:
     """``import <module>`` in a fresh interpreter; without a GPU through the driver stub
     (torch.cuda faked as one GPU of the capability judged, in_target/import_top.py)."""
     stub = not ctx.torch.get("cuda_available") and ctx.cc is not None
-    res, err = run_target(
-        ctx.python,
+    res, err = ctx.target(
+        "import_top",
         IMPORT_TOP_SRC,
         {"module": module, "stub": stub, "cc": list(ctx.cc) if ctx.cc else None},
-        ctx.timeout,
     )
     if res is None:
         return {"check": "import", "status": "fail", "reason": f"import {module}: probe failed: {err}",

@@ -30,6 +30,7 @@ __bundle__ = (
     "sm120kit.remote.lib.in_target.gpu_op",
     "sm120kit.remote.lib.in_target.import_top",
     "sm120kit.remote.lib.in_target.server_args",
+    "sm120kit.remote.lib.in_target.fork_server",
 )
 
 
@@ -42,6 +43,11 @@ def _text(name: str) -> str:
     if source is None:
         raise ImportError("no source for %s" % module)
     return str(source)
+
+
+def script_text(name: str) -> str:
+    """The text of ``in_target/<name>.py`` alone (a fork server runs it after its prelude)."""
+    return _text(name)
 
 
 def target_source(name: str) -> str:
