@@ -196,6 +196,32 @@ def catalogue_archs(names: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def catalogue_wheels(names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per wheel sha256 the catalogues read, for a package published under `names`: the device
+    code of each module (``{"source", "version", "modules": {path: {"sass", "ptx",
+    "relocatable"}}}``). Smoke takes these instead of reading a file again where the env holds
+    that very wheel (remote/lib/probe_env.py `catalogued`); a module read with an error is left
+    out (read again on the host)."""
+    out: dict[str, dict[str, Any]] = {}
+    for cat in catalogues():
+        wanted = set().union(*(cat.names(n) for n in names))
+        for rel in cat.releases:
+            if rel.distribution not in wanted:
+                continue
+            for wheel in rel.wheels:
+                mods = {
+                    m.path: {"sass": list(m.sass), "ptx": list(m.ptx),
+                             "relocatable": list(m.relocatable)}
+                    for m in wheel.modules if not m.error
+                }  # fmt: skip
+                out[wheel.sha256] = {
+                    "source": cat.source,
+                    "version": wheel.version,
+                    "modules": mods,
+                }
+    return out
+
+
 def smoke_facts(name: str) -> dict[str, Any]:
     """What the probe is told about package `name`: its loader rule and the modules whose
     device code is known per release: from the catalogues (read from the wheels), then the
@@ -217,6 +243,9 @@ def smoke_facts(name: str) -> dict[str, Any]:
     facts = catalogue_archs(names) + [m.to_json() for m in archs]
     if facts:
         out["module_archs"] = facts
+    wheels = catalogue_wheels(names)
+    if wheels:
+        out["wheels"] = wheels
     return out
 
 

@@ -90,7 +90,7 @@ from sm120kit.remote.lib.probe_checks import (
     check_undefined,
     without_driver,
 )
-from sm120kit.remote.lib.probe_env import Context, exports, static_extension
+from sm120kit.remote.lib.probe_env import Context, catalogued, env_marker, exports, static_extension
 from sm120kit.remote.lib.probe_stack import facts_not_for_arch, facts_source, stack_section
 from sm120kit.remote.lib.targets import (
     INSPECT_SRC,
@@ -124,7 +124,10 @@ def probe_package(
     declared = (ctx.args.get("declared") or {}).get(name) or {}
     built_for = package_built_for(name, info, declared)
     libs = info["libraries"]
-    exts = {lib["path"]: static_extension(ctx, lib["path"]) for lib in libs}
+    facts = (ctx.args.get("facts") or {}).get(name) or {}
+    # Device code the catalogue read from the very wheel installed is not read again.
+    known = catalogued(ctx.marker, info, facts)
+    exts = {lib["path"]: static_extension(ctx, lib["path"], known.get(lib["path"])) for lib in libs}
     for lib in libs:
         exts[lib["path"]]["rel"] = lib["rel"]
     for lib in libs:
@@ -133,7 +136,6 @@ def probe_package(
             exts[lib["path"]]["module"] = mod
         else:
             lib["module"] = None
-    facts = (ctx.args.get("facts") or {}).get(name) or {}
     # The recipe's declaration when it is about this version; else what the descriptor read
     # from this exact release; else the recipe's (a build of another version).
     skip: dict[str, str] = {}
@@ -378,6 +380,7 @@ def _probe(
         out["torch"]["version"] = env_info["torch_dist_version"]
     ctx = Context(args, env_info, torch_info)
     ctx.servers = servers
+    ctx.marker = env_marker(env_info.get("prefix"))
     out["arch"] = cc_text(ctx.cc) if ctx.cc else None
     out["arch_source"] = ctx.arch_source
     out["gpu"] = bool(args.get("gpu"))

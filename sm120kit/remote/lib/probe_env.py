@@ -8,6 +8,7 @@ probe (`sm120kit/remote/extension_probe.py`) and its checks (`probe_checks.py`).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from typing import Any
@@ -91,6 +92,8 @@ class Context:
         self._variants: dict[str, str | None] = {}
         #: The fork servers (`forks.Servers`) checks run in, or None: a fresh interpreter each.
         self.servers: Any = None
+        #: The env's install marker (`env_marker`): which wheel each distribution came from.
+        self.marker: dict[str, Any] = {}
 
     def target(
         self, script: str, src: str, args: dict[str, Any]
@@ -154,8 +157,71 @@ class Context:
         return self._variants[symbol["name"]]
 
 
-def static_extension(ctx: Context, path: str) -> dict[str, Any]:
-    """Static loader view of one .so after torch: NEEDED, missing libraries, symbols, versions."""
+#: The serving env's install marker (ops/stack_steps.py RECORD): the lock it was installed
+#: from and, per distribution, the sha256 of the wheel installed.
+ENV_MARKER = ".sm120kit-lock.json"
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def env_marker(prefix: str | None) -> dict[str, Any]:
+    """``{"path", "mtime", "packages": {name: {"sha256", "version"}}}`` of the env's install
+    marker; ``{}`` when the env has none (not installed by the tool from a lock)."""
+    if not prefix:
+        return {}
+    path = os.path.join(prefix, ENV_MARKER)
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+        mtime = os.stat(path).st_mtime
+    except (OSError, ValueError):
+        return {}
+    packages = doc.get("packages") if isinstance(doc, dict) else None
+    if not isinstance(packages, dict):
+        return {}
+    return {"path": path, "mtime": mtime, "packages": {_norm(k): v for k, v in packages.items()}}
+
+
+def catalogued(
+    marker: dict[str, Any], info: dict[str, Any], facts: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """``{path: {"sass", "ptx", "relocatable", "source"}}``: the files of one distribution whose
+    device code the catalogue read from the very wheel installed, so smoke does not read them
+    again. A file is trusted when the env's marker says the wheel of sha256 S was installed,
+    the catalogue read the wheel of sha256 S (``facts["wheels"]``), the file is a module of it,
+    and the file still is what the install recorded: its RECORD row (sha256 and size) is
+    there, its size is that size, and it is not newer than the marker. Anything else is read."""
+    pkg = (marker.get("packages") or {}).get(_norm(str(info.get("distribution") or "")))
+    sha = pkg.get("sha256") if isinstance(pkg, dict) else None
+    wheel = (facts.get("wheels") or {}).get(sha) if sha else None
+    if not wheel:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for lib in info.get("libraries") or []:
+        mod = (wheel.get("modules") or {}).get(lib["rel"])
+        record = lib.get("record") or {}
+        if mod is None or not record.get("sha256") or record.get("size") is None:
+            continue
+        try:
+            st = os.stat(lib["path"])
+        except OSError:
+            continue
+        if st.st_size != record["size"] or st.st_mtime > marker["mtime"]:
+            continue
+        out[lib["path"]] = dict(
+            mod, source="{} (wheel sha256 {})".format(wheel.get("source") or "catalogue", sha)
+        )
+    return out
+
+
+def static_extension(
+    ctx: Context, path: str, known: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Static loader view of one .so after torch: NEEDED, missing libraries, symbols, versions.
+    `known`: its device code as the catalogue read it from the installed wheel (`catalogued`),
+    taken instead of reading the file's fatbins again."""
     ext: dict[str, Any] = {
         "path": path,
         "needed": [],
@@ -183,8 +249,14 @@ def static_extension(ctx: Context, path: str) -> dict[str, Any]:
     ext["missing_libs"] = [name for name, _ in missing]
     _alone, missing_alone = ctx.resolver.closure(path, None)
     ext["needs_torch_loaded"] = [n for n, _ in missing_alone if n not in ext["missing_libs"]]
-    ext["sass"], ext["ptx"], ext["has_fatbin"] = device_targets(path)
-    ext["relocatable"] = relocatable_targets(path)
+    if known is not None:
+        ext["sass"], ext["ptx"] = list(known["sass"]), list(known["ptx"])
+        ext["has_fatbin"] = bool(ext["sass"] or ext["ptx"])
+        ext["relocatable"] = list(known.get("relocatable") or [])
+        ext["device_code_from"] = known["source"]
+    else:
+        ext["sass"], ext["ptx"], ext["has_fatbin"] = device_targets(path)
+        ext["relocatable"] = relocatable_targets(path)
 
     undefined, _defined = elf.symbols()
     _defs, needs, _ = elf.versions()

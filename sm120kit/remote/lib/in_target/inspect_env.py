@@ -18,6 +18,7 @@ for d in md.distributions():
         dists[norm(name)] = d
 out = {
     "executable": os.path.realpath(sys.executable),
+    "prefix": sys.prefix,
     "version": sys.version.split()[0],
     "ext_suffixes": list(importlib.machinery.EXTENSION_SUFFIXES),
     "packages": {},
@@ -73,7 +74,12 @@ for name in ARGS["packages"]:
             if rel.endswith(suf):
                 mod = rel[: -len(suf)].replace("/", ".")
                 break
-        libs.append({"path": os.path.realpath(str(f.locate())), "rel": rel, "module": mod})
+        lib = {"path": os.path.realpath(str(f.locate())), "rel": rel, "module": mod}
+        # What the installer wrote in RECORD for it: smoke trusts the catalogue's reading of
+        # the wheel only for a file the install record still describes.
+        if f.hash is not None and f.hash.mode == "sha256":
+            lib["record"] = {"sha256": f.hash.value, "size": f.size}
+        libs.append(lib)
     top_txt = d.read_text("top_level.txt")
     if top_txt:
         tops = (
