@@ -12,6 +12,7 @@ import os
 import re
 from typing import Any
 
+from sm120kit.remote.lib.cuda_pieces import installed_pieces, judge_pieces
 from sm120kit.remote.lib.cudaarch import cc_text, sass_runs_on
 from sm120kit.remote.lib.jit_toolchain import check_jit
 from sm120kit.remote.lib.probe_env import Context
@@ -177,4 +178,13 @@ def stack_section(
     out["jit"]["arch"] = where
     out["checks"].append({"check": "jit_toolchain", "status": out["jit"]["status"],
                           "reason": out["jit"]["reason"], "details": {}})  # fmt: skip
+    # Every CUDA piece the env holds, by distribution: a mix no JIT lookup reaches is said too.
+    pieces = judge_pieces(installed_pieces(env_info.get("sys_path") or []),
+                          ctx.torch.get("version"), ctx.torch.get("cuda"))  # fmt: skip
+    homes = {(p.get("cuda_home"), p.get("nvcc_version"), p.get("headers_version"))
+             for p in out["jit"]["packages"].values() if p.get("cuda_home")}  # fmt: skip
+    pieces["details"]["cuda_homes"] = [
+        {"path": h, "nvcc_version": n, "headers_version": v} for h, n, v in sorted(homes)
+    ]
+    out["checks"].append(pieces)
     return out
