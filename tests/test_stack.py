@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sm120kit.lock import load_lock
-from sm120kit.lock_draft import Target, draft_lock
-from sm120kit.lock_resolve import platform_tags
+from sm120kit.stack.draft import Target, draft_lock
+from sm120kit.stack.lock import load_lock
+from sm120kit.stack.resolve import platform_tags
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.tiny_index import SYSTEM_SO, make_wheel, serve, sha256_of
@@ -110,8 +110,8 @@ def test_platform_tags_cover_every_older_manylinux() -> None:
 def test_each_wheel_is_checked_against_the_host_before_anything_changes(
     filename: str, glibc: str | None, machine: str, python: str, why: str | None
 ) -> None:
-    from sm120kit.lock import LockEntry
     from sm120kit.ops.stack_files import tag_problems
+    from sm120kit.stack.lock import LockEntry
 
     entry = LockEntry("a", "1", filename, "https://x/" + filename, "0" * 64, "release", True)
     got = tag_problems([entry], glibc, machine, python)
@@ -131,9 +131,9 @@ def test_each_wheel_is_checked_against_the_host_before_anything_changes(
 def test_a_file_is_fetched_only_from_an_index_the_lock_names(
     url: str, indexes: list[str], refused: bool
 ) -> None:
-    from sm120kit.lock import LockEntry
     from sm120kit.ops.stack_files import index_problems
     from sm120kit.remote.install_lock import allowed
+    from sm120kit.stack.lock import LockEntry
 
     entry = LockEntry("a", "1", "a-1-py3-none-any.whl", url, "0" * 64, "release", False)
     assert bool(index_problems([entry], indexes)) is refused
@@ -209,7 +209,7 @@ def _tiny_recipes(
             top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
             cache=tmp / "cache", index=url,
         )  # fmt: skip
-        from sm120kit.lock import dump_lock
+        from sm120kit.stack.lock import dump_lock
 
         text = dump_lock(lock, ["tiny"])
     if bad:
@@ -370,7 +370,7 @@ def test_a_lock_of_207_tiny_files_installs_over_ssh(
     """A lock the size of sglang 0.5.23's (207 files, its distribution names with a suffix,
     tiny wheels from a loopback index) installs end to end over real SSH, then a rerun changes
     nothing: every file through the stores, the script arguments on stdin."""
-    from sm120kit.lock import Lock, LockEntry, dump_lock, load_lock
+    from sm120kit.stack.lock import Lock, LockEntry, dump_lock, load_lock
 
     real = load_lock(REPO / "locks" / "sglang-0.5.23" / "pylock.cp311-manylinux_2_34_x86_64.toml")
     assert len(real.packages) == 207
