@@ -181,10 +181,11 @@ def test_the_draft_task_writes_a_lock_that_loads(index: Any, tmp_path: Path) -> 
     assert bad.returncode == 1 and "expected NAME==VERSION and nothing else" in bad.stderr
 
 
+# No package vars and no provision_stack: a fleet host gets its recipe's serving stack by
+# default (issue 31). Only `local` says provision_stack: true, as a user's local host would.
 STACK_HOST = {
     "target_driver": "580.95.05",
     "target_arch": "12.0",
-    "provision_stack": True,
 }
 
 
@@ -234,6 +235,7 @@ def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:
     for name in hosts:
         vars_ = {**STACK_HOST, "work_root": str(tmp / "work" / name)}
         if name == "local":
+            vars_["provision_stack"] = True
             doc["all"]["hosts"]["local"] = {"ansible_connection": "local", **vars_}
         else:
             doc["all"]["hosts"][name].update(vars_)
@@ -278,6 +280,8 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert any(" pip sync --offline --no-index --require-hashes --compile-bytecode " in c
                    for c in shown)  # fmt: skip
         assert "env" not in steps  # nothing is built: no build env
+        why = "by default" if name == "gpu3" else "host var provision_stack: true"
+        assert why in steps["parts"]["message"] and "builds: none" in steps["parts"]["message"]
         stack = host["stack"]
         native = stack["packages"]["demo-native"]
         assert native["wheel_from"] == "release" and native["verdict"] == "ok"
