@@ -293,6 +293,27 @@ def test_jit_mismatched_pair_fails(whole_env: dict[str, Any], cu13: Path) -> Non
     assert "torch has no CUDA" in jit["packages"]["humming-kernels"]["reason"]
 
 
+def test_every_cuda_piece_is_named_and_the_mixed_minors_warned(whole_env: dict[str, Any]) -> None:
+    """Issue 32: the env's CUDA toolchain by distribution; humming-kernels' nvcc 13.5.37 beside
+    torch's cuda-toolkit's 13.0.96 runtime headers is warned, naming both."""
+    check = next(c for c in whole_env["stack"]["checks"] if c["check"] == "cuda_toolchain")
+    assert check["status"] == "warn", check
+    assert check["details"]["mixed"] == ["nvidia-cuda-nvcc", "nvidia-cuda-runtime"]
+    assert (
+        "nvidia-cuda-nvcc 13.5.37 (nvcc, CUDA 13.5) beside nvidia-cuda-runtime 13.0.96"
+        in check["reason"]
+    )
+    named = {p["distribution"]: p["version"] for p in check["details"]["pieces"]}
+    assert named["nvidia-cuda-crt"] == "13.5.37" and named["nvidia-cuda-cccl"] == "13.3.5.0.6"
+
+
+def test_checks_are_forked_not_started(whole_env: dict[str, Any]) -> None:
+    """Each import and dlopen runs in a child of one of the probe's two fork servers: a few
+    interpreters, not one per check (the verdicts above are theirs)."""
+    runs = whole_env["smoke"]["runs"]
+    assert runs["forked"] > 20 and runs["interpreters"] <= 4, runs
+
+
 def test_the_mismatched_pair_really_stops_nvcc(cu13: Path, tmp_path: Path) -> None:
     """The verdict above is nvcc's: the pip nvcc 13.5 preprocessing a CCCL include against the
     13.0 headers stops at CCCL's #error."""
