@@ -114,10 +114,11 @@ def draft_command(c: Any, **f: Any) -> None:
         raise RecipeError(skipped[0].split(": ", 1)[1] if skipped else f"{top}: nothing to lock")
     seen: dict[str, Any] = {}
     cache = release_cache()
-    # The catalogue first, from every compiled wheel resolved: verification reads its facts
-    # (modules without code for the arch, loaders); it is written after the locks.
+    # The catalogue first, from every wheel resolved (pure ones too: cubin sets, "nothing to
+    # check"): verification reads its facts (modules without code for the arch, loaders); it
+    # is written after the locks.
     arches = (str(arch),) if arch else (tuple(recipe.arch) if recipe else ("12.0",))
-    every = {e.sha256: e for item in resolved for e in item.entries if e.compiled}
+    every = {e.sha256: e for item in resolved for e in item.entries}
     cat, cat_seconds = make_catalogue(
         list(every.values()), targets=arches, cache=cache, progress=progress
     )
@@ -163,7 +164,7 @@ def save_catalogue(
     """Write `cat` as ``catalogue.toml`` in `lock_dir`; what was written, with counts."""
     path = lock_dir / FILE_NAME
     header = [
-        f"Release facts of the compiled wheels locked in {lock_dir.name}/, read from the wheels by",
+        f"Release facts of the wheels locked in {lock_dir.name}/, read from the wheels by",
         f"`invoke lock.catalogue --lock-dir locks/{lock_dir.name}` (or lock.draft): do not edit.",
         "Only the versions listed are known; any other version of a distribution is unknown.",
     ]
@@ -184,17 +185,17 @@ def save_catalogue(
 def write_catalogue(
     lock_dir: Path, targets: tuple[str, ...], progress: Any = None
 ) -> dict[str, Any]:
-    """Read every compiled wheel of the locks in `lock_dir` (`catalogue_read.make_catalogue`,
+    """Read every wheel of the locks in `lock_dir` (`catalogue_read.make_catalogue`,
     each file checked against the lock's sha256) and write ``catalogue.toml`` beside them."""
     entries = lock_entries(lock_dir)
     if not entries:
-        raise RecipeError(f"{lock_dir}: no lock with a compiled wheel to read")
+        raise RecipeError(f"{lock_dir}: no lock with a wheel to read")
     cat, seconds = make_catalogue(entries, targets=targets, progress=progress)
     return save_catalogue(lock_dir, cat, seconds, len(entries))
 
 
 def catalogue_command(c: Any, **f: Any) -> None:
-    """Regenerate ``catalogue.toml`` of --lock-dir from its locks' compiled wheels."""
+    """Regenerate ``catalogue.toml`` of --lock-dir from its locks' wheels."""
     from .recipes import default_recipes_dir
 
     if not f.get("lock_dir"):

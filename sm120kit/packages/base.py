@@ -190,7 +190,8 @@ class ModuleArchs:
     judged is reported by smoke as not for that arch by design, with this reason.
 
     `module`: its stem (``flash_ops``) or path inside the distribution; `sass`: its SASS
-    targets; `versions`: the releases it was read from; `source`: what was read.
+    targets; `versions`: the releases it was read from; `source`: what was read; `when`: PEP
+    440 specifier sets of further releases it holds for (``">=0.4.10,<0.5"``).
     """
 
     module: str
@@ -198,6 +199,7 @@ class ModuleArchs:
     sass: tuple[str, ...]
     versions: tuple[str, ...]
     source: str
+    when: tuple[str, ...] = ()
 
     def reason(self) -> str:
         """'FA3 (FlashAttention 3): sm_80, sm_86, sm_90a only (read from ...)'."""
@@ -209,6 +211,7 @@ class ModuleArchs:
             "module": self.module,
             "sass": list(self.sass),
             "versions": list(self.versions),
+            "when": [*(f"=={v}" for v in self.versions), *self.when],
             "reason": self.reason(),
         }
 
