@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import catalogue as cat
-from sm120kit.catalogue import (
+from sm120kit.errors import RecipeError
+from sm120kit.remote.lib.probe_stack import holds_for
+from sm120kit.stack import catalogue as cat
+from sm120kit.stack.catalogue import (
     NO,
     UNKNOWN,
     YES,
@@ -25,10 +27,8 @@ from sm120kit.catalogue import (
     dump,
     parse,
 )
-from sm120kit.catalogue_cubins import cubin_sets
-from sm120kit.errors import RecipeError
-from sm120kit.lock import CHECKOUT, load_lock
-from sm120kit.remote.lib.probe_stack import holds_for
+from sm120kit.stack.catalogue_cubins import cubin_sets
+from sm120kit.stack.lock import CHECKOUT, load_lock
 
 if __import__("sys").version_info >= (3, 11):
     import tomllib
