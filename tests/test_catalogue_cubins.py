@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from sm120kit.stack.catalogue import (
     dump,
     parse,
 )
-from sm120kit.stack.catalogue_cubins import cubin_sets
+from sm120kit.stack.catalogue_cubins import cubin_sets, resolve_shipped
 from sm120kit.stack.lock import CHECKOUT, load_lock
 
 if __import__("sys").version_info >= (3, 11):
@@ -52,10 +53,11 @@ def _release(*sets: CubinSet, mods: tuple[ModuleFacts, ...] = (), when: tuple[st
 
 
 def test_cubin_sets_and_ranges_read_back_as_written() -> None:
-    one = Catalogue((_release(FETCHED, NAMED, SHIPPED, when=(">=0.7,<0.8",)),))
+    named = replace(NAMED, shipped_in="pkg-cubin 0.7.2 pkg_cubin/cubins/d")
+    one = Catalogue((_release(FETCHED, named, SHIPPED, when=(">=0.7,<0.8",)),))
     back = parse(tomllib.loads(dump(one, [])), "c.toml")
     assert back.releases == one.releases
-    assert back.cubin_sets("PKG", "0.7.5") == (FETCHED, NAMED, SHIPPED)
+    assert back.cubin_sets("PKG", "0.7.5") == (FETCHED, named, SHIPPED)
     assert back.cubin_sets("pkg", "0.8.0") == ()  # not read, no range: lookup says unknown
 
 
@@ -189,6 +191,30 @@ def test_cubin_sets_are_read_from_the_wheel(tmp_path: Path) -> None:
     assert sets["pkg_cubin/cubins/k"].archs == ("sm_100", "sm_120")
     assert sets["pkg_cubin/cubins/k"].coverage("12.0")[0] == YES
     assert sets["pkg_cubin/cubins/old"].coverage("12.0")[0] == NO
+
+
+@pytest.mark.parametrize(
+    ("cubin_version", "answer"),
+    [("0.6.12", NO), ("0.6.11", UNKNOWN)],  # flashinfer reads flashinfer-cubin of its version only
+)
+def test_a_downloaded_set_shipped_by_another_distribution_takes_its_archs(
+    cubin_version: str, answer: str
+) -> None:
+    """sglang 0.5.15's lock pins flashinfer-python and flashinfer-cubin 0.6.12: the cubins
+    flashinfer would download are in flashinfer-cubin's wheel (read there, sm_100/sm_103)."""
+    fetched = CubinSet("TRTLLM_GEN_FMHA", "158f/fmha/trtllm-gen/", False,
+                       unknown={"12.0": "unknown until downloaded"})  # fmt: skip
+    held = CubinSet("flashinfer_cubin/cubins/158f/fmha/trtllm-gen",
+                    "flashinfer_cubin/cubins/158f/fmha/trtllm-gen", True, files=3,
+                    archs=("sm_100a", "sm_103a"), archs_from="ELF e_flags of 3 cubins",
+                    not_on={"12.0": "sm_100a, sm_103a only"})  # fmt: skip
+    python = ReleaseFacts("flashinfer-python", ("0.6.12",), (), cubin_sets=(fetched,))
+    cubin = ReleaseFacts("flashinfer-cubin", (cubin_version,), (), cubin_sets=(held,))
+    got = resolve_shipped([python, cubin])[0].cubin_sets[0]
+    assert got.coverage("12.0")[0] == answer
+    if answer == NO:
+        assert got.archs == held.archs and got.shipped_in.startswith("flashinfer-cubin 0.6.12 ")
+        assert "shipped in flashinfer-cubin 0.6.12" in got.not_on["12.0"] and not got.unknown
 
 
 def test_the_committed_0_5_23_catalogue_has_cubin_sets_and_every_distribution() -> None:

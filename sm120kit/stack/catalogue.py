@@ -136,7 +136,10 @@ class CubinSet:
     the repository; `checksums_sha256`: the sha256 the package pins for its checksums file;
     `files`: cubins the wheel holds; `archs`: the SM targets it has cubins for, when known,
     and `archs_from` how they were read; `not_on` / `unknown`: per target arch judged, why no
-    cubin of it runs there / why that cannot be known from the wheel; `source`: what was read.
+    cubin of it runs there / why that cannot be known from the wheel; `source`: what was read;
+    `shipped_in`: for a set not shipped, the distribution of the same lock whose wheel holds
+    its cubins (``flashinfer-cubin 0.6.12 flashinfer_cubin/cubins/<path>``), its archs read
+    there.
     """
 
     name: str
@@ -151,6 +154,7 @@ class CubinSet:
     not_on: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
     source: str = ""
+    shipped_in: str = ""
 
     def coverage(self, arch: str) -> tuple[str, str]:
         """``(YES | NO | UNKNOWN, why)`` for target arch `arch` (``"12.0"``): NO with the
@@ -381,7 +385,7 @@ def _cubin_doc(cset: CubinSet) -> dict[str, Any]:
         if getattr(cset, key):
             doc[key] = getattr(cset, key)
     doc["archs"] = list(cset.archs)
-    for key in ("archs_from", "not_on", "unknown", "source"):
+    for key in ("archs_from", "not_on", "unknown", "source", "shipped_in"):
         if getattr(cset, key):
             doc[key] = getattr(cset, key)
     return doc
@@ -412,6 +416,7 @@ def _cubin_set(doc: Any, where: str) -> CubinSet:
         not_on=reasons["not_on"],
         unknown=reasons["unknown"],
         source=str(doc.get("source", "")),
+        shipped_in=str(doc.get("shipped_in", "")),
     )
 
 
@@ -597,6 +602,7 @@ def save(path: Path, cat: Catalogue, header: list[str]) -> str:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the file unreadable to others
         os.replace(tmp, path)
     except OSError as exc:
         if os.path.exists(tmp):

@@ -20,11 +20,12 @@ from __future__ import annotations
 import ast
 import posixpath
 import zipfile
+from dataclasses import replace
 from typing import Any
 
 from ..remote.lib.cubin import CubinError, cubin_target
 from ..remote.lib.cudaarch import arch_verdict, parse_cc, target_key
-from .catalogue import CubinSet
+from .catalogue import CubinSet, ReleaseFacts
 
 #: The names of flashinfer's convention (flashinfer/artifacts.py, flashinfer/jit/cubin_loader.py).
 ARTIFACT_CLASS = "ArtifactPath"
@@ -201,3 +202,43 @@ def downloaded_sets(zf: zipfile.ZipFile, dist: str, targets: tuple[str, ...]) ->
 def cubin_sets(zf: zipfile.ZipFile, dist: str, targets: tuple[str, ...]) -> tuple[CubinSet, ...]:
     """Every cubin set the wheel ships or its source names (docs/catalogue.md)."""
     return (*shipped_sets(zf, dist, targets), *downloaded_sets(zf, dist, targets))
+
+
+def resolve_shipped(releases: list[ReleaseFacts]) -> list[ReleaseFacts]:
+    """Sets a package downloads, found shipped by another distribution of the same lock (the
+    same path under a cubin directory: flashinfer-cubin's ``flashinfer_cubin/cubins/<path>``,
+    which flashinfer reads instead of downloading when its version equals flashinfer's,
+    ``flashinfer/jit/env.py`` ``_get_cubin_dir()``): their archs and coverage are those read
+    from the shipped cubins, the download URL kept."""
+    shipped = [(rel, s) for rel in releases for s in rel.cubin_sets if s.shipped and s.archs]
+    out = []
+    for rel in releases:
+        sets = []
+        for s in rel.cubin_sets:
+            tail = "/" + s.path.strip("/")
+            found = next(
+                ((r, c) for r, c in shipped
+                 if r.distribution != rel.distribution and r.versions == rel.versions
+                 and ("/" + c.path.strip("/")).endswith(tail)),
+                None,
+            ) if not s.shipped and not s.archs else None  # fmt: skip
+            if found is None:
+                sets.append(s)
+                continue
+            by, c = found
+            where = f"{by.distribution} {by.versions[0]} {c.path}"
+            sets.append(
+                replace(
+                    s,
+                    archs=c.archs,
+                    archs_from=f"{c.archs_from} in {where}",
+                    not_on={
+                        a: f"{rel.distribution} {s.name}: shipped in {where}: {why}"
+                        for a, why in c.not_on.items()
+                    },  # fmt: skip
+                    unknown={},
+                    shipped_in=where,
+                )
+            )
+        out.append(replace(rel, cubin_sets=tuple(sets)))
+    return out

@@ -48,7 +48,7 @@ from .catalogue import (
     merge_versions,
     norm,
 )
-from .catalogue_cubins import cubin_sets
+from .catalogue_cubins import cubin_sets, resolve_shipped
 from .draft import obtain, release_cache
 from .lock import LOCK_FILE, LockEntry, load_lock
 
@@ -394,5 +394,5 @@ def make_catalogue(
         seconds[entry.filename] = read.seconds
         if keep:
             keep(entry, path)
-    merged = merge_versions(_one_version(releases))
+    merged = merge_versions(resolve_shipped(_one_version(releases)))
     return Catalogue(tuple(merged), targets=targets, aliases=aliases()), seconds
