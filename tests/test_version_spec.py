@@ -91,6 +91,8 @@ def _elf(flags: int, abi: int, machine: int = 190) -> bytes:
         (0x6006402, 8, "sm_100"),  # nvcc 13.0 -arch=sm_100a: suffix only in the tkinfo note
         (0x6007902, 8, "sm_121"),
         (0x6005A04, 8, "sm_90"),
+        (0xF00670C, 8, "sm_103a"),  # flashinfer-cubin 0.6.12 fmhaSm103aKernel (cuobjdump: 103a)
+        (0x5A0D5A, 7, "sm_90a"),  # ABI 7: EF_CUDA_ACCELERATORS 0x800
         (0x5A055A, 7, "sm_90"),  # ABI 7: the SM number in the low byte
         (0x500550, 7, "sm_80"),
     ],
@@ -98,7 +100,7 @@ def _elf(flags: int, abi: int, machine: int = 190) -> bytes:
 def test_a_cubins_sm_is_read_from_e_flags(flags: int, abi: int, target: str) -> None:
     data = _elf(flags, abi)
     assert cubin_target(data) == target
-    assert cubin_sm(data) == int(target[3:])
+    assert cubin_sm(data) == int(target[3:].rstrip("af"))
 
 
 @pytest.mark.parametrize(

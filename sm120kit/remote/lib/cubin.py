@@ -5,9 +5,14 @@ A cubin is an ELF file with ``e_machine`` 190 (EM_CUDA) and OS ABI 0x41 (CUDA). 
 is in ``e_flags``: bits 0-7 for ELF ABI version 7, bits 8-15 for ABI version 8 (LLVM's
 ``ELFObjectFileBase::getNVPTXCPUName``: ``EF_CUDA_SM`` for ``ELFABIVERSION_CUDA_V1``, else
 ``EF_CUDA_SM_MASK >> EF_CUDA_SM_OFFSET``; checked against cuobjdump 13.0 on nvcc 13.0.88
-cubins of sm_80 to sm_121a, all ABI 8: ``flags=0x6007802`` is ``sm=120``). The ``a``/``f`` suffix is not in ``e_flags``
-(sm_120, sm_120a and sm_120f cubins carry the same flags); nvcc records the ``-arch`` it was
-given in the ``.note.nv.tkinfo`` note, which is where cuobjdump's ``sm=120a`` comes from.
+cubins of sm_80 to sm_121a, all ABI 8: ``flags=0x6007802`` is ``sm=120``).
+
+The ``a`` suffix is the accelerator bit of ``e_flags`` when set (``EF_CUDA_ACCELERATORS_V8``
+0x8 for ABI 8, ``EF_CUDA_ACCELERATORS`` 0x800 for ABI 7): flashinfer-cubin 0.6.12's ``fmhaSm103aKernel_*.cubin`` (toolkit 12.9) has
+``flags=0xf00670c``, cuobjdump ``sm=103a``. nvcc 13.0 leaves that bit clear (its sm_120,
+sm_120a and sm_120f cubins carry the same flags) and records the ``-arch`` it was given in the
+``.note.nv.tkinfo`` note, where cuobjdump's ``sm=120a`` then comes from; the ``f`` suffix is
+read from there only.
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 """
@@ -22,6 +27,8 @@ EM_CUDA = 190
 ELFOSABI_CUDA = 0x41
 #: ELF ABI version 8 moved the SM number from bits 0-7 to bits 8-15 of e_flags.
 ABI_V8 = 8
+ACCELERATORS_V8 = 0x8
+ACCELERATORS_V7 = 0x800
 _TKINFO = ".note.nv.tkinfo"
 _ARCH_ARG = re.compile(rb"-arch[ =]+sm_(\d+)([af]?)\b")
 
@@ -69,11 +76,20 @@ def cubin_sm(data: Any) -> int:
     return sm
 
 
+def _accelerated(data: Any) -> bool:
+    """The ``a`` bit of e_flags (0x8 for ABI 8, 0x800 for ABI 7)."""
+    e = "<" if data[5] == 1 else ">"
+    (flags,) = struct.unpack_from(e + "I", data, 0x30 if data[4] == 2 else 0x24)
+    return bool(flags & (ACCELERATORS_V8 if data[8] >= ABI_V8 else ACCELERATORS_V7))
+
+
 def cubin_target(data: Any) -> str:
-    """The SASS target (``sm_120a``) of the cubin `data`: the SM number of its e_flags, with
-    the ``a``/``f`` suffix of the ``-arch`` nvcc recorded for that same SM (none when the note
-    names none). CubinError when `data` is not a cubin."""
+    """The SASS target (``sm_120a``) of the cubin `data`: the SM number of its e_flags, ``a``
+    when its accelerator bit is set, else the ``a``/``f`` suffix of the ``-arch`` nvcc recorded
+    for that same SM (none when the note names none). CubinError when `data` is not a cubin."""
     sm = cubin_sm(data)
+    if _accelerated(data):
+        return f"sm_{sm}a"
     e = "<" if data[5] == 1 else ">"
     suffix = ""
     try:
