@@ -25,6 +25,7 @@ from sm120kit.stack.catalogue import (
     ModuleFacts,
     ReleaseFacts,
     WheelFacts,
+    carry_when,
     dump,
     parse,
 )
@@ -123,6 +124,24 @@ def test_facts_hold_for_their_version_ranges(
 )
 def test_the_hosts_facts_match_by_range(fact: dict, version: object, held: bool) -> None:  # type: ignore[type-arg]
     assert holds_for(fact, version) is held
+
+
+@pytest.mark.parametrize(
+    ("new_mods", "kept"),
+    [
+        ((ModuleFacts("m.so", sass=("sm_120",)),), True),  # read again, the same facts
+        ((ModuleFacts("m.so", sass=("sm_90",)),), False),  # the facts differ: range dropped
+    ],
+)
+def test_a_range_survives_regeneration_only_with_the_same_facts(
+    new_mods: tuple[ModuleFacts, ...], kept: bool
+) -> None:
+    before = Catalogue((_release(mods=(ModuleFacts("m.so", sass=("sm_120",)),),
+                                 when=(">=0.7,<0.8",)),))  # fmt: skip
+    again, dropped = carry_when(before, Catalogue((_release(mods=new_mods),)))
+    assert again.releases[0].holds_for("0.7.5") is kept
+    assert bool(dropped) is not kept
+    assert carry_when(None, again) == (again, [])
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from .. import drivers as drv
 from ..errors import RecipeError
 from ..output import stack as stack_out
 from ..output.console import show_document
-from ..stack.catalogue import FILE_NAME, Catalogue, save
+from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
 from ..stack.catalogue_read import lock_entries, make_catalogue
 from ..stack.draft import (
     Target,
@@ -165,13 +165,20 @@ def save_catalogue(
     path = lock_dir / FILE_NAME
     header = [
         f"Release facts of the wheels locked in {lock_dir.name}/, read from the wheels by",
-        f"`invoke lock.catalogue --lock-dir locks/{lock_dir.name}` (or lock.draft): do not edit.",
-        "Only the versions listed are known; any other version of a distribution is unknown.",
+        f"`invoke lock.catalogue --lock-dir locks/{lock_dir.name}` (or lock.draft): do not edit",
+        "but a release's `when` ranges (kept on regeneration while its facts read the same).",
+        "Only the versions listed and those ranges are known; any other version is unknown.",
     ]
+    try:
+        before = load_beside(lock_dir)
+    except RecipeError:
+        before = None  # an unreadable file is replaced whole; it has no ranges to keep
+    cat, dropped = carry_when(before, cat)
     state = save(path, cat, header)
     return {
         "catalogue": str(path),
         "file": state,
+        "when_dropped": dropped,
         "releases": len(cat.releases),
         "wheels": wheels,
         "modules": sum(len(w.modules) for r in cat.releases for w in r.wheels),
@@ -220,6 +227,8 @@ def _catalogue_report(console: Any, doc: dict[str, Any]) -> None:
         markup=False,
         highlight=False,
     )
+    for line in doc.get("when_dropped") or []:
+        console.print(f"  - {line}", markup=False, highlight=False)
 
 
 def _is_connection(line: str) -> bool:

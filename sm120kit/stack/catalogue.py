@@ -331,6 +331,36 @@ def merge_versions(releases: Iterable[ReleaseFacts]) -> list[ReleaseFacts]:
     return out
 
 
+def carry_when(old: Catalogue | None, new: Catalogue) -> tuple[Catalogue, list[str]]:
+    """`new` with the ``when`` ranges of `old` (the file it replaces) kept where a release of
+    the same distribution was read again with the same facts; and, one line each, the ranges
+    dropped because the facts read differ now (a range is a claim about those facts)."""
+    if old is None:
+        return new, []
+    kept: dict[str, list[str]] = {}
+    dropped = []
+    for was in old.releases:
+        if not was.when:
+            continue
+        same = [r for r in new.releases if r.distribution == was.distribution
+                and replace(r, when=())._shape() == replace(was, when=())._shape()]  # fmt: skip
+        if same:
+            for r in same:
+                kept.setdefault(f"{r.distribution} {r.versions}", []).extend(was.when)
+        else:
+            dropped.append(
+                f"{was.distribution} when {', '.join(was.when)}: dropped, the facts read for "
+                f"{was.distribution} differ from those of {', '.join(was.versions)}"
+            )
+    releases = tuple(
+        replace(r, when=tuple(dict.fromkeys([*r.when, *kept[k]])))
+        if (k := f"{r.distribution} {r.versions}") in kept
+        else r
+        for r in new.releases
+    )
+    return replace(new, releases=releases), dropped
+
+
 def _sort_key(version: str) -> Any:
     try:
         return (0, Version(version))
