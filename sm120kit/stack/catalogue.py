@@ -272,6 +272,8 @@ class Catalogue:
             if rel.holds_for(version):
                 return Lookup(rel)
         read = ", ".join(v for r in found for v in r.versions)
+        ranges = "; ".join(w for r in found for w in r.when)
+        read += f"; ranges: {ranges}" if ranges else ""
         return Lookup(None, f"{name} {version}: {UNKNOWN} (versions read: {read}{self._where()})")
 
     def cubin_sets(self, name: str, version: str) -> tuple[CubinSet, ...]:
