@@ -170,7 +170,7 @@ ARTIFACTS_PY = """
 class ArtifactPath:
     TRTLLM_GEN_FMHA: str = "abc/fmha/trtllm-gen/"
     TRTLLM_GEN_BMM: str = (
-        "def/batched_gemm/"
+        "def/batched_gemm-2a674db"
     )
     DSL_FMHA: str = "ghi/fmha/cute-dsl/"
     DSL_FMHA_ARCHS: tuple[str, ...] = ("sm_100a", "sm_103a")
@@ -205,6 +205,7 @@ def test_cubin_sets_are_read_from_the_wheel(tmp_path: Path) -> None:
         fmha.coverage("12.0")[0] == UNKNOWN and "unknown until downloaded" in fmha.unknown["12.0"]
     )
     assert fmha.source == "pkg/artifacts.py ArtifactPath.TRTLLM_GEN_FMHA"
+    assert sets["TRTLLM_GEN_BMM"].url == "https://repo.example/base/def/batched_gemm-2a674db/"
     dsl = sets["DSL_FMHA"]
     assert dsl.archs == ("sm_100a", "sm_103a") and dsl.coverage("12.0")[0] == NO
     assert sets["pkg_cubin/cubins/k"].archs == ("sm_100", "sm_120")

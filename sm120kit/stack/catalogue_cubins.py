@@ -8,9 +8,9 @@ Two ways a wheel says it has them, both read here from the wheel's bytes:
 - **downloaded at run time**: the package's Python source names an artifact repository and
   the sets' paths under it. The convention read is flashinfer's (its ``artifacts.py`` and
   ``jit/cubin_loader.py``): a module-level ``<X>_REPOSITORY = os.environ.get("<ENV>",
-  "<url>")``, a class ``ArtifactPath`` whose string fields ending in ``/`` are the sets'
-  paths (and whose ``<SET>_ARCHS`` tuple, when present, names the per-arch directories the
-  package downloads that set from), and a class ``CheckSumHash`` with the sha256 it pins for
+  "<url>")``, a class ``ArtifactPath`` whose string fields that are relative paths are the
+  sets' directories (and whose ``<SET>_ARCHS`` tuple, when present, names the per-arch
+  directories the package downloads that set from), and a class ``CheckSumHash`` with the sha256 it pins for
   each set's ``checksums.txt``. The cubins of such a set are not in the wheel: its coverage of
   an arch is unknown until downloaded, unless the package names its per-arch directories.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
+import re
 import zipfile
 from dataclasses import replace
 from typing import Any
@@ -32,6 +33,9 @@ ARTIFACT_CLASS = "ArtifactPath"
 CHECKSUM_CLASS = "CheckSumHash"
 REPOSITORY_SUFFIX = "_REPOSITORY"
 ARCHS_SUFFIX = "_ARCHS"
+#: A set's directory under the repository: ``<commit>/fmha/trtllm-gen/`` (0.7.2), or without the
+#: trailing slash (0.6.3's ``<commit>/batched_gemm-2a674db-79e4d37``).
+_ARTIFACT_DIR = re.compile(r"^[\w.+-]+(/[\w.+-]+)+/?$")
 
 
 def _not_on(name: str, archs: list[str], targets: tuple[str, ...], where: str) -> dict[str, str]:
@@ -161,9 +165,9 @@ def downloaded_sets(zf: zipfile.ZipFile, dist: str, targets: tuple[str, ...]) ->
     repo_file, variable, env, base = repo
     out = []
     for key, path in paths.items():
-        if not isinstance(path, str) or not path.endswith("/"):
+        if not isinstance(path, str) or not _ARTIFACT_DIR.match(path):
             continue
-        url = base.rstrip("/") + "/" + path
+        url = base.rstrip("/") + "/" + path.strip("/") + "/"
         archs = sorted(paths.get(key + ARCHS_SUFFIX) or (), key=target_key)
         source = f"{where} {ARTIFACT_CLASS}.{key}"
         how = ""
