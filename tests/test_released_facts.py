@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1] / "sm120kit"
 #: Files of cited rules, relative to sm120kit/, and why each may state release facts.
 CITED_RULES = {
     # Flag -> backend -> module rules, each with its upstream source and version range.
-    "preflight_rules.py": "preflight's cited rules",
+    "preflight/rules.py": "preflight's cited rules",
     # Which run-time toolchain lookup a package follows, read from its Python source (cited).
     "packages/released.py": "toolchain rules per package, cited",
     "remote/lib/jit_toolchain.py": "the toolchain lookup rules, each citing its files",

@@ -18,7 +18,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..catalogue import Catalogue, load_beside
+from ..stack.catalogue import Catalogue, load_beside
 from . import registry
 from .base import LoaderChoice
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import RecipeError
-from sm120kit.host import Host
-from sm120kit.recipes import load_recipes, resolve_for_host
+from sm120kit.inventory.host import Host
+from sm120kit.recipes.select import load_recipes, resolve_for_host
 
 REPO = Path(__file__).resolve().parents[2]
 
