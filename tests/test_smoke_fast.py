@@ -98,6 +98,36 @@ def test_a_forked_check_answers_what_a_fresh_interpreter_answers(tmp_path: Path)
     assert server.started == 3 and sorted(os.listdir(work)) == ["server-0.err"]
 
 
+@pytest.mark.parametrize(
+    ("body", "flag", "torch_first"),
+    [
+        ("import torch\n", True, True),
+        ("import ctypes\nctypes.CDLL({lib!r})\nimport torch\n", True, None),
+        ("import torch\n", False, None),
+    ],
+    ids=["torch-first", "a-library-before-torch", "not-asked"],
+)
+def test_an_import_alone_that_imports_torch_first_stops_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, flag: bool, torch_first: Any
+) -> None:
+    """A package whose import reaches ``import torch`` before loading any library of its own
+    (here a stand-in ``torch`` package, so nothing heavy is imported) is reported as such; one
+    that loads a library first (a copy of a stdlib extension, outside the interpreter's
+    lib-dynload) runs to its end."""
+    dynload = Path(os.path.dirname(os.__file__)) / "lib-dynload"
+    lib = tmp_path / "libcopy.so"
+    lib.write_bytes(next(dynload.glob("_json*.so")).read_bytes())
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "tfpkg").mkdir()
+    (tmp_path / "tfpkg" / "__init__.py").write_text(body.format(lib=str(lib)))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    job = {"module": "tfpkg", "kind": "package", "with_torch": False, "torch_first": flag}
+    res, err = run_target(sys.executable, LOAD_SRC, job, 60)
+    assert err is None and res is not None
+    assert res.get("torch_first") is torch_first and res["import"] is None
+
+
 # ------------------------------------------------------------------ catalogue trust
 
 

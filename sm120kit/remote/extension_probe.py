@@ -159,6 +159,8 @@ def probe_package(
         base = {"module": t, "kind": "package"}
         for with_torch in (True, False):
             args = dict(base, with_torch=with_torch)
+            if not with_torch and ctx.servers is not None and ctx.servers.torch is not None:
+                args["torch_first"] = True  # see in_target/load.py
             jobs.append(("top", t, with_torch, pool.submit(ctx.target, "load", LOAD_SRC, args)))
     for path, ext in exts.items():
         if ext.get("elf_error"):
@@ -206,6 +208,15 @@ def probe_package(
                 },
             )
         mod["with_torch" if with_torch else "alone"] = res.get("import")
+        if res.get("torch_first"):
+            mod["torch_first"] = True
+    for mod in modules.values():
+        if mod.pop("torch_first", False):
+            # It imports torch before any library of its own: alone is the import after torch.
+            mod["alone"] = mod["with_torch"]
+            mod["alone_is"] = (
+                "the import after torch: it imports torch before any library of its own"
+            )
 
     ext_list = list(exts.values())
     loader, excluded = check_loader(ctx, info, exts, facts.get("loader"))
