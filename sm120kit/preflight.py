@@ -65,13 +65,25 @@ def explicit_backends(launch: Launch) -> list[str]:
     return [n for n in names if n]
 
 
+#: Seconds sglang's resolution may take in the env (imports torch, sglang, sgl_kernel: about
+#: 30 s on a 2-core host under load).
+RESOLVE_TIMEOUT = 300
+#: GPU memory a host without a GPU is presented with (MiB): a 32 GiB board. sglang's memory
+#: hook sizes its defaults from it; no backend choice of sglang 0.5.23 reads it.
+FAKE_MEMORY_MIB = 32768
+
+
 def probe_request(
-    launch: Launch, python: str | None, cc: CC | None = None, resolve: bool = False
+    launch: Launch,
+    python: str | None,
+    cc: CC | None = None,
+    resolve: bool = False,
+    memory_mib: int | None = None,
 ) -> dict[str, Any]:
     """The preflight probe's arguments for this launch. With `resolve`, the probe also asks
-    sglang's own ServerArgs in the env which backends the launch gets (`cc`: the arch it
-    presents when the host has no GPU), and reads the modules of every backend preflight's
-    tables know, since which ones sglang picks is learnt in the same run."""
+    sglang's own ServerArgs in the env which backends the launch gets (`cc` and `memory_mib`:
+    the GPU it presents when the host has none), and reads the modules of every backend
+    preflight's tables know, since which ones sglang picks is learnt in the same run."""
     modules: list[dict[str, Any]] = []
     wanted: list[Backend] = []
     if resolve:
@@ -99,10 +111,12 @@ def probe_request(
         "model_path": launch.model_path,
     }
     if resolve:
+        out["timeout"] = RESOLVE_TIMEOUT
         out["resolve"] = {
             "cases": [server_args(launch.words)],
             "fields": list(RESOLVED_FIELDS),
             "cc": list(cc) if cc else None,
+            "memory_mib": memory_mib or FAKE_MEMORY_MIB,
         }
     return out
 
