@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from sm120kit.launch import parse_launch
-from sm120kit.preflight import judge, probe_request, resolution
+from sm120kit.preflight import FAKE_MEMORY_MIB, judge, probe_request, resolution
 from sm120kit.preflight_rules import RESOLVED_FIELDS
 from sm120kit.remote.lib.targets import SERVER_ARGS_SRC, run_target
 from sm120kit.remote.preflight_probe import resolve
@@ -82,7 +82,9 @@ def test_request_carries_the_launch_argv_every_field_and_the_arch() -> None:
         "cases": [["--model-path", "/m", "--attention-backend", "fa3"]],
         "fields": list(RESOLVED_FIELDS),
         "cc": [12, 0],
+        "memory_mib": FAKE_MEMORY_MIB,
     }
+    assert probe_request(launch, "/p", (12, 0), True, 97887)["resolve"]["memory_mib"] == 97887
     # Every prebuilt module preflight knows is read, since sglang's choice is learnt then.
     assert {"dist": ["sglang-kernel", "sgl-kernel"], "prefix": "sgl_kernel/flash_ops."} in req[
         "modules"
