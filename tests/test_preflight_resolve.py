@@ -159,6 +159,6 @@ def test_in_env_script_says_why_it_could_not_run(tmp_path) -> None:
     assert err is None and doc is not None
     assert doc["ran"] is False
     assert "No module named" in doc["reason"]
-    assert doc["gpu"] == "no GPU: torch.cuda faked as one GPU of capability 12.0"
+    assert doc["gpu"] == "no GPU: torch.cuda faked as one GPU of capability 12.0, 1024 MiB"
     res = resolution({"resolved": doc})
     assert res["by"].startswith("the tool's rules (sglang's resolution could not run: cannot")
