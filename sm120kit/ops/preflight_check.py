@@ -18,6 +18,7 @@ from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..host import Host
 from ..launch import Launch
+from ..packages.stack import catalogues
 from ..plan import PlanOptions, prepare
 from ..preflight import judge, probe_request
 from ..remote.lib.cudaarch import parse_cc
@@ -79,7 +80,7 @@ def run_preflight(
         memory = min((g.get("memory_mib") or 0 for g in gpus), default=0) or None
         request = probe_request(launch, py, cc, resolve=True, memory_mib=memory)
         doc = ctx.script("preflight_probe", request, timeout=PROBE_TIMEOUT)
-        verdict = judge(launch, facts, doc, cc, label)
+        verdict = judge(launch, facts, doc, cc, label, catalogues())
         verdict["arch_source"] = chosen.label
         verdict["python"] = doc.get("python") or py
         ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)
