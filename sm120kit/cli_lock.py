@@ -30,6 +30,7 @@ from .lock_resolve import check_index, parse_pin, parse_python, python_versions,
 from .lock_write import change_line, check_writable, write_lock
 from .output import stack as stack_out
 from .output.console import show_document
+from .preflight_recheck import recheck_rules
 
 
 def recipe_floor(drivers: SpecifierSet) -> str:
@@ -153,6 +154,10 @@ def draft_command(c: Any, **f: Any) -> None:
         "stack": stack_table(lock, rel, reason),
         "recipe": recipe.name if recipe else None,
         "catalogue": catalogue,
+        # Preflight's hand-written rules checked against this release (issue 32).
+        "rules": [
+            f.line() for f in recheck_rules({e.name: e.version for e in lock.packages}, cat, arches)
+        ],
     }
     show_document(doc, quiet, _draft_report)
 
@@ -267,6 +272,8 @@ def _draft_report(console: Any, doc: dict[str, Any]) -> None:
         console.print(f"skipped {line}", markup=False, highlight=False)
     if doc.get("catalogue"):
         _catalogue_report(console, doc["catalogue"])
+    for line in doc.get("rules") or []:
+        console.print(f"review preflight {line}", markup=False, highlight=False)
     for i, one in enumerate(doc["locks"]):
         last = i == len(doc["locks"]) - 1
         part = {**one, "stack": doc["stack"], "recipe": doc.get("recipe")}

@@ -312,6 +312,10 @@ class Rule:
     message: str
     fix: str
     source: str
+    #: (distribution, module path prefix) whose device code the rule states: lock.draft flags
+    #: the rule when a new release no longer has that module or it now has code for the arch
+    #: (sm120kit/preflight_recheck.py).
+    cites: tuple[tuple[str, str], ...] = ()
 
 
 RULES: tuple[Rule, ...] = (
@@ -327,6 +331,7 @@ RULES: tuple[Rule, ...] = (
         "--attention-backend flashinfer (or triton)",
         f"{KERNEL_WHEEL}: sgl_kernel/flash_ops.abi3.so fatbin (sm_80, sm_86, sm_90a); "
         f"{_REG}: create_flashattention_v3_backend asserts major 8 or 9",
+        cites=(("sglang-kernel", "sgl_kernel/flash_ops."),),
     ),
     Rule(
         "flashmla-no-sm120",
@@ -340,6 +345,7 @@ RULES: tuple[Rule, ...] = (
         f"{KERNEL_WHEEL}: sgl_kernel/flashmla_ops.abi3.so fatbin; {SGLANG_WHEEL}: "
         "flashmla_backend.py -> flash_mla_interface.py (import flash_mla), METADATA "
         "Requires-Dist sgl-flash-mla==1.0.0",
+        cites=(("sglang-kernel", "sgl_kernel/flashmla_ops."), ("sgl-flash-mla", "flash_mla/")),
     ),
     Rule(
         "trtllm-mla-sm120",

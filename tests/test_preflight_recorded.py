@@ -226,9 +226,9 @@ def test_real_serving_env_resolves_like_the_recording() -> None:
         "memory_mib": 32768,
     }
     model = model_state(str(MODELS / "llama-mha"))
-    site = None
     env_python = os.environ["SM120KIT_SERVING_ENV"]
-    lib = Path(env_python).resolve().parent.parent / "lib"
+    # The venv's own site-packages (its python is a link to the base interpreter: not resolved).
+    lib = Path(env_python).parent.parent / "lib"
     found = sorted(lib.glob("python3*/site-packages"))
     site = str(found[0]) if found else None
     doc = resolve(env_python, request, model, {"timeout": 900}, site)
