@@ -1,5 +1,5 @@
 """lock.draft re-checks preflight's hand-written rules against a new release
-(sm120kit/preflight_recheck.py): table tests of the pure function over the real shipped
+(sm120kit/preflight/recheck.py): table tests of the pure function over the real shipped
 catalogue of sglang 0.5.23 and catalogues built in the test (a release whose module gained
 12.0 code, or lost the module), nothing simulated beyond those facts."""
 
@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from sm120kit.catalogue import Catalogue, ModuleFacts, ReleaseFacts, WheelFacts
 from sm120kit.packages.stack import catalogues
-from sm120kit.preflight_recheck import recheck_rule, recheck_rules
-from sm120kit.preflight_rules import RULES
+from sm120kit.preflight.recheck import recheck_rule, recheck_rules
+from sm120kit.preflight.rules import RULES
+from sm120kit.stack.catalogue import Catalogue, ModuleFacts, ReleaseFacts, WheelFacts
 
 FA3 = next(r for r in RULES if r.id == "fa3-no-sm120")
 LOCKED = {"sglang": "0.5.23", "sglang-kernel": "0.4.10", "sgl-flash-mla": "1.0.0"}

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from sm120kit.launch import parse_launch
 from sm120kit.packages.stack import catalogues
-from sm120kit.preflight import judge
-from sm120kit.preflight_rules import RESOLVED_FIELDS
+from sm120kit.preflight.launch import parse_launch
+from sm120kit.preflight.rules import RESOLVED_FIELDS
+from sm120kit.preflight.verdicts import judge
 from sm120kit.remote.preflight_probe import model_state, resolve
 
 FIXTURES = Path(__file__).parent / "fixtures"

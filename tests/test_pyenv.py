@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from sm120kit.connection import ConnectOptions
 from sm120kit.errors import HostFailed
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
 from sm120kit.ops import pyenv
 from sm120kit.plan import PlanOptions
 from sm120kit.remote import make_env
-from sm120kit.results import RunResult
-from sm120kit.runner import Runner, RunOptions
+from sm120kit.runner.connection import ConnectOptions
+from sm120kit.runner.pool import Runner, RunOptions
+from sm120kit.runner.results import RunResult
 from sm120kit.steps import commands, render
 from tests.support.fleet import Fleet
 from tests.support.sample_wheel import cache_root

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from sm120kit.connection import Connection, LocalConnection
 from sm120kit.errors import Sm120Error
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
 from sm120kit.output.checks import render_serve_result
 from sm120kit.remote import run_script
+from sm120kit.runner.connection import Connection, LocalConnection
 from sm120kit.serve import (
     HANG_HINT,
     HUNG,

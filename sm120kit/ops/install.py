@@ -15,8 +15,8 @@ import shlex
 import time
 from typing import Any
 
-from ..host_context import HostContext
-from ..results import StepResult
+from ..runner.host_context import HostContext
+from ..runner.results import StepResult
 from ..state import ProvisionState
 from ..steps import Step, render
 

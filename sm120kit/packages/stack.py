@@ -21,7 +21,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..catalogue import Catalogue, load_beside
+from ..stack.catalogue import Catalogue, load_beside
 from . import registry
 from .base import ModuleArchs
 

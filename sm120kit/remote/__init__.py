@@ -26,8 +26,8 @@ from ..errors import HostFailed
 
 if TYPE_CHECKING:
     # The connection runs scripts too (Connection.script imports this module).
-    from ..connection import Connection
-    from ..host import Host
+    from ..inventory.host import Host
+    from ..runner.connection import Connection
 
 LIB = f"{__package__}.lib"
 
