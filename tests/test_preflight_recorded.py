@@ -122,8 +122,9 @@ TABLE = [
         "--model-path @deepseek-v32-dsa",
         {
             "attention_backend": "skip",
-            "dsa_prefill_backend": "unknown",
-            "dsa_decode_backend": "unknown",
+            # flashinfer's 'auto' picks its SM120 sparse MLA (JIT), not trtllm-gen cubins.
+            "dsa_prefill_backend": "pass",
+            "dsa_decode_backend": "pass",
             "dsa_topk_backend": "pass",
             "dsa_paged_mqa_logits_backend": "unknown",
         },
@@ -197,9 +198,12 @@ def test_refusals_cite_the_module_and_where_it_was_read() -> None:
     reason = next(c["reason"] for c in verdict["checks"] if c["check"] == "attention_backend")
     assert "flash_mla/_C_legacy.abi3.so (sgl-flash-mla 1.0.0" in reason
     assert "read from the catalogue locks/sglang-0.5.23/catalogue.toml" in reason
+    mha = _verdict("--model-path @llama-mha --attention-backend trtllm_mha")
+    attn = next(c for c in mha["checks"] if c["check"] == "attention_backend")
+    assert "TRTLLM_GEN_FMHA" in attn["reason"] and "were not read" in attn["reason"]
     dsa = _verdict("--model-path @deepseek-v32-dsa")
     prefill = next(c for c in dsa["checks"] if c["check"] == "dsa_prefill_backend")
-    assert "TRTLLM_GEN_FMHA" in prefill["reason"]
+    assert "_sparse_mla_sm120" in prefill["reason"]
 
 
 def test_the_recording_covers_every_model_with_and_without_flags() -> None:

@@ -45,6 +45,8 @@ class Backend:
     #: Cubin sets of the first `needs` distribution its kernels come from (flashinfer's
     #: ArtifactPath names), judged with the catalogue's cubin-set facts when it has them.
     cubins: tuple[str, ...] = ()
+    #: What it runs on a 12.x GPU when that differs (a package that dispatches by arch).
+    sm12x: Backend | None = None
 
 
 SGL_KERNEL = ("sglang-kernel", "sgl-kernel")
@@ -191,6 +193,15 @@ DSA_BACKENDS: dict[str, Backend] = {
         note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla: flashinfer's trtllm-gen "
         "MLA cubins",
         source=f"{_DSA} (_forward_trtllm)",
+        sm12x=Backend(
+            "jit",
+            needs=_FLASHINFER,
+            note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla with backend 'auto', "
+            "which picks 'sparse' (flashinfer/mla/_sparse_mla_sm120, CuTe DSL, JIT) on "
+            "SM120/SM121 when sparse_mla_top_k > 0, not the trtllm-gen cubins",
+            source=f"{_DSA} (_forward_trtllm); flashinfer-python 0.7.2 flashinfer/mla/_core.py "
+            "trtllm_batch_decode_with_kv_cache_mla docstring",
+        ),
     ),
     "flashinfer_sparse_mla": Backend(
         "jit",

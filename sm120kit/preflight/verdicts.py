@@ -319,6 +319,8 @@ def backend_verdict(
             "warn",
             f"{label}: not in preflight's table (not checked; this sglang may not accept it)",
         )
+    if entry.sm12x is not None and cc is not None and cc[0] == 12:
+        entry = entry.sm12x  # the package dispatches by arch: what runs on 12.x
     dists = probe.get("dists") or {}
     evidence: dict[str, Any] = {"backend": name, "kind": entry.kind, "source": entry.source}
     where = cc_text(cc) if cc else "this GPU"
