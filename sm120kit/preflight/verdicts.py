@@ -151,6 +151,7 @@ def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
         "backends": case.get("backends") or {},
         "error": case.get("error"),
         "gpu": doc.get("gpu"),
+        "driver": doc.get("driver"),
     }
 
 
@@ -186,11 +187,14 @@ def resolution_check(res: Mapping[str, Any]) -> Check:
     chosen = ", ".join(
         f"{k}={v}" for k, v in sorted(res["backends"].items()) if v not in (None, "None")
     )
+    gpu = res.get("gpu")
+    if res.get("driver") and str(res["driver"]).startswith("no driver"):
+        gpu = f"{gpu}; {res['driver']}"
     return check(
         "sglang_resolution",
         "pass",
-        f"resolved by: {res['by']} ({res.get('gpu')}): {chosen}",
-        {"backends": res["backends"], "gpu": res.get("gpu")},
+        f"resolved by: {res['by']} ({gpu}): {chosen}",
+        {"backends": res["backends"], "gpu": res.get("gpu"), "driver": res.get("driver")},
     )
 
 
