@@ -23,7 +23,7 @@ from sm120kit.preflight.launch import parse_launch
 from sm120kit.preflight.rules import RESOLVED_FIELDS
 from sm120kit.preflight.verdicts import FAKE_MEMORY_MIB, judge, probe_request, resolution
 from sm120kit.remote.lib.targets import SERVER_ARGS_SRC, run_target
-from sm120kit.remote.preflight_probe import resolve
+from sm120kit.remote.preflight_probe import hub_cache, hub_config, resolve
 from tests.support.sglang_env import stack_venv
 
 FACTS: dict[str, Any] = {
@@ -144,9 +144,34 @@ def test_fallback_to_the_tables_is_marked(resolved: dict[str, Any] | None, why: 
     assert verdict["attention"]["how"] == "sglang default"
 
 
-def test_hub_id_is_not_resolved() -> None:
-    got = resolve("/x/python", {"cases": [[]]}, {"local": False}, {})
-    assert got == {"ran": False, "reason": "the model is a hub id with no local config.json"}
+def test_hub_id_is_not_resolved(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    got = resolve("/x/python", {"cases": [[]]}, {"local": False, "path": "org/m"}, {})
+    assert got == {
+        "ran": False,
+        "reason": f"the model is a hub id with no config.json in this host's Hugging Face "
+        f"cache ({tmp_path}): preflight does not download",
+    }
+
+
+def test_hub_config_is_found_in_the_cache_as_huggingface_hub_lays_it_out(
+    tmp_path, monkeypatch
+) -> None:
+    """huggingface_hub's cache layout (models--org--name/snapshots/<rev>/config.json, refs/main
+    naming the revision), built in tmp_path; a hub id with its config cached is resolved."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    root = tmp_path / "models--Qwen--Qwen2.5-7B"
+    for rev in ("aaa", "bbb"):
+        (root / "snapshots" / rev).mkdir(parents=True)
+        (root / "snapshots" / rev / "config.json").write_text("{}")
+    assert hub_config("Qwen/Qwen2.5-7B") == str(root / "snapshots" / "aaa" / "config.json")
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text("bbb\n")
+    assert hub_config("Qwen/Qwen2.5-7B") == str(root / "snapshots" / "bbb" / "config.json")
+    assert hub_config("Qwen/Other") is None and hub_config("not-a-hub-id") is None
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert hub_cache() == str(tmp_path / "home" / "hub")
 
 
 def test_in_env_script_says_why_it_could_not_run(tmp_path) -> None:

@@ -28,7 +28,8 @@ Output::
 
 ``resolve``: the env's own interpreter runs sglang's argument resolution on each argv
 (lib/in_target/server_args.py); it runs only for a local model directory with a config.json,
-since sglang's per-model overrides read it (a hub id would be downloaded).
+or a hub id whose config.json is in the host's Hugging Face cache, since sglang's per-model
+overrides read it (run offline: nothing is downloaded).
 """
 
 from __future__ import annotations
@@ -211,6 +212,42 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def hub_cache() -> str:
+    """The Hugging Face hub cache directory as huggingface_hub finds it (HF_HUB_CACHE, else
+    HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(home, "hub")
+
+
+def hub_config(model_id: str) -> str | None:
+    """The cached config.json of hub model `model_id` (``org/name``), or None: huggingface_hub's
+    layout, ``models--org--name/snapshots/<revision>/config.json``, the revision ``refs/main``
+    names first. sglang, run offline, reads the same file."""
+    if model_id.count("/") != 1:
+        return None
+    root = os.path.join(hub_cache(), "models--" + model_id.replace("/", "--"))
+    snaps = os.path.join(root, "snapshots")
+    revs = []
+    try:
+        with open(os.path.join(root, "refs", "main")) as fh:
+            revs.append(fh.read().strip())
+    except OSError:
+        pass
+    try:
+        revs += sorted(os.listdir(snaps))
+    except OSError:
+        return None
+    for rev in revs:
+        path = os.path.join(snaps, rev, "config.json")
+        if rev and os.path.isfile(path):
+            return path
+    return None
+
+
 def has_driver() -> bool:
     """Whether this host's dynamic loader finds a CUDA driver (``libcuda.so.1``)."""
     try:
@@ -234,8 +271,14 @@ def resolve(
     env's modules (`site`: its site-packages) import, in a temporary directory removed after.
     """
     if not model.get("local"):
-        return {"ran": False, "reason": "the model is a hub id with no local config.json"}
-    if model.get("form") != "hf" or not model.get("config"):
+        cached = hub_config(str(model.get("path") or ""))
+        if cached is None:
+            return {
+                "ran": False,
+                "reason": "the model is a hub id with no config.json in this host's Hugging Face "
+                "cache (%s): preflight does not download" % hub_cache(),
+            }
+    elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
     env = None
     stub_dir = None
