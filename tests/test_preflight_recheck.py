@@ -81,6 +81,8 @@ def test_rules_for_other_majors_are_not_rechecked_for_this_arch() -> None:
         "x",
         "x",
     ]
+    # A release without any distribution the rule was read in is not one it is about.
+    assert recheck_rules({"torch": "2.14.1"}, None) == []
 
 
 def test_the_older_shipped_release_flags_the_rules_read_in_a_newer_one() -> None:

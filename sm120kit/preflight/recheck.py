@@ -54,7 +54,9 @@ def recheck_rule(
     flags = []
     named = [(d, s, version_of(d)) for d, s in rule.versions]
     locked = [(d, s, v) for d, s, v in named if v]
-    if locked and not any(_contains(s, v) for _d, s, v in locked):
+    if not locked:
+        return []  # none of the distributions it was read in: not a release it is about
+    if not any(_contains(s, v) for _d, s, v in locked):
         got = ", ".join(sorted({f"{d} {v}" for d, _s, v in locked}))
         spans = ", ".join(f"{d}{s}" for d, s, _v in named)
         flags.append(
