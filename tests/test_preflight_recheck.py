@@ -90,7 +90,7 @@ def test_the_older_shipped_release_flags_the_rules_read_in_a_newer_one() -> None
     flashmla's cited sgl-flash-mla is not in that release; fa3's sgl-kernel 0.3.21 is in range."""
     from pathlib import Path
 
-    from sm120kit.lock import load_lock
+    from sm120kit.stack.lock import load_lock
 
     root = Path(__file__).resolve().parents[1]
     lock = load_lock(root / "locks/sglang-0.5.9/pylock.cp311-manylinux_2_34_x86_64.toml")
