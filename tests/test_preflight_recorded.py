@@ -240,3 +240,49 @@ def test_real_serving_env_resolves_like_the_recording() -> None:
     for want, got in zip(cases, doc["cases"], strict=True):
         assert (got["error"] is None) == (want["error"] is None), (want["argv"], got)
         assert got["backends"] == want["backends"], want["argv"]
+
+
+def test_cubin_sets_are_judged_with_the_catalogues_cubin_facts() -> None:
+    """The catalogue's cubin-set API (docs/catalogue.md: ``Catalogue.cubin_sets(name,
+    version)``, ``CubinSet.coverage(arch)`` -> ("yes" | "no" | "unknown", why)) is stood in
+    for by a small subclass here until catalogues carry cubin sets; the verdicts are the pure
+    function's."""
+    from dataclasses import dataclass
+
+    from sm120kit.preflight.from_catalogue import cubin_coverage
+    from sm120kit.stack.catalogue import Catalogue, ReleaseFacts, WheelFacts
+
+    @dataclass(frozen=True)
+    class Set:
+        name: str
+        answer: tuple[str, str]
+
+        def coverage(self, arch: str) -> tuple[str, str]:
+            return self.answer
+
+    class WithCubins(Catalogue):
+        def cubin_sets(self, name: str, version: str) -> tuple[Set, ...]:
+            return (
+                Set("TRTLLM_GEN_FMHA", ("no", "archs sm_100f, sm_103a, sm_107a")),
+                Set("TRTLLM_GEN_GEMM", ("unknown", "downloaded at run time")),
+                Set("DEEPGEMM", ("yes", "sm_120a")),
+            )
+
+    wheel = WheelFacts("0.7.2", "flashinfer_python-0.7.2.whl", "0" * 64)
+    cat = WithCubins((ReleaseFacts("flashinfer-python", ("0.7.2",), (wheel,)),), source="c.toml")
+    fi = "flashinfer-python"
+    assert cubin_coverage(fi, "0.7.2", ["TRTLLM_GEN_FMHA"], "12.0", [cat]) == (
+        "fail",
+        "flashinfer-python 0.7.2 cubin sets (c.toml): TRTLLM_GEN_FMHA: archs sm_100f, sm_103a, "
+        "sm_107a",
+    )
+    assert cubin_coverage(fi, "0.7.2", ["TRTLLM_GEN_GEMM"], "12.0", [cat])[0] == "unknown"
+    assert cubin_coverage(fi, "0.7.2", ["DEEPGEMM"], "12.0", [cat])[0] == "pass"
+    assert cubin_coverage(fi, "0.7.2", ["OTHER"], "12.0", [cat])[0] == "unknown"
+    # A version no catalogue read, or a catalogue without cubin facts: unknown, never a pass.
+    assert cubin_coverage(fi, "0.7.3", ["DEEPGEMM"], "12.0", [cat])[0] == "unknown"
+    assert cubin_coverage(fi, "0.7.2", ["DEEPGEMM"], "12.0", catalogues())[0] == "unknown"
+    assert cubin_coverage(fi, None, ["DEEPGEMM"], "12.0", [cat]) == (
+        "unknown",
+        "flashinfer-python is not installed in the env",
+    )
