@@ -187,3 +187,12 @@ def test_in_env_script_says_why_it_could_not_run(tmp_path) -> None:
     assert doc["gpu"] == "no GPU: torch.cuda faked as one GPU of capability 12.0, 1024 MiB"
     res = resolution({"resolved": doc})
     assert res["by"].startswith("the tool's rules (sglang's resolution could not run: cannot")
+
+
+def test_an_answer_without_any_backend_is_unknown_not_a_pass() -> None:
+    """An sglang whose ServerArgs has none of the fields asked answers {} (or all None)."""
+    for backends in ({}, {"attention_backend": None}):
+        doc = {"ran": True, "version": "0.6.0", "gpu": "g", "cases": [{"backends": backends}]}
+        verdict = judge(_launch(), FACTS, _probe(doc), (12, 0))
+        got = next(c for c in verdict["checks"] if c["check"] == "sglang_resolution")
+        assert got["status"] == "unknown", got

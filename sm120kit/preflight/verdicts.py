@@ -184,6 +184,14 @@ def resolution_check(res: Mapping[str, Any]) -> Check:
         )
     if res.get("backends") is None:
         return check("sglang_resolution", "skip", f"resolved by: {res['by']}")
+    if not any(v not in (None, "None") for v in res["backends"].values()):
+        # No verdict passes over an empty list: an sglang without these fields answered none.
+        return check(
+            "sglang_resolution",
+            "unknown",
+            f"resolved by: {res['by']}: it answered none of the backend fields asked",
+            {"backends": res["backends"], "gpu": res.get("gpu")},
+        )
     chosen = ", ".join(
         f"{k}={v}" for k, v in sorted(res["backends"].items()) if v not in (None, "None")
     )
