@@ -151,7 +151,7 @@ def draft_command(c: Any, **f: Any) -> None:
         "pythons": [d["python"] for d in docs],
         "locks": docs,
         "skipped": skipped,
-        "stack": stack_table(lock, rel, reason),
+        "stack": stack_table(lock, rel, reason, _shared_stack(recipe)),
         "recipe": recipe.name if recipe else None,
         "catalogue": catalogue,
         # Preflight's hand-written rules checked against this release (issue 32).
@@ -160,6 +160,13 @@ def draft_command(c: Any, **f: Any) -> None:
         ],
     }
     show_document(doc, quiet, _draft_report)
+
+
+def _shared_stack(recipe: Any) -> str | None:
+    """The shared stack (recipes/shared/stacks.toml) the recipe's ``[stack]`` uses, if any."""
+    table = recipe.raw.get("stack") if recipe is not None else None
+    use = table.get("use") if isinstance(table, dict) else None
+    return use if isinstance(use, str) else None
 
 
 def save_catalogue(
