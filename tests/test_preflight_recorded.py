@@ -200,7 +200,7 @@ def test_refusals_cite_the_module_and_where_it_was_read() -> None:
     assert "read from the catalogue locks/sglang-0.5.23/catalogue.toml" in reason
     mha = _verdict("--model-path @llama-mha --attention-backend trtllm_mha")
     attn = next(c for c in mha["checks"] if c["check"] == "attention_backend")
-    assert "TRTLLM_GEN_FMHA" in attn["reason"] and "were not read" in attn["reason"]
+    assert "TRTLLM_GEN_FMHA" in attn["reason"] and "downloaded at run time" in attn["reason"]
     dsa = _verdict("--model-path @deepseek-v32-dsa")
     prefill = next(c for c in dsa["checks"] if c["check"] == "dsa_prefill_backend")
     assert "_sparse_mla_sm120" in prefill["reason"]
@@ -243,46 +243,39 @@ def test_real_serving_env_resolves_like_the_recording() -> None:
 
 
 def test_cubin_sets_are_judged_with_the_catalogues_cubin_facts() -> None:
-    """The catalogue's cubin-set API (docs/catalogue.md: ``Catalogue.cubin_sets(name,
-    version)``, ``CubinSet.coverage(arch)`` -> ("yes" | "no" | "unknown", why)) is stood in
-    for by a small subclass here until catalogues carry cubin sets; the verdicts are the pure
-    function's."""
-    from dataclasses import dataclass
-
+    """Cubin sets judged with the catalogue's facts (docs/catalogue.md "Cubin sets"): a set
+    with no cubin for the arch fails naming it, one whose cubins are downloaded at run time is
+    unknown (flashinfer-python 0.7.2's, in the shipped catalogue), one with a cubin there
+    passes. The catalogue here is built in the test from the real types."""
     from sm120kit.preflight.from_catalogue import cubin_coverage
-    from sm120kit.stack.catalogue import Catalogue, ReleaseFacts, WheelFacts
+    from sm120kit.stack.catalogue import Catalogue, CubinSet, ReleaseFacts, WheelFacts
 
-    @dataclass(frozen=True)
-    class Set:
-        name: str
-        answer: tuple[str, str]
-
-        def coverage(self, arch: str) -> tuple[str, str]:
-            return self.answer
-
-    class WithCubins(Catalogue):
-        def cubin_sets(self, name: str, version: str) -> tuple[Set, ...]:
-            return (
-                Set("TRTLLM_GEN_FMHA", ("no", "archs sm_100f, sm_103a, sm_107a")),
-                Set("TRTLLM_GEN_GEMM", ("unknown", "downloaded at run time")),
-                Set("DEEPGEMM", ("yes", "sm_120a")),
-            )
-
+    sets = (
+        CubinSet("TRTLLM_GEN_FMHA", "fmha/", False, archs=("sm_100f",), not_on={"12.0": "no"}),
+        CubinSet("TRTLLM_GEN_GEMM", "gemm/", False, unknown={"12.0": "downloaded at run time"}),
+        CubinSet("DEEPGEMM", "dg/", True, archs=("sm_120a",), archs_from="e_flags"),
+    )
     wheel = WheelFacts("0.7.2", "flashinfer_python-0.7.2.whl", "0" * 64)
-    cat = WithCubins((ReleaseFacts("flashinfer-python", ("0.7.2",), (wheel,)),), source="c.toml")
+    release = ReleaseFacts("flashinfer-python", ("0.7.2",), (wheel,), cubin_sets=sets)
+    cat = Catalogue((release,), source="c.toml")
     fi = "flashinfer-python"
     assert cubin_coverage(fi, "0.7.2", ["TRTLLM_GEN_FMHA"], "12.0", [cat]) == (
         "fail",
-        "flashinfer-python 0.7.2 cubin sets (c.toml): TRTLLM_GEN_FMHA: archs sm_100f, sm_103a, "
-        "sm_107a",
+        "flashinfer-python 0.7.2 cubin sets (c.toml): TRTLLM_GEN_FMHA: no",
     )
     assert cubin_coverage(fi, "0.7.2", ["TRTLLM_GEN_GEMM"], "12.0", [cat])[0] == "unknown"
-    assert cubin_coverage(fi, "0.7.2", ["DEEPGEMM"], "12.0", [cat])[0] == "pass"
+    assert cubin_coverage(fi, "0.7.2", ["DEEPGEMM"], "12.0", [cat]) == (
+        "pass",
+        "flashinfer-python 0.7.2 cubin sets (c.toml): DEEPGEMM: cubins for sm_120a (e_flags)",
+    )
     assert cubin_coverage(fi, "0.7.2", ["OTHER"], "12.0", [cat])[0] == "unknown"
-    # A version no catalogue read, or a catalogue without cubin facts: unknown, never a pass.
+    # A version no catalogue read: unknown, never a pass.
     assert cubin_coverage(fi, "0.7.3", ["DEEPGEMM"], "12.0", [cat])[0] == "unknown"
-    assert cubin_coverage(fi, "0.7.2", ["DEEPGEMM"], "12.0", catalogues())[0] == "unknown"
     assert cubin_coverage(fi, None, ["DEEPGEMM"], "12.0", [cat]) == (
         "unknown",
         "flashinfer-python is not installed in the env",
     )
+    # The shipped 0.5.23 catalogue: flashinfer 0.7.2's trtllm-gen FMHA is downloaded at run
+    # time, so its coverage of 12.0 is unknown, and the verdict says where it comes from.
+    status, why = cubin_coverage(fi, "0.7.2", ["TRTLLM_GEN_FMHA"], "12.0", catalogues())
+    assert status == "unknown" and "cubins downloaded at run time from https://" in why

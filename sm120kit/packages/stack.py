@@ -76,7 +76,7 @@ def catalogues() -> tuple[Catalogue, ...]:
 def catalogue_archs(names: list[str]) -> list[dict[str, Any]]:
     """The probe's ``module_archs`` facts from the catalogues for a package published under
     `names`: each module without code for a target the catalogue judged (not the module a
-    loader imports), for exactly the versions read."""
+    loader imports), for the versions read and the ranges the release names (``when``)."""
     out: list[dict[str, Any]] = []
     for cat in catalogues():
         wanted = set().union(*(cat.names(n) for n in names))
@@ -90,6 +90,7 @@ def catalogue_archs(names: list[str]) -> list[dict[str, Any]]:
                         "module": mod.key.replace("/", "."),
                         "sass": list(mod.sass),
                         "versions": list(rel.versions),
+                        "when": list(rel.specifiers()),
                         "reason": why,
                         "source": cat.source,
                     }

@@ -73,17 +73,16 @@ def cubin_coverage(
 ) -> tuple[str, str]:
     """Whether the cubin sets `names` of `dist` `version` have kernels for `arch`, from the
     catalogue's cubin-set facts (``Catalogue.cubin_sets`` / ``CubinSet.coverage``): ("pass" |
-    "fail" | "unknown", why). Unknown, saying why, when no catalogue read those sets (a
-    catalogue made before cubin sets were read, or the version not read) or their coverage
-    cannot be known from the wheel (cubins downloaded at run time)."""
+    "fail" | "unknown", why). Unknown, saying why, when no catalogue read that version, the
+    sets are not among those read, or their coverage cannot be known from the wheel (cubins
+    downloaded at run time: flashinfer-python 0.7.2's trtllm-gen sets)."""
     wanted = list(names)
     if not version:
         return "unknown", f"{dist} is not installed in the env"
     for cat in cats:
-        reader = getattr(cat, "cubin_sets", None)
-        if reader is None or not cat.lookup(dist, version).known:
+        if not cat.lookup(dist, version).known:
             continue
-        found = {s.name: s for s in reader(dist, version)}
+        found = {s.name: s for s in cat.cubin_sets(dist, version)}
         lines, worst = [], "pass"
         for name in wanted:
             got = found.get(name)
@@ -92,7 +91,7 @@ def cubin_coverage(
                 worst = "unknown" if worst == "pass" else worst
                 continue
             verdict, why = got.coverage(arch)
-            lines.append(f"{name}: {why}")
+            lines.append(why if name in why else f"{name}: {why}")
             if verdict == "no":
                 worst = "fail"
             elif verdict != "yes" and worst == "pass":
