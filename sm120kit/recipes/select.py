@@ -294,9 +294,10 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
             continue  # derived again after overrides, from the final cuda.version
         value = getattr(choice, name)
         put(f"cuda.{name}", list(value) if isinstance(value, tuple) else value, origin)
-    put("torch.version", recipe.torch.version)
-    put("torch.index", recipe.torch.index)
-    put("torch.cuda", recipe.torch.cuda)
+    for key in ("version", "index", "cuda"):
+        put(f"torch.{key}", getattr(recipe.torch, key))
+        if recipe.torch_from:  # the shared stack's torch (recipes/shared/stacks.toml)
+            sources[f"torch.{key}"] = recipe.torch_from
     for pkg in specs:
         where = f"packages[{next(i for i, p in enumerate(recipe.packages) if p is pkg)}]"
         base = f"packages.{pkg.name}."
