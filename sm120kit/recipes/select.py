@@ -15,7 +15,7 @@ One TOML file per NVIDIA driver branch lives in the repo's ``recipes/`` director
     mirror = "https://..."; runfile = "..."; sha256 = ""; pip_packages = [...]   # optional
     [[cuda.choices]]                   # first whose `drivers` admits the exact driver wins
     drivers = "<580.82.07"; version = "13.0.0"; method = "runfile"; runfile = "..."
-    [torch]
+    [torch]                            # optional with a shared [stack]: else its line's torch
     version = "2.9.1"; index = "https://download.pytorch.org/whl/cu130"; cuda = "13.0"  # or "cpu"
     [[packages]]
     name = "mypkg"; version = "2.8.3"; source = { kind = "pypi" }
