@@ -152,7 +152,7 @@ def draft_command(c: Any, **f: Any) -> None:
         "pythons": [d["python"] for d in docs],
         "locks": docs,
         "skipped": skipped,
-        "stack": stack_table(lock, rel, reason, _shared_stack(recipe)),
+        "stack": stack_table(lock, rel, reason, _shared_stack(recipe), _stack_torch_index(recipe)),
         "recipe": recipe.name if recipe else None,
         "catalogue": catalogue,
         # Preflight's hand-written rules checked against this release (issue 32).
@@ -168,6 +168,11 @@ def _shared_stack(recipe: Any) -> str | None:
     table = recipe.raw.get("stack") if recipe is not None else None
     use = table.get("use") if isinstance(table, dict) else None
     return use if isinstance(use, str) else None
+
+
+def _stack_torch_index(recipe: Any) -> str:
+    """The torch index of the shared stack line the recipe takes its torch from, else ""."""
+    return str(recipe.torch.index) if recipe is not None and recipe.torch_from else ""
 
 
 def save_catalogue(

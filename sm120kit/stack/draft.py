@@ -324,12 +324,21 @@ def review(lock: Lock, recipe_torch: str | None, build_sources: dict[str, str]) 
     return lines
 
 
-def stack_table(lock: Lock, lock_path: str, reason: str, shared: str | None = None) -> str:
+def stack_table(
+    lock: Lock, lock_path: str, reason: str, shared: str | None = None, torch_index: str = ""
+) -> str:
     """The recipe's ``[stack]`` table for this lock, as TOML to paste; for a recipe whose
     ``[stack]`` uses a shared stack (`shared`), that stack's line of
-    ``recipes/shared/stacks.toml`` instead (every recipe using it follows)."""
+    ``recipes/shared/stacks.toml`` instead (every recipe using it follows). With
+    `torch_index` (the line's torch index today) the line carries the lock's torch, which
+    the recipes without a ``[torch]`` of their own take."""
     if shared:
         fields = f'top = "{lock.top}", locks = "{posixpath.dirname(lock_path)}"'
+        if torch_index and lock.torch:
+            fields += (
+                f', torch = {{ version = "{Version(lock.torch).public}", index = "{torch_index}",'
+                f' cuda = "{lock.torch_cuda}" }}'
+            )
         return (
             f"# recipes/shared/stacks.toml, [stacks] {shared}:\n"
             f'{shared} = {{ {fields}, reason = "{reason}" }}'
