@@ -466,7 +466,9 @@ def _parse_recipe(path: Path, patches_dir: Path, shared: _Shared) -> Recipe:
     pythons = f.get(data, ("python",), _python_list)  # checked before the locks use it
     stack, lock, locks = _parse_stack(f, data, packages, patches_dir, shared)
     if stack is not None and lock is not None and lock.torch:
-        if stack_torch is not None:  # the shared line must agree with its lock, used or not
+        # The shared line's torch must agree with its lock even where a recipe's own [torch]
+        # wins, unless the recipe's [stack] points at other locks than the line's.
+        if stack_torch is not None and "locks" not in data["stack"]:
             _check_torch_is_the_locks(stack_torch[2], stack_torch[0], lock, stack.lock)
         _check_torch_is_the_locks(torch_error, torch, lock, stack.lock)
     return Recipe(
