@@ -30,6 +30,7 @@ from .lock_resolve import check_index, parse_pin, parse_python, python_versions,
 from .lock_write import change_line, check_writable, write_lock
 from .output import stack as stack_out
 from .output.console import show_document
+from .remote.lib.names import dist_name
 
 
 def recipe_floor(drivers: SpecifierSet) -> str:
@@ -247,7 +248,7 @@ def _lock_doc(lock: Lock, out: Path, recipe: Any, changes: dict[str, Any]) -> di
     sources = {}
     if recipe is not None:
         for pkg in recipe.packages:
-            sources[pkg.name.lower().replace("_", "-")] = f"{pkg.name} {pkg.version}"
+            sources[dist_name(pkg.name)] = f"{pkg.name} {pkg.version}"
     return {
         "lock": str(out),
         "python": lock.python,

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from sm120kit.connection import LocalConnection
 from sm120kit.errors import PatchError
 from sm120kit.host import Host
+from sm120kit.host_context import outside_run
 from sm120kit.ops import pyenv
 from sm120kit.ops import toolkit as tk
 from sm120kit.ops.build import PATCHED_MARKER, ensure_patched, ensure_source, patch_steps
@@ -261,7 +261,7 @@ def test_the_interpreter_cleans_up_after_a_failed_step(tmp_path: Path) -> None:
 def test_patch_steps_apply_all_or_leave_the_tree(tmp_path: Path) -> None:
     """The patch operation's steps through patch_tree's interpreter: a copy is patched and
     renamed over the tree; a patch that does not apply removes the copy and names the hunk."""
-    conn = LocalConnection(Host(name="local", vars={"ansible_connection": "local"}))
+    conn = outside_run(Host(name="local", vars={"ansible_connection": "local"}))
     src = tmp_path / "src"
     loader = src / "python" / "sgl_kernel" / "load_utils.py"
     loader.parent.mkdir(parents=True)
@@ -289,6 +289,7 @@ def test_bundles_carry_the_library_they_import() -> None:
     assert lib_closure(script_source("make_env")) == [
         "sm120kit.remote.lib.download",
         "sm120kit.remote.lib.files",
+        "sm120kit.remote.lib.in_target.env_facts",  # its inspect step's program, as text
         "sm120kit.remote.lib.proc",
         "sm120kit.remote.lib.steps",
     ]

@@ -17,12 +17,15 @@ installed" instead of a bare ok.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import smoke_memo
 from .. import smoke_report as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
@@ -32,6 +35,7 @@ from ..packages import stack as serving
 from ..plan import PlanOptions, prepare
 from ..recipes import PackageSpec, Recipe, ResolvedRecipe
 from ..remote.lib.arch import Arch
+from ..remote.lib.names import STACK_RECORD
 from ..runner import HostContext, HostOp
 from ..stack import provision_parts
 from ..state import ProvisionState
@@ -535,25 +539,35 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
         raise_on_failure(ctx, target, run)
 
 
-#: Beside the serving env: its last passing smoke, reused while the stack step changes nothing.
-STACK_MEMO = ".sm120kit-smoke.json"
-
-
 def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
     """`provision --stack`'s last step: smoke the serving env as ``invoke smoke --python ENV``
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
     package's toolchain), judged for the host's target arch (`choose_arch`: the arch the
     stack was verified for). `fresh` (the stack changed, or ``--recheck``): run it; otherwise
-    the last passing verdict (kept beside the env) is reused, unless the host has gained or
-    lost its GPU since (on a GPU-less host what needs the NVIDIA driver only warns) or its
-    target arch changed. A fail raises HostFailed and keeps no verdict."""
-    memo_path = posixpath.join(env, STACK_MEMO)
-    memo = None if fresh else ctx.read_json(memo_path)
+    the last passing verdict is reused (`smoke_memo`, as provision's package smoke: keyed by the
+    env's record of what it holds, the checks' code, the recipe's declarations, the target arch
+    and whether the host has a GPU: on a GPU-less host what needs the NVIDIA driver only warns).
+    A fail raises HostFailed and keeps no verdict."""
     gpu = gpu_capability(state.facts) is not None
     chosen = choose_arch(state.host, state.facts, None, state.resolved)
     cc, cc_source = chosen.cc, chosen.label
-    if memo is not None and (memo.get("gpu") is not gpu or memo.get("arch") != cc):
-        memo = None  # judged without a GPU (what needs the driver only warned), or with one
+    names = tuple(state.resolved.package_names())
+    context = {
+        "of": "the serving env",
+        "code": smoke_memo.code_digest(),
+        "arch": cc,
+        "gpu": gpu,
+        "declarations": declarations(state),
+        # What the probe is told about the stack's packages (their descriptors' data).
+        "knowledge": hashlib.sha256(
+            json.dumps(serving.probe_knowledge(names), sort_keys=True).encode()
+        ).hexdigest(),
+    }
+    key, memo = smoke_memo.look_up(
+        ctx, state, env=env, marker=STACK_RECORD, packages=[], context=context
+    )
+    if fresh:
+        memo = None
     with ctx.step("stack smoke") as step:
         if memo is not None:
             step.message = (
@@ -562,7 +576,6 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
             )
             ctx.set(stack_smoke={**memo, "reused": True})
             return
-        names = tuple(state.resolved.package_names())
         target = Target(
             posixpath.join(env, "bin", "python"),
             "the serving env",
@@ -590,7 +603,8 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
         memo = {k: doc[k] for k in ("checked", "summary", "arch")}
         memo["gpu"] = gpu
         memo["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        ctx.script("install_lock", {"action": "memo", "env": env, "memo": memo})
+        if key:
+            smoke_memo.remember(ctx, state, key, memo)
 
 
 def __getattr__(name: str) -> Any:

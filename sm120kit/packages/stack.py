@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from ..catalogue import Catalogue, load_beside
+from ..remote.lib.names import dist_name
 from . import registry
 from .base import ModuleArchs
 
@@ -100,18 +99,13 @@ STACK = (
 )
 
 
-def _norm(name: str) -> str:
-    """A distribution name as PEP 503 compares them (`SGLang_Kernel` is `sglang-kernel`)."""
-    return str(canonicalize_name(name))
-
-
 def _names(name: str, others: tuple[str, ...]) -> set[str]:
-    return {_norm(n) for n in (name, *others) if n}
+    return {dist_name(n) for n in (name, *others) if n}
 
 
 def stack_package(name: str) -> StackPackage | None:
     """The stack entry called `name` (or published under it), or None."""
-    return next((p for p in STACK if _norm(name) in _names(p.name, p.distributions)), None)
+    return next((p for p in STACK if dist_name(name) in _names(p.name, p.distributions)), None)
 
 
 def package_name(name: str) -> str:
@@ -119,7 +113,7 @@ def package_name(name: str) -> str:
     under finds the same facts (`sglang-kernel`, `sglang_kernel` and `sgl-kernel` are all
     the sgl-kernel descriptor's). A name nothing knows is returned as given."""
     for d in registry.descriptors():
-        if d.name and _norm(name) in _names(d.name, tuple(d.distributions)):
+        if d.name and dist_name(name) in _names(d.name, tuple(d.distributions)):
             return d.name
     entry = stack_package(name)
     return entry.name if entry is not None else name
@@ -149,7 +143,7 @@ def distributions(name: str) -> list[str]:
         every = [desc.name, *desc.distributions]
     else:
         return []
-    return [n for n in every if _norm(n) != _norm(name)]
+    return [n for n in every if dist_name(n) != dist_name(name)]
 
 
 def _has_descriptor(name: str) -> bool:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from sm120kit.remote.lib.cudalibs import toolkit_components
+from sm120kit.remote.lib.names import cuda_xy
 
 
 def sh(argv, timeout=20):
@@ -400,7 +401,7 @@ def toolkit(root, source):
         if recorded_nvcc and re.match(r"^\d+\.\d+\.\d+$", recorded_nvcc):
             # version.json records nvcc's version: no need to run nvcc (slow to start).
             entry["nvcc_version"] = recorded_nvcc
-            entry["nvcc_release"] = ".".join(recorded_nvcc.split(".")[:2])
+            entry["nvcc_release"] = cuda_xy(recorded_nvcc)
         else:
             entry["nvcc_release"], entry["nvcc_version"] = nvcc_version(nvcc)
         if not entry["version"]:

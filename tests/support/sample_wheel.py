@@ -25,6 +25,7 @@ from typing import Any
 
 from sm120kit.connection import LocalConnection
 from sm120kit.host import Host
+from sm120kit.host_context import HostContext, outside_run
 from sm120kit.remote import run_script
 from sm120kit.remote.build_wheel import PROVENANCE_FILE, PROVENANCE_SCHEMA
 from tests.support.venvs import make_venv
@@ -53,6 +54,11 @@ def cache_root() -> Path:
 
 def local_connection() -> LocalConnection:
     return LocalConnection(Host("local", vars={"ansible_connection": "local"}))
+
+
+def local_context() -> HostContext:
+    """The local host's context outside a run (the logged run API, as a host op has it)."""
+    return outside_run(Host("local", vars={"ansible_connection": "local"}))
 
 
 def nvcc_available() -> bool:

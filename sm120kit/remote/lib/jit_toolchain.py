@@ -62,6 +62,8 @@ import shutil
 import subprocess
 from typing import Any, Callable
 
+from sm120kit.remote.lib.names import dist_stem
+
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 _CUDART = re.compile(r"#define\s+CUDART_VERSION\s+(\d+)")
 _CCCL = re.compile(r"#define\s+CCCL_VERSION\s+(\d+)")
@@ -125,11 +127,11 @@ def cccl_version(include: str | None) -> str | None:
 
 def _dist_info(sys_path: list[str], name: str) -> tuple[str, str] | None:
     """(the sys.path entry, the .dist-info directory) of distribution `name`, or None."""
-    stem = re.sub(r"[-_.]+", "_", name).lower()
+    stem = dist_stem(name)
     for entry in sys_path:
         for info in sorted(glob.glob(os.path.join(entry, "*.dist-info"))):
             dist = os.path.basename(info)[: -len(".dist-info")].partition("-")[0]
-            if re.sub(r"[-_.]+", "_", dist).lower() == stem:
+            if dist_stem(dist) == stem:
                 return entry, info
     return None
 
