@@ -3,12 +3,12 @@
 Every task takes -H/--host and -i/--inventory, and --json prints exactly one JSON document on
 stdout. Exit status: 0 ok, 1 bad input, 2 a host failed or was unreachable, 3 interrupted.
 Each task names the flags it takes (declared once, with defaults and help, in
-sm120kit/flags.py); its body gets them as keyword arguments (`**f`).
+sm120kit/cli/flags.py); its body gets them as keyword arguments (`**f`).
 """
 
 from __future__ import annotations
 
-from sm120kit.interrupts import install as _install_interrupts
+from sm120kit.runner.interrupts import install as _install_interrupts
 
 # First, before the heavy imports: a signal while the rest loads is exit 3 and one line.
 _install_interrupts()
@@ -17,9 +17,10 @@ from typing import Any  # noqa: E402
 
 from invoke import Collection  # noqa: E402
 
-from sm120kit import cli, cli_errors  # noqa: E402
-from sm120kit.cli import task  # noqa: E402
-from sm120kit.flags import BUILD, COMMON, RECIPE  # noqa: E402
+from sm120kit.cli import core as cli  # noqa: E402
+from sm120kit.cli import errors as cli_errors  # noqa: E402
+from sm120kit.cli.core import task  # noqa: E402
+from sm120kit.cli.flags import BUILD, COMMON, RECIPE  # noqa: E402
 from sm120kit.packages import registry  # noqa: E402
 
 # invoke's parser errors and unmergeable config files: one line, JSON under --json, exit 1.
@@ -42,7 +43,7 @@ def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
 
 def _plan_options(c, f, packages=None, **flags):
     from sm120kit.plan import PlanOptions
-    from sm120kit.run_flags import RunFlags
+    from sm120kit.runner.run_flags import RunFlags
     from sm120kit.validate import check_recipe_flags
 
     driver, arch, recipe = f["driver"], f["arch"], f["recipe"]
@@ -66,7 +67,7 @@ def _plan_options(c, f, packages=None, **flags):
 def _check_recipes(s: cli.Session, opts: Any) -> None:
     """Load the recipes and check each selected host's `recipe.*` vars against them: a broken
     recipe or a bad override is one error (exit 1) before any host is touched."""
-    from sm120kit.recipes import check_overrides
+    from sm120kit.recipes.select import check_overrides
 
     recipes = opts.recipes()
     for h in s.hosts:
@@ -254,9 +255,9 @@ def smoke(c, **f):
 def serve_check(c, **f):
     """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks).
     With a launch (--launch or words after --): preflight it, start it, then watch it."""
-    from sm120kit import launch
     from sm120kit.ops import serve_check as serve_ops
     from sm120kit.output import checks
+    from sm120kit.preflight import launch
     from sm120kit.validate import check_regex
 
     check_regex(f["process_match"], "--process-match")
@@ -288,9 +289,9 @@ def serve_check(c, **f):
 def preflight(c, **f):
     """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
     combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
-    from sm120kit import launch
     from sm120kit.ops import preflight_check
     from sm120kit.output import checks
+    from sm120kit.preflight import launch
 
     words = launch.launch_words(f["launch"])
     parsed = launch.parse_launch(words)
@@ -321,7 +322,7 @@ def cache_key(c, **f):
 @task("json", "store", name="list")
 def cache_list(c, **f):
     """List cached wheels: package, version, key, arch, CUDA, torch, size, age, hits."""
-    from sm120kit import cli_cache
+    from sm120kit.cli import cache as cli_cache
 
     cli_cache.list_command(c, json_output=f["json"], store=f["store"])
 
@@ -329,7 +330,7 @@ def cache_list(c, **f):
 @task("json", "store", name="verify")
 def cache_verify(c, **f):
     """Check every entry's sha256; corrupt entries are quarantined."""
-    from sm120kit import cli_cache
+    from sm120kit.cli import cache as cli_cache
 
     cli_cache.verify_command(c, json_output=f["json"], store=f["store"])
 
@@ -337,7 +338,7 @@ def cache_verify(c, **f):
 @task("json", "older_than", "keep", "max_size", "store", name="prune")
 def cache_prune(c, **f):
     """Remove entries by age, keep-N per package, or total size."""
-    from sm120kit import cli_cache
+    from sm120kit.cli import cache as cli_cache
 
     cli_cache.prune_command(
         c,
@@ -352,7 +353,7 @@ def cache_prune(c, **f):
 @task("directory", "json", "store", name="export", positional=["directory"])
 def cache_export(c, **f):
     """Write every cached wheel into DIR (pip install --find-links DIR works offline)."""
-    from sm120kit import cli_cache
+    from sm120kit.cli import cache as cli_cache
 
     cli_cache.export_command(c, f["directory"], json_output=f["json"], store=f["store"])
 
@@ -360,7 +361,7 @@ def cache_export(c, **f):
 @task("directory", "json", "store", name="import", positional=["directory"])
 def cache_import(c, **f):
     """Read a directory written by cache.export back into a store."""
-    from sm120kit import cli_cache
+    from sm120kit.cli import cache as cli_cache
 
     cli_cache.import_command(c, f["directory"], json_output=f["json"], store=f["store"])
 
@@ -381,7 +382,7 @@ cache = Collection(
 )
 def sources_fetch(c, **f):
     """Fetch a package's pinned source and build dependencies into the controller store."""
-    from sm120kit import cli_sources
+    from sm120kit.cli import sources as cli_sources
 
     if not f["package"]:
         raise cli.Sm120Error("--package is required (e.g. sgl-kernel)")
@@ -398,7 +399,7 @@ def sources_fetch(c, **f):
 @task("json", name="list")
 def sources_list(c, **f):
     """List the controller's source store: each tree with its digest and size."""
-    from sm120kit import cli_sources
+    from sm120kit.cli import sources as cli_sources
 
     cli_sources.list_command(c, json_output=f["json"])
 
@@ -421,7 +422,7 @@ sources = Collection("sources", sources_fetch, sources_list)
 )
 def lock_draft(c, **f):
     """Draft --top's locks with uv, one per Python, and the recipe's [stack] edit."""
-    from sm120kit import cli_lock
+    from sm120kit.cli import lock as cli_lock
 
     cli_lock.draft_command(c, **f)
 
@@ -429,7 +430,7 @@ def lock_draft(c, **f):
 @task("path", "out", "json", name="convert")
 def lock_convert(c, **f):
     """Convert a lock in the earlier format to PEP 751 (locks/<top>-<version>/pylock.*.toml)."""
-    from sm120kit import cli_lock
+    from sm120kit.cli import lock as cli_lock
 
     cli_lock.convert_command(c, **f)
 
@@ -437,7 +438,7 @@ def lock_convert(c, **f):
 @task("lock_dir", "arch", "json", name="catalogue")
 def lock_catalogue(c, **f):
     """Regenerate --lock-dir's catalogue.toml from its locks' compiled wheels."""
-    from sm120kit import cli_lock
+    from sm120kit.cli import lock as cli_lock
 
     cli_lock.catalogue_command(c, **f)
 

@@ -34,9 +34,9 @@ sys.path.insert(0, str(REPO))
 from sm120kit.cache.config import CacheConfig  # noqa: E402
 from sm120kit.cache.key import KeyInputs, tree_digest  # noqa: E402
 from sm120kit.cache.wheels import BuiltWheel, WheelCache  # noqa: E402
-from sm120kit.connection import ConnectOptions  # noqa: E402
-from sm120kit.host import Host  # noqa: E402
-from sm120kit.runner import HostContext, Runner, RunOptions  # noqa: E402
+from sm120kit.inventory.host import Host  # noqa: E402
+from sm120kit.runner.connection import ConnectOptions  # noqa: E402
+from sm120kit.runner.pool import HostContext, Runner, RunOptions  # noqa: E402
 from tests.support.fleet import fleet_of  # noqa: E402
 
 SAMPLE = REPO / "examples" / "minikernel"

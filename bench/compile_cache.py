@@ -36,7 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sm120kit import compile_cache  # noqa: E402
+from sm120kit.builds import compile_cache  # noqa: E402
 from sm120kit.remote import build_wheel  # noqa: E402
 
 SAMPLE = REPO / "examples" / "multikernel"

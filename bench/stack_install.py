@@ -46,7 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sm120kit.lock import load_lock  # noqa: E402
+from sm120kit.stack.lock import load_lock  # noqa: E402
 
 
 def rx_bytes() -> int:

@@ -13,10 +13,10 @@ import re
 import shlex
 from typing import TYPE_CHECKING
 
-from .connection import uncancelled, uncounted
+from .runner.connection import uncancelled, uncounted
 
 if TYPE_CHECKING:
-    from .host_context import HostContext
+    from .runner.host_context import HostContext
 
 #: Below this many free bytes under work_root a failed step is put down to the disk (a venv
 #: with pip alone needs about 20 MB, a CUDA toolkit gigabytes).

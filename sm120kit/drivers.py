@@ -233,7 +233,7 @@ def apt_packages(toolkit: object) -> list[str]:
     return [f"cuda-nvcc-{mm}", f"cuda-cudart-dev-{mm}", f"cuda-cccl-{mm}"]
 
 
-#: NVIDIA's apt package of each toolkit library (sm120kit/cuda_libraries.py), by component;
+#: NVIDIA's apt package of each toolkit library (sm120kit/builds/cuda_libraries.py), by component;
 #: ``{mm}`` is the release with a dash (``13-0``), as in NVIDIA's repo (libcublas-dev-13-0).
 APT_LIBRARY_PACKAGES = {
     "cublas": "libcublas-dev-{mm}",

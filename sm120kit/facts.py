@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .runner import HostContext
+from .runner.pool import HostContext
 
 
 def gather(ctx: HostContext, *, refresh: bool = False) -> dict[str, Any]:

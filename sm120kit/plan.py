@@ -5,7 +5,7 @@ toolkit, which values from where). The operations (sm120kit/ops/*) then each ens
 thing; in check mode they only probe and record "would change" with the exact commands.
 `provision` (sm120kit/provision.py) runs toolkit -> env -> builds (through the wheel cache)
 -> smoke, as one run; smoke reuses a remembered verdict when nothing it depends on changed
-(sm120kit/smoke_memo.py). This module imports no operation, so each of them can import it.
+(sm120kit/smoke/memo.py). This module imports no operation, so each of them can import it.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .facts import gather
-from .recipes import Recipe, load_recipes, resolve_for_host, select_recipe
-from .run_flags import RunFlags
-from .runner import HostContext, HostOp
+from .recipes.select import Recipe, load_recipes, resolve_for_host, select_recipe
+from .runner.pool import HostContext, HostOp
+from .runner.run_flags import RunFlags
 from .state import ProvisionState
 
 

@@ -4,7 +4,7 @@ mode).
 
 A host's provision is its recipe's serving stack, release-first, by default; builds run only
 for the lock entries the stack marks build (the stack step's) and for the packages the user
-names (``--package``, host var ``provision_packages``). `sm120kit.stack.provision_parts`
+names (``--package``, host var ``provision_packages``). `sm120kit.stack.choice.provision_parts`
 decides both, with its reasons (``--no-stack`` / ``provision_stack: false`` turn the stack
 off, ``--stack`` forces it); the build env is made only when something is built or the
 stack is off.
@@ -19,9 +19,9 @@ from .ops.pyenv import ensure_env
 from .ops.smoke_check import smoke_stack
 from .ops.toolkit import ensure_toolkit
 from .plan import PlanOptions, package_names, prepare
-from .runner import HostContext, HostOp
-from .smoke_memo import smoke_or_reuse
-from .stack import provision_parts, stack_build_names
+from .runner.pool import HostContext, HostOp
+from .smoke.memo import smoke_or_reuse
+from .stack.choice import provision_parts, stack_build_names
 
 
 def plan_or_provision_op(opts: PlanOptions) -> HostOp:

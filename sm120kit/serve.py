@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import Sm120Error
 
 if TYPE_CHECKING:
-    from .host_context import HostContext
+    from .runner.host_context import HostContext
 
 READY = "ready"
 WARMING_UP = "warming_up"

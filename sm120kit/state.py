@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import RecipeError
-from .host import Host
+from .inventory.host import Host
 from .paths import HostPaths
-from .recipes import ResolvedRecipe
-from .run_flags import RunFlags
+from .recipes.select import ResolvedRecipe
+from .runner.run_flags import RunFlags
 
 
 @dataclass
@@ -76,7 +76,7 @@ class ProvisionState:
 
     def host_packages(self) -> list[str]:
         """The recipe packages this host builds: host var ``provision_packages`` (default
-        none: a host's provision is its recipe's serving stack, sm120kit/stack.py)."""
+        none: a host's provision is its recipe's serving stack, sm120kit/stack/choice.py)."""
         return list(self.host.vars.get("provision_packages") or [])
 
     def run_packages(self) -> list[str]:

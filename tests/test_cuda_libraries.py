@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from sm120kit import cuda_libraries as cudalibs
 from sm120kit import drivers as drv
+from sm120kit.builds import cuda_libraries as cudalibs
 from sm120kit.ops import toolkit as tk
 from sm120kit.remote import facts_probe, lib_closure, script_source
 from tests.conftest import invoke_env, json_of, run_invoke

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from sm120kit.connection import cancel_all, reset_cancel
 from sm120kit.errors import Interrupted
+from sm120kit.runner.connection import cancel_all, reset_cancel
 from tests.test_wheelcache import Builds, config, hosts_of, obtain_run, tiny_inputs
 
 pytestmark = pytest.mark.timeout(120)

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sm120kit.connection import ConnectOptions, connect
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
+from sm120kit.runner.connection import ConnectOptions, connect
 from tests.conftest import REPO, invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 
@@ -495,7 +495,7 @@ def test_flag_and_setting_errors_are_one_json_document(
 def test_host_lock_heartbeat_and_stale_rule(fleet: Fleet, tmp_path: Path) -> None:
     """A holder refreshes its lock while it works; a lock from another controller that was
     not refreshed for lock_stale_after is taken over, a fresh one is not."""
-    from sm120kit.runner import HostContext, Runner, RunOptions
+    from sm120kit.runner.pool import HostContext, Runner, RunOptions
 
     h = fleet.by_name("gpu8")
     host = Host("gpu8", {**fleet.all_vars(h), "work_root": str(tmp_path / "work")})

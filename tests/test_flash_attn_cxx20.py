@@ -33,14 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.builds.patching import ALREADY_APPLIED, APPLIES, check_and_apply, load_patch, select
 from sm120kit.errors import PatchError
-from sm120kit.patching import (
-    ALREADY_APPLIED,
-    APPLIES,
-    check_and_apply,
-    load_patch,
-    select,
-)
 from sm120kit.remote import fetch_source
 from tests.support.sample_wheel import cache_root, local_context
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.builds.knobs import parse_arch_list, resolve_knobs
 from sm120kit.errors import RecipeError
-from sm120kit.host import Host
-from sm120kit.knobs import parse_arch_list, resolve_knobs
+from sm120kit.inventory.host import Host
 from sm120kit.packages.flash_attn import (
     FLASH_ATTN_ARCHS,
     flash_attn_arch_problem,
     flash_attn_archs,
 )
-from sm120kit.recipes import load_recipes, resolve_for_host
+from sm120kit.recipes.select import load_recipes, resolve_for_host
 
 REPO = Path(__file__).resolve().parent.parent
 #: sha256 of flash_attn-2.8.3.tar.gz as PyPI lists it and as the downloaded file hashes.

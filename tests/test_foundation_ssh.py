@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sm120kit.connection import ConnectOptions
 from sm120kit.errors import HostFailed
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
 from sm120kit.remote import run_script
-from sm120kit.runner import HostContext, Runner, RunOptions
+from sm120kit.runner.connection import ConnectOptions
+from sm120kit.runner.pool import HostContext, Runner, RunOptions
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 
@@ -232,7 +232,7 @@ def test_lock_contention_names_the_holder(fleet: Fleet, tmp_path: Path) -> None:
 
 def test_stale_lock_is_taken_over(fleet: Fleet, tmp_path: Path) -> None:
     host = _hosts(fleet, "gpu8")[0]
-    from sm120kit.connection import connect
+    from sm120kit.runner.connection import connect
 
     conn = connect(host, ConnectOptions(known_hosts=str(fleet.known_hosts)))
     doc = run_script(
@@ -358,7 +358,7 @@ def test_a_script_argument_of_any_size_reaches_the_host_intact(
     import hashlib
     import json
 
-    from sm120kit.connection import connect
+    from sm120kit.runner.connection import connect
 
     host = _hosts(fleet, "gpu6")[0]
     conn = connect(host, ConnectOptions(known_hosts=str(fleet.known_hosts)))

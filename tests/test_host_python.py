@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from sm120kit.errors import RecipeError
-from sm120kit.lock import Lock, LockEntry, dump_lock, lock_file_name
 from sm120kit.ops.host_python import archive_has, pick_python
-from sm120kit.recipe_files import load_recipes
+from sm120kit.recipes.files import load_recipes
+from sm120kit.stack.lock import Lock, LockEntry, dump_lock, lock_file_name
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.tiny_index import make_wheel, serve, sha256_of

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit import cli_errors
+from sm120kit.cli import errors as cli_errors
 from sm120kit.errors import Sm120Error
 from sm120kit.remote import serve_probe
 from sm120kit.settings import BY_NAME, SETTINGS, duplicate_keys, parse, resolve
@@ -263,7 +263,7 @@ SHELL_LAUNCHES = [
 
 @pytest.mark.parametrize("text", SHELL_LAUNCHES)
 def test_shell_syntax_in_a_launch_is_refused(text: str) -> None:
-    from sm120kit.launch import launch_words
+    from sm120kit.preflight.launch import launch_words
 
     with pytest.raises(Sm120Error) as caught:
         launch_words(text, ["invoke"])
@@ -286,7 +286,7 @@ def test_shell_syntax_in_a_launch_is_refused(text: str) -> None:
     ],
 )
 def test_plain_launches_pass(text: str) -> None:
-    from sm120kit.launch import launch_words
+    from sm120kit.preflight.launch import launch_words
 
     assert launch_words(text, ["invoke"])
 
@@ -333,8 +333,8 @@ def test_a_model_path_that_is_no_model_fails(
     tmp_path: Path, kind: str, status: str, says: str
 ) -> None:
     """The host probe's own reading (a real file system) and the check's verdict."""
-    from sm120kit.launch import parse_launch
-    from sm120kit.preflight_host import model_check
+    from sm120kit.preflight.host import model_check
+    from sm120kit.preflight.launch import parse_launch
     from sm120kit.remote.preflight_probe import model_state
 
     path = _model(tmp_path, kind)
@@ -358,8 +358,8 @@ def test_a_backend_in_the_wrong_case_is_refused(
     role: str, name: str, accepted: str, version: str | None
 ) -> None:
     """sglang's argparse `choices` are exact: refused whatever sglang is installed."""
-    from sm120kit.preflight import backend_verdict
-    from sm120kit.preflight_rules import ATTENTION_BACKENDS, MOE_BACKENDS
+    from sm120kit.preflight.rules import ATTENTION_BACKENDS, MOE_BACKENDS
+    from sm120kit.preflight.verdicts import backend_verdict
 
     table = ATTENTION_BACKENDS if role == "attention" else MOE_BACKENDS
     assert accepted in table
@@ -428,8 +428,8 @@ def test_key_unknown_table(env: str | None, unknown: bool) -> None:
 def test_no_backend_verdict_passes_over_an_empty_list(
     probe: dict[str, Any], status: str, says: str
 ) -> None:
-    from sm120kit.preflight import backend_verdict
-    from sm120kit.preflight_rules import ATTENTION_BACKENDS
+    from sm120kit.preflight.rules import ATTENTION_BACKENDS
+    from sm120kit.preflight.verdicts import backend_verdict
 
     entry = ATTENTION_BACKENDS["fa3"]
     assert entry.kind == "so" and entry.modules

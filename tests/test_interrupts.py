@@ -110,7 +110,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from sm120kit.connection import ConnectOptions
+    from sm120kit.runner.connection import ConnectOptions
     from tests import test_build_op as t
     from tests.test_interrupts import toolkit_here
 
@@ -181,10 +181,10 @@ def test_progress_poll_thread_ends_quietly_when_the_run_is_cancelled(
 ) -> None:
     """The build's progress poll (a helper thread on a real local connection) sees the run
     cancelled, as a signal mid-build does: it ends without a traceback of its own."""
-    from sm120kit.connection import cancel_all, reset_cancel
-    from sm120kit.host import Host
+    from sm120kit.inventory.host import Host
     from sm120kit.ops import build_progress
-    from sm120kit.runner import HostContext, Runner, RunOptions
+    from sm120kit.runner.connection import cancel_all, reset_cancel
+    from sm120kit.runner.pool import HostContext, Runner, RunOptions
 
     seen: list[str] = []
     monkeypatch.setattr(

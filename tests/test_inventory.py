@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sm120kit.errors import InventoryError
-from sm120kit.host import Host
-from sm120kit.inventory import Group, Inventory, load_inventory
+from sm120kit.inventory.host import Host
+from sm120kit.inventory.load import Group, Inventory, load_inventory
 
 DATA = Path(__file__).parent / "data" / "inventory"
 

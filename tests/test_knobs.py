@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.errors import RecipeError
-from sm120kit.knobs import (
+from sm120kit.builds.knobs import (
     classify_build_failure,
     parse_arch_list,
     plan_parallelism,
     resolve_knobs,
 )
+from sm120kit.errors import RecipeError
 from sm120kit.remote import build_wheel
 
 GIB = 1024**3
@@ -345,7 +345,7 @@ def test_killed_inside_a_word_is_not_oom():
 def test_oom_retry_halves_jobs_then_threads() -> None:
     """What an OOM retry lowers: the job knobs first (every one present), then, at one job,
     nvcc's threads (env or sgl-kernel's CMake define); nothing when all are at 1."""
-    from sm120kit.knobs import Knobs, lowered_for_oom
+    from sm120kit.builds.knobs import Knobs, lowered_for_oom
 
     lowered = lowered_for_oom(Knobs({"MAX_JOBS": "5", "NVCC_THREADS": "4"}))
     assert lowered is not None

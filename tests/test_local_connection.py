@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sm120kit.connection import LocalConnection
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
+from sm120kit.runner.connection import LocalConnection
 
 
 def _local() -> LocalConnection:

@@ -1,5 +1,5 @@
 """Locks and the recipe's ``[stack]``: loading, strict errors naming file, line and key, and
-the shipped locks' facts (sm120kit/lock.py; docs/stack-facts.md section 9).
+the shipped locks' facts (sm120kit/stack/lock.py; docs/stack-facts.md section 9).
 
 Real files only: the repo's recipes and locks, and lock/recipe files written to tmp dirs.
 """
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import RecipeError
-from sm120kit.lock import dump_lock, load_lock, parse_lock
-from sm120kit.recipes import load_recipes
+from sm120kit.recipes.select import load_recipes
+from sm120kit.stack.lock import dump_lock, load_lock, parse_lock
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "0" * 63 + "1"
@@ -244,7 +244,7 @@ def test_a_build_candidate_must_admit_the_locks_torch(tmp_path: Path) -> None:
 
 
 def test_a_host_glibc_older_than_the_locks_platform_is_named() -> None:
-    from sm120kit.stack import glibc_problem
+    from sm120kit.stack.choice import glibc_problem
 
     lock = load_recipes(REPO / "recipes")["r580"].lock
     assert lock is not None and lock.platform == "manylinux_2_34_x86_64"
@@ -258,7 +258,7 @@ def test_a_host_glibc_older_than_the_locks_platform_is_named() -> None:
 def test_an_old_format_lock_names_the_conversion(tmp_path: Path) -> None:
     """A lock in the earlier format ([lock], [[package]]) is refused with one line naming
     `invoke lock.convert`; converting it gives the PEP 751 lock with every field kept."""
-    from sm120kit.lock_convert import convert_lock
+    from sm120kit.stack.convert import convert_lock
 
     lock = load_lock(_lock(tmp_path, GOOD))
     old = [
@@ -287,7 +287,7 @@ def test_an_old_format_lock_names_the_conversion(tmp_path: Path) -> None:
 def test_a_stack_has_one_lock_per_python() -> None:
     """`stack_locks` gives each Python's lock of the recipe's directory; `lock_for` one of
     them; `Recipe.lock` is the recipe's first Python's, and `stack.lock` names its file."""
-    from sm120kit.lock import lock_for, stack_locks
+    from sm120kit.stack.lock import lock_for, stack_locks
 
     recipe = load_recipes(REPO / "recipes")["r580"]
     assert recipe.stack is not None and recipe.lock is not None
@@ -307,7 +307,7 @@ def test_a_stack_has_one_lock_per_python() -> None:
     [("3.11", "3.11"), (["3.12", "3.11"], "3.12"), (["3.13", "3.11", "3.12"], "3.11")],
 )
 def test_the_recipes_order_of_pythons_picks_its_lock(pythons: Any, want: str) -> None:
-    from sm120kit.lock import load_stack
+    from sm120kit.stack.lock import load_stack
 
     recipe = load_recipes(REPO / "recipes")["r580"]
     assert recipe.stack is not None

@@ -1,6 +1,6 @@
 """`invoke lock.draft` with uv: the strict input parser, a reviewed lock never lost, wheel
 stubs, one lock per Python, and plain installers reading the locks it writes
-(sm120kit/lock_resolve.py, lock_write.py, lock_draft.py, cli_lock.py).
+(sm120kit/stack/resolve.py, stack/write.py, stack/draft.py, cli/lock.py).
 
 Real parts: tiny real wheels and sdists on real loopback PEP 503 indexes (tests/support/
 tiny_index.py), the pinned uv resolving, `invoke` run as a user runs it. One index stands in
@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import RecipeError
-from sm120kit.lock import dump_lock, load_lock
-from sm120kit.lock_draft import Target, draft_lock
-from sm120kit.lock_resolve import parse_index, parse_pin, python_versions, stub_index
-from sm120kit.lock_write import check_writable, write_lock
+from sm120kit.stack.draft import Target, draft_lock
+from sm120kit.stack.lock import dump_lock, load_lock
+from sm120kit.stack.resolve import parse_index, parse_pin, python_versions, stub_index
+from sm120kit.stack.write import check_writable, write_lock
 from tests.support.tiny_index import SYSTEM_SO, make_wheel, serve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -337,7 +337,7 @@ def test_one_lock_per_python_and_a_difference_on_redraft(indexes: Any, tmp_path:
     assert 'locks = "locks/demo-1.0"' in doc["stack"]
     # The catalogue beside the locks: the compiled wheel's module, read from its bytes.
     assert doc["catalogue"]["file"] == "written" and doc["catalogue"]["releases"] >= 1
-    from sm120kit.catalogue import load_beside
+    from sm120kit.stack.catalogue import load_beside
 
     cat = load_beside(folder)
     assert cat is not None and cat.lookup("demo", "1.0").known

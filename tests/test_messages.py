@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from sm120kit.errors import Sm120Error
-from sm120kit.host import Host
-from sm120kit.runner import HostContext, Runner, RunOptions
+from sm120kit.inventory.host import Host
+from sm120kit.runner.pool import HostContext, Runner, RunOptions
 from sm120kit.validate import check_ccbin
 from tests.conftest import REPO, invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet

@@ -1,5 +1,5 @@
 """No operation reads a recipe value by a dotted string key: they read the typed `Resolved`
-(sm120kit/recipe_resolved.py: ``state.resolved.torch.version``, ``.cuda.version.xy``,
+(sm120kit/recipes/resolved.py: ``state.resolved.torch.version``, ``.cuda.version.xy``,
 ``.target.arch``, ``.packages[name]``), which mypy checks field by field.
 
 A pure scan of the source (``ast``, nothing imported or run). Outside the recipe-resolution
@@ -23,11 +23,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 #: The modules that resolve a recipe: they work on the flat keys (the override scheme's names).
 RESOLUTION = {
-    "sm120kit/recipes.py",
-    "sm120kit/recipe_model.py",
-    "sm120kit/recipe_checks.py",
-    "sm120kit/recipe_files.py",
-    "sm120kit/recipe_resolved.py",
+    "sm120kit/recipes/select.py",
+    "sm120kit/recipes/model.py",
+    "sm120kit/recipes/checks.py",
+    "sm120kit/recipes/files.py",
+    "sm120kit/recipes/resolved.py",
 }
 #: The first part of every dotted key `ResolvedRecipe.values` has.
 ROOTS = ("cuda.", "torch.", "target.", "stack.", "packages.")
@@ -106,4 +106,4 @@ def test_no_module_reads_a_dotted_recipe_key() -> None:
         for p in _sources()
         if (hits := dotted_reads(p.read_text(encoding="utf-8"), str(p)))
     }
-    assert found == {}, "read the typed Resolved (sm120kit/recipe_resolved.py) instead"
+    assert found == {}, "read the typed Resolved (sm120kit/recipes/resolved.py) instead"

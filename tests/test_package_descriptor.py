@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from sm120kit import cuda_libraries
+from sm120kit.builds import cuda_libraries
+from sm120kit.builds.knobs import resolve_knobs
 from sm120kit.errors import RecipeError
-from sm120kit.knobs import resolve_knobs
 from sm120kit.ops.build import ensure_package
 from sm120kit.ops.pyenv import build_tools
 from sm120kit.ops.smoke_check import smoke_packages
 from sm120kit.packages import registry
 from sm120kit.plan import PlanOptions, prepare
-from sm120kit.recipes import default_recipes_dir, load_recipes
-from sm120kit.runner import HostContext
+from sm120kit.recipes.select import default_recipes_dir, load_recipes
+from sm120kit.runner.pool import HostContext
 from sm120kit.state import PyEnv, Toolkit
 from tests.support.fleet import Fleet
 from tests.support.mypkg_descriptor import MYPKG
@@ -85,7 +85,7 @@ def test_builtin_descriptors_answer_what_the_ops_ask() -> None:
 #: Outside its descriptor, a package's name stands only in help and error examples that
 #: tests assert verbatim (test_task_flags, test_inventory), and in the preflight rules: data
 #: about a serving stack's modules, each rule with its upstream source.
-NAMED_ELSEWHERE = {"flags.py", "hostvars.py", "preflight_rules.py"}
+NAMED_ELSEWHERE = {"cli/flags.py", "inventory/hostvars.py", "preflight/rules.py"}
 
 
 @pytest.mark.parametrize("names", [("sgl-kernel", "sgl_kernel"), ("flash-attn", "flash_attn")])
@@ -123,8 +123,8 @@ def test_descriptor_alone_gives_the_knobs(mypkg: None) -> None:
 
 def test_recipe_problem_from_the_descriptor(mypkg: None, recipes_dir: Path) -> None:
     """The recipe layer asks the descriptor's arch check too (as for flash-attn)."""
-    from sm120kit.host import Host
-    from sm120kit.recipes import resolve_for_host
+    from sm120kit.inventory.host import Host
+    from sm120kit.recipes.select import resolve_for_host
 
     recipes = load_recipes(recipes_dir)
     box = Host(

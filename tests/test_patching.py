@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.connection import LocalConnection
-from sm120kit.errors import PatchError, RecipeError
-from sm120kit.host import Host
-from sm120kit.host_context import HostContext, outside_run
-from sm120kit.knobs import resolve_knobs
-from sm120kit.patching import (
+from sm120kit.builds.knobs import resolve_knobs
+from sm120kit.builds.patching import (
     ALREADY_APPLIED,
     APPLIES,
     DOES_NOT_APPLY,
@@ -29,7 +25,11 @@ from sm120kit.patching import (
     parse_header,
     select,
 )
+from sm120kit.errors import PatchError, RecipeError
+from sm120kit.inventory.host import Host
 from sm120kit.remote import patch_tree, run_script, script_bundle
+from sm120kit.runner.connection import LocalConnection
+from sm120kit.runner.host_context import HostContext, outside_run
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "sglkernel_tree"

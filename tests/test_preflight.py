@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import Sm120Error
-from sm120kit.launch import launch_words, parse_launch
+from sm120kit.preflight.launch import launch_words, parse_launch
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import PROFILES, Fleet
 from tests.support.sglang_env import sglang_venv
@@ -368,7 +368,7 @@ def test_kernel_stack_against_sglangs_pins_and_the_driver(
     is simulated."""
     from importlib.metadata import PathDistribution
 
-    from sm120kit.preflight_host import stack_check
+    from sm120kit.preflight.host import stack_check
     from tests.support.sglang_env import site_packages
 
     dist_info = next(site_packages(sglang_venv()).glob("sglang-0.5.23.dist-info"))

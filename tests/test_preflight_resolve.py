@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from sm120kit.launch import parse_launch
-from sm120kit.preflight import judge, probe_request, resolution
-from sm120kit.preflight_rules import RESOLVED_FIELDS
+from sm120kit.preflight.launch import parse_launch
+from sm120kit.preflight.rules import RESOLVED_FIELDS
+from sm120kit.preflight.verdicts import judge, probe_request, resolution
 from sm120kit.remote.lib.targets import SERVER_ARGS_SRC, run_target
 from sm120kit.remote.preflight_probe import resolve
 from tests.support.sglang_env import stack_venv

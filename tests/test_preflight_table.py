@@ -1,4 +1,4 @@
-"""preflight's data (sm120kit/preflight_rules.py) checked against the real released files it
+"""preflight's data (sm120kit/preflight/rules.py) checked against the real released files it
 cites: the sglang 0.5.23, sglang-kernel 0.4.10 and flashinfer-python 0.7.2 wheels installed
 --no-deps in a venv (tests/support/sglang_env.py). Nothing is simulated and nothing is
 imported from sglang (it needs torch and a GPU): its sources are read and parsed, the
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.preflight_rules import ATTENTION_BACKENDS, DEFAULT_ATTENTION, KINDS, RULES
+from sm120kit.preflight.rules import ATTENTION_BACKENDS, DEFAULT_ATTENTION, KINDS, RULES
 from sm120kit.remote.lib.fatbin import device_targets
 from tests.support.sglang_env import sglang_venv, site_packages
 

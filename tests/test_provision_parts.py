@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import RecipeError
-from sm120kit.stack import provision_parts
+from sm120kit.stack.choice import provision_parts
 from tests.conftest import invoke_env, run_invoke
 
 CASES: list[tuple[str, dict[str, Any], tuple[bool, str, tuple[str, ...], str]]] = [

@@ -14,8 +14,8 @@ import pytest
 
 from sm120kit import drivers as drv
 from sm120kit.errors import RecipeError
-from sm120kit.host import Host
-from sm120kit.recipes import (
+from sm120kit.inventory.host import Host
+from sm120kit.recipes.select import (
     Recipe,
     default_recipes_dir,
     load_recipes,

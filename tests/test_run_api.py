@@ -1,4 +1,4 @@
-"""One logged way to run anything on a host: `sm120kit.host_context.HostContext`.
+"""One logged way to run anything on a host: `sm120kit.runner.host_context.HostContext`.
 
 Every command, remote script and file copy of a host op goes through the context, which writes
 it to the host log and counts it; the connection is private to that module. This test reads
@@ -16,7 +16,7 @@ from tests.conftest import REPO
 PACKAGE = REPO / "sm120kit"
 
 #: The run API itself, the connection it wraps, and where run_script is defined.
-ALLOWED = {"host_context.py", "connection.py", "remote/__init__.py"}
+ALLOWED = {"runner/host_context.py", "runner/connection.py", "remote/__init__.py"}
 
 #: What reaches a connection around the run API.
 BYPASS = re.compile(r"\bctx\.conn\b|\.conn\.(run|put|get|sftp)\(|\brun_script\(|\.pgid_dir\b")
@@ -41,11 +41,11 @@ def test_nothing_reaches_a_connection_around_the_run_api() -> None:
         for number, line in code_lines(path)
         if BYPASS.search(line)
     ]
-    assert not found, "host access outside sm120kit/host_context.py:\n" + "\n".join(found)
+    assert not found, "host access outside sm120kit/runner/host_context.py:\n" + "\n".join(found)
 
 
 def test_the_context_has_no_public_connection() -> None:
-    from sm120kit.host_context import HostContext
+    from sm120kit.runner.host_context import HostContext
 
     assert not hasattr(HostContext, "conn")
 
@@ -53,6 +53,6 @@ def test_the_context_has_no_public_connection() -> None:
 def test_a_connection_runs_no_scripts_of_its_own() -> None:
     """Remote scripts run through `HostContext.script` (logged), never a connection's own
     method; outside a run, `host_context.outside_run` gives the same logged context."""
-    from sm120kit.connection import Connection
+    from sm120kit.runner.connection import Connection
 
     assert not hasattr(Connection, "script")

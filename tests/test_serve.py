@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import Sm120Error
-from sm120kit.host import Host
-from sm120kit.host_context import HostContext, outside_run
+from sm120kit.inventory.host import Host
 from sm120kit.output.checks import render_serve_result
+from sm120kit.runner.host_context import HostContext, outside_run
 from sm120kit.serve import (
     HANG_HINT,
     HUNG,

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.connection import ConnectOptions
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
 from sm120kit.ops.build import (
     ensure_patched,
     ensure_source,
@@ -29,8 +28,9 @@ from sm120kit.ops.cmake_check import ensure_prerequisites, link_driver, require_
 from sm120kit.ops.deps import ensure_dependencies
 from sm120kit.plan import PlanOptions, prepare
 from sm120kit.remote.cmake_probe import DRIVER_API
-from sm120kit.results import RunResult
-from sm120kit.runner import HostContext, Runner, RunOptions
+from sm120kit.runner.connection import ConnectOptions
+from sm120kit.runner.pool import HostContext, Runner, RunOptions
+from sm120kit.runner.results import RunResult
 from sm120kit.state import Toolkit
 from tests.support.fleet import Fleet
 from tests.test_build_op import (

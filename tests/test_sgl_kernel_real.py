@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from sm120kit import cmake_defines
-from sm120kit.knobs import resolve_knobs
+from sm120kit.builds import cmake_defines
+from sm120kit.builds.knobs import resolve_knobs
 from sm120kit.packages import sgl_kernel_cmake as sglkernel
-from sm120kit.recipes import load_recipes
+from sm120kit.recipes.select import load_recipes
 from sm120kit.remote import cmake_probe, script_bundle
 from sm120kit.remote import fetch_source as fs
 from sm120kit.remote.cmake_probe import DRIVER_API

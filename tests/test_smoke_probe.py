@@ -27,7 +27,7 @@ from sm120kit.remote import extension_probe as probe
 from sm120kit.remote.lib import cudaarch, diagnosis, fatbin
 from sm120kit.remote.lib import demangle as demangle_lib
 from sm120kit.remote.lib import elf as elf_lib
-from sm120kit.smoke_report import (
+from sm120kit.smoke.report import (
     SmokeReport,
     parse_probe_output,
     probe_args,

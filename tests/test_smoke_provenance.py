@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sm120kit.remote.build_wheel import PROVENANCE_FILE, write_provenance
-from sm120kit.smoke_report import probe_args, probe_source
+from sm120kit.smoke.report import probe_args, probe_source
 from tests.support.sample_wheel import (
     NVCC,
     SampleWheel,

@@ -19,7 +19,7 @@ import yaml
 from rich.console import Console
 
 from sm120kit.output.checks import render_smoke
-from sm120kit.results import HostResult, RunResult
+from sm120kit.runner.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.real_wheels import real_wheel, wheel_venv
 

@@ -28,7 +28,7 @@ from sm120kit.output.checks import render_smoke
 from sm120kit.packages import registry
 from sm120kit.packages import stack as serving
 from sm120kit.remote.lib.jit_toolchain import check_jit, judge_pair
-from sm120kit.results import HostResult, RunResult
+from sm120kit.runner.results import HostResult, RunResult
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.real_wheels import real_wheel
 from tests.support.sglang_env import site_packages, stack_venv, wheel_paths

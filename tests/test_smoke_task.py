@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import Sm120Error
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
 from sm120kit.ops import smoke_check as smoke_ops
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
@@ -337,7 +337,7 @@ def test_managed_env_is_checked(
 
 
 def test_arch_order() -> None:
-    """smoke's arch: the one rule of sm120kit/target_arch.py (--arch, host var target_arch,
+    """smoke's arch: the one rule of sm120kit/recipes/target_arch.py (--arch, host var target_arch,
     the GPU, the recipe), labelled as smoke's JSON reports it. The full table, and that the
     stack and preflight agree, is tests/test_target_arch.py."""
     gpu = {"gpu": {"present": True, "gpus": [{"compute_cap": "12.0"}]}}
@@ -426,7 +426,7 @@ def test_bad_smoke_declaration_is_one_line(
     tmp_path: Path, edit: tuple[str, str], error: str
 ) -> None:
     from sm120kit.errors import RecipeError
-    from sm120kit.recipes import load_recipes
+    from sm120kit.recipes.select import load_recipes
 
     repo = Path(__file__).resolve().parent.parent
     shutil.copytree(repo / "recipes", tmp_path / "recipes")

@@ -1,4 +1,4 @@
-"""The controller's source store (sm120kit/sources.py), the recipe's `dependencies`, and the
+"""The controller's source store (sm120kit/builds/sources.py), the recipe's `dependencies`, and the
 sgl-kernel target prediction. Real git repositories on disk, and a real `git daemon` on
 loopback serving them over git's network protocol, stand in for GitHub (no network here); the
 real upstream trees are tests/test_sgl_kernel_real.py's."""
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import cmake_defines
-from sm120kit import sources as src
+from sm120kit.builds import cmake_defines
+from sm120kit.builds import sources as src
 from sm120kit.errors import HostFailed, RecipeError
 from sm120kit.packages import sgl_kernel_cmake as sglkernel
-from sm120kit.recipe_checks import _Bad, _dependencies
-from sm120kit.recipe_model import PackageSpec
+from sm120kit.recipes.checks import _Bad, _dependencies
+from sm120kit.recipes.model import PackageSpec
 from sm120kit.remote import fetch_source as fs
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sm120kit.lock import load_lock
-from sm120kit.lock_draft import Target, draft_lock
-from sm120kit.lock_resolve import platform_tags
+from sm120kit.stack.draft import Target, draft_lock
+from sm120kit.stack.lock import load_lock
+from sm120kit.stack.resolve import platform_tags
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.tiny_index import SYSTEM_SO, make_wheel, serve, sha256_of
@@ -110,8 +110,8 @@ def test_platform_tags_cover_every_older_manylinux() -> None:
 def test_each_wheel_is_checked_against_the_host_before_anything_changes(
     filename: str, glibc: str | None, machine: str, python: str, why: str | None
 ) -> None:
-    from sm120kit.lock import LockEntry
     from sm120kit.ops.stack_files import tag_problems
+    from sm120kit.stack.lock import LockEntry
 
     entry = LockEntry("a", "1", filename, "https://x/" + filename, "0" * 64, "release", True)
     got = tag_problems([entry], glibc, machine, python)
@@ -131,9 +131,9 @@ def test_each_wheel_is_checked_against_the_host_before_anything_changes(
 def test_a_file_is_fetched_only_from_an_index_the_lock_names(
     url: str, indexes: list[str], refused: bool
 ) -> None:
-    from sm120kit.lock import LockEntry
     from sm120kit.ops.stack_files import index_problems
     from sm120kit.remote.install_lock import allowed
+    from sm120kit.stack.lock import LockEntry
 
     entry = LockEntry("a", "1", "a-1-py3-none-any.whl", url, "0" * 64, "release", False)
     assert bool(index_problems([entry], indexes)) is refused
@@ -181,10 +181,11 @@ def test_the_draft_task_writes_a_lock_that_loads(index: Any, tmp_path: Path) -> 
     assert bad.returncode == 1 and "expected NAME==VERSION and nothing else" in bad.stderr
 
 
+# No package vars and no provision_stack: a fleet host gets its recipe's serving stack by
+# default (issue 31). Only `local` says provision_stack: true, as a user's local host would.
 STACK_HOST = {
     "target_driver": "580.95.05",
     "target_arch": "12.0",
-    "provision_stack": True,
 }
 
 
@@ -209,7 +210,7 @@ def _tiny_recipes(
             top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
             cache=tmp / "cache", index=url,
         )  # fmt: skip
-        from sm120kit.lock import dump_lock
+        from sm120kit.stack.lock import dump_lock
 
         text = dump_lock(lock, ["tiny"])
     if bad:
@@ -234,6 +235,7 @@ def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:
     for name in hosts:
         vars_ = {**STACK_HOST, "work_root": str(tmp / "work" / name)}
         if name == "local":
+            vars_["provision_stack"] = True
             doc["all"]["hosts"]["local"] = {"ansible_connection": "local", **vars_}
         else:
             doc["all"]["hosts"][name].update(vars_)
@@ -278,6 +280,8 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert any(" pip sync --offline --no-index --require-hashes --compile-bytecode " in c
                    for c in shown)  # fmt: skip
         assert "env" not in steps  # nothing is built: no build env
+        why = "by default" if name == "gpu3" else "host var provision_stack: true"
+        assert why in steps["parts"]["message"] and "builds: none" in steps["parts"]["message"]
         stack = host["stack"]
         native = stack["packages"]["demo-native"]
         assert native["wheel_from"] == "release" and native["verdict"] == "ok"
@@ -370,7 +374,7 @@ def test_a_lock_of_207_tiny_files_installs_over_ssh(
     """A lock the size of sglang 0.5.23's (207 files, its distribution names with a suffix,
     tiny wheels from a loopback index) installs end to end over real SSH, then a rerun changes
     nothing: every file through the stores, the script arguments on stdin."""
-    from sm120kit.lock import Lock, LockEntry, dump_lock, load_lock
+    from sm120kit.stack.lock import Lock, LockEntry, dump_lock, load_lock
 
     real = load_lock(REPO / "locks" / "sglang-0.5.23" / "pylock.cp311-manylinux_2_34_x86_64.toml")
     assert len(real.packages) == 207

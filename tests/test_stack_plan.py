@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sm120kit.recipes import load_recipes
+from sm120kit.recipes.select import load_recipes
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.real_wheels import real_wheel

@@ -373,7 +373,7 @@ CONFIGURE_ROWS = [
     ids=[r[0] for r in CONFIGURE_ROWS],
 )
 def test_configure_steps(ready: bool, torch_cuda: str | None, ops: list[str]) -> None:
-    from sm120kit.host import Host
+    from sm120kit.inventory.host import Host
     from sm120kit.ops import cmake_check
     from sm120kit.packages.base import Knobs
     from sm120kit.state import ProvisionState, PyEnv, Toolkit

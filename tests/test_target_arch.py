@@ -1,4 +1,4 @@
-"""One rule for a host's target arch (sm120kit/target_arch.py): ``--arch``, host var
+"""One rule for a host's target arch (sm120kit/recipes/target_arch.py): ``--arch``, host var
 ``target_arch``, the GPU, a forced recipe's first arch; and the stack verification, `smoke`
 and `preflight` all take it from there.
 
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import RecipeError, Sm120Error
-from sm120kit.host import Host
+from sm120kit.inventory.host import Host
 from sm120kit.ops.preflight_check import preflight_arch
 from sm120kit.ops.smoke_check import choose_arch
-from sm120kit.recipes import Recipe, load_recipes, resolve_for_host
-from sm120kit.stack import target_of
+from sm120kit.recipes.select import Recipe, load_recipes, resolve_for_host
+from sm120kit.recipes.target_arch import choose_target_arch
+from sm120kit.stack.choice import target_of
 from sm120kit.state import ProvisionState
-from sm120kit.target_arch import choose_target_arch
 
 VAR_FILE = "inventory/host_vars/gpu1.yaml"
 R580 = ("r580", "recipes/r580.toml", ["12.0"])

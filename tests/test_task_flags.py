@@ -1,4 +1,4 @@
-"""The flags every invoke task shows: declared once (sm120kit/flags.py), the same as before.
+"""The flags every invoke task shows: declared once (sm120kit/cli/flags.py), the same as before.
 
 Reads tasks.py's collection the way `invoke --help TASK` does (each task's arguments in a
 parser context) and compares every flag, its value kind and its help text to this list.

@@ -33,11 +33,11 @@ from sm120kit.cache.request import BuiltWheel
 from sm120kit.cache.resolve import host_store_specs
 from sm120kit.cache.store import LocalStore, Store, entry_dir
 from sm120kit.cache.wheels import WheelCache, cache_for
-from sm120kit.connection import ConnectOptions
 from sm120kit.errors import HostFailed, HostUnreachable
-from sm120kit.host import Host
-from sm120kit.results import RunResult
-from sm120kit.runner import HostContext, Runner, RunOptions
+from sm120kit.inventory.host import Host
+from sm120kit.runner.connection import ConnectOptions
+from sm120kit.runner.pool import HostContext, Runner, RunOptions
+from sm120kit.runner.results import RunResult
 from tests.conftest import REPO, S3_BUCKET, invoke_env, json_of, run_invoke
 
 # ---- a real tiny build on the host ------------------------------------------------------------

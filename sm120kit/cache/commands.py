@@ -3,7 +3,7 @@
 These work on the controller store and the shared stores of invoke.yaml; ``store`` (the
 ``--store NAME`` flag) picks one (``local`` = the controller's). Each function opens the
 stores, builds the command's document and closes them again; printing it (a table or JSON)
-and the exit status belong to the task layer (``sm120kit.cli_cache``).
+and the exit status belong to the task layer (``sm120kit.cli.cache``).
 """
 
 from __future__ import annotations

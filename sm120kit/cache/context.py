@@ -13,11 +13,11 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..connection import CommandResult
-from ..host import Host
+from ..inventory.host import Host
 from ..output.progress import Progress
 from ..paths import HostPaths
-from ..results import HostResult
+from ..runner.connection import CommandResult
+from ..runner.results import HostResult
 
 
 class RunView(Protocol):
@@ -38,7 +38,7 @@ class StateView(Protocol):
 
 
 class CacheHost(Protocol):
-    """A host's context as the wheel cache sees it (``sm120kit.host_context.HostContext``)."""
+    """A host's context as the wheel cache sees it (``sm120kit.runner.host_context.HostContext``)."""
 
     @property
     def host(self) -> Host: ...

@@ -14,8 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..connection import cancel_reason, cancelled
 from ..errors import HostFailed, HostUnreachable, Interrupted
+from ..runner.connection import cancel_reason, cancelled
 from .config import CacheConfig
 from .health import StoreHealth
 from .locks import LockedBuild

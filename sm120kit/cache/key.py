@@ -121,7 +121,7 @@ class KeyInputs:
     ``source_digest`` is a tagged string: ``sha256:<hex>`` (sdist), ``git:<commit>``, or
     ``tree:<hex>`` (an uploaded tree, see :func:`tree_digest`). ``dependencies`` holds
     (directory name, ``tree:<hex>``) per build dependency the tool supplies (a CMake package's
-    FetchContent trees, `sm120kit.sources`); empty, it stays out of the hashed JSON, so keys
+    FetchContent trees, `sm120kit.builds.sources`); empty, it stays out of the hashed JSON, so keys
     of packages without dependencies are unchanged.
     """
 

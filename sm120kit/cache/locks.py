@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..connection import cancel_reason, cancelled
-from ..controller import dead_here
 from ..errors import HostFailed, Interrupted
+from ..runner.connection import cancel_reason, cancelled
+from ..runner.controller import dead_here
 from .config import CacheConfig
 from .health import StoreHealth, one_line
 from .lookup import Lookup

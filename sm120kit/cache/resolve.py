@@ -16,9 +16,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..connection import ConnectOptions, SSHConnection
 from ..errors import HostUnreachable
-from ..host import Host
+from ..inventory.host import Host
+from ..runner.connection import ConnectOptions, SSHConnection
 from .config import (
     CONTROLLER_STORE,
     HOST_STORE,

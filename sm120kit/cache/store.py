@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sm120kit.cache.key import CACHE_FORMAT_VERSION
-from sm120kit.controller import dead_here, identity
 from sm120kit.errors import Sm120Error
+from sm120kit.runner.controller import dead_here, identity
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class BlobInfo(NamedTuple):
 class LockOwner:
     """Who holds a lock. ``token`` tells this holder apart from a reused pid/host.
 
-    ``boot_id`` and ``pid_start`` (see sm120kit/controller.py) let a later run on the same
+    ``boot_id`` and ``pid_start`` (see sm120kit/runner/controller.py) let a later run on the same
     controller tell for certain that the holder's process is gone.
     """
 

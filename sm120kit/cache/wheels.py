@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..connection import ConnectOptions
+from ..runner.connection import ConnectOptions
 from .config import CacheConfig
 from .context import CacheHost
 from .election import Election
@@ -47,7 +47,7 @@ from .resolve import Stores
 from .store import LocalStore
 
 if TYPE_CHECKING:
-    from ..runner import Runner
+    from ..runner.pool import Runner
 
 
 class WheelCache:

@@ -22,19 +22,19 @@ import posixpath
 import shlex
 from typing import Any
 
-from .. import compile_cache
-from .. import sources as srcstore
+from ..builds import compile_cache
+from ..builds import sources as srcstore
+from ..builds.knobs import Knobs
+from ..builds.packing import pack_tree
 from ..cache.key import KeyInputs, compute_key, describe
 from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
-from ..host_context import HostContext
-from ..knobs import Knobs
 from ..packages import registry
-from ..packing import pack_tree
 from ..plan import PlanOptions, package_names, prepare
-from ..results import StepResult
-from ..runner import HostOp, Runner
+from ..runner.host_context import HostContext
+from ..runner.pool import HostOp, Runner
+from ..runner.results import StepResult
 from ..state import ProvisionState
 from ..steps import Step, commands
 from .build_explain import dependency_rows, explain, source_rows, target_explain

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import posixpath
 
-from .. import compile_cache
-from .. import sources as srcstore
+from ..builds import compile_cache
+from ..builds import sources as srcstore
+from ..builds.cmake_defines import defines_from_pip_args
+from ..builds.knobs import Knobs
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
-from ..cmake_defines import defines_from_pip_args
-from ..host_context import HostContext
-from ..knobs import Knobs
 from ..packages import registry
+from ..runner.host_context import HostContext
 from ..state import ProvisionState
 from .build_inputs import toolchain_env
 from .build_patches import Patched, package_patches

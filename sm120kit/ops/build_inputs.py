@@ -1,6 +1,6 @@
 """What a build of one package gets on a host: its knobs, its env, and its cache key's inputs.
 
-Knobs come from the descriptor (`sm120kit.knobs`) with the recipe's, the host vars' and the
+Knobs come from the descriptor (`sm120kit.builds.knobs`) with the recipe's, the host vars' and the
 flags' overrides; the toolkit and host compiler add CUDA_HOME and nvcc_ccbin's GCC; the key
 (`sm120kit.cache.key`) covers everything that can change the binary.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from .. import compile_cache
+from ..builds import compile_cache
+from ..builds.cmake_defines import fetchcontent_defines
+from ..builds.knobs import Knobs, resolve_knobs
 from ..cache.key import KeyInputs
-from ..cmake_defines import fetchcontent_defines
-from ..knobs import Knobs, resolve_knobs
 from ..packages import registry
 from ..state import ProvisionState
 from . import host_python
@@ -23,7 +23,7 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
     """Knobs for `name` on this host: recipe knobs, host vars max_jobs/nvcc_threads, run flags."""
     desc = registry.descriptor(name)
     overrides: dict[str, Any] = dict(state.resolved.packages[name].knobs)
-    # Not a build setting: where compiles are cached changes no binary (compile_cache.py).
+    # Not a build setting: where compiles are cached changes no binary (builds/compile_cache.py).
     overrides.pop(compile_cache.KNOB, None)
     sources = {
         k: state.resolved.sources.get(f"packages.{name}.knobs.{k}", "the recipe") for k in overrides

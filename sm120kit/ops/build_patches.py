@@ -14,9 +14,16 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..builds.patching import (
+    Patch,
+    check_and_apply,
+    load_patch,
+    patch_step,
+    run_patch_steps,
+    select,
+)
 from ..cache.key import patch_digests
-from ..host_context import HostContext
-from ..patching import Patch, check_and_apply, load_patch, patch_step, run_patch_steps, select
+from ..runner.host_context import HostContext
 from ..state import ProvisionState
 from ..steps import Step
 from ..steps import commands as render_commands

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import sources as srcstore
+from ..builds import sources as srcstore
+from ..builds.packing import pack_tree
 from ..errors import HostFailed, RecipeError
-from ..host_context import HostContext
-from ..packing import pack_tree
 from ..remote.lib import sourcetree as fs
-from ..runner import Runner
+from ..runner.host_context import HostContext
+from ..runner.pool import Runner
 from ..state import ProvisionState
 from ..steps import Step, commands
 from .deps import store_record

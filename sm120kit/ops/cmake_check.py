@@ -20,12 +20,12 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .. import cmake_defines
+from ..builds import cmake_defines
+from ..builds.knobs import Knobs, parse_arch_list
 from ..drivers import CudaVersion
 from ..errors import HostFailed
-from ..knobs import Knobs, parse_arch_list
 from ..packages import registry
-from ..runner import HostContext
+from ..runner.pool import HostContext
 from ..state import ProvisionState
 from ..steps import Step, commands
 from .step_run import run_steps
@@ -35,7 +35,7 @@ def cmake_checked(state: ProvisionState, name: str) -> bool:
     """Whether `name` gets these checks: its descriptor asks for them and it is built from the
     tool's own sources (its recipe lists the FetchContent dependencies, so the tree is
     upstream's CMake build)."""
-    from .. import sources as srcstore
+    from ..builds import sources as srcstore
 
     return registry.descriptor(name).cmake_checked and srcstore.is_managed(
         state.resolved.packages[name]

@@ -16,15 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import compile_cache
+from ..builds import compile_cache
+from ..builds.knobs import Knobs, lowered_for_oom
 from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
-from ..host_context import HostContext
-from ..knobs import Knobs, lowered_for_oom
 from ..packages import registry
 from ..remote.lib.frontend import build_command
+from ..runner.host_context import HostContext
 from ..state import ProvisionState
 from ..steps import Step
 from .build_inputs import build_env

@@ -1,6 +1,6 @@
 """Step ``deps:<pkg>``: a store-managed package's build dependencies on the host.
 
-Each dependency (`sm120kit.sources`: a recipe ``dependencies`` entry, fetched into the
+Each dependency (`sm120kit.builds.sources`: a recipe ``dependencies`` entry, fetched into the
 controller's source store) is uploaded as its deterministic tarball and unpacked by
 ``remote/fetch_source.py`` (kind ``path``, tree hash checked) into
 ``work_root/src/<dir>-<ref[:12]>-<digest[:12]>``; a tree already there with the same hash is
@@ -17,9 +17,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import sources as srcstore
+from ..builds import sources as srcstore
 from ..remote.lib import sourcetree as fs
-from ..runner import HostContext
+from ..runner.pool import HostContext
 from ..state import ProvisionState
 from ..steps import Step, commands
 from .step_run import run_steps

@@ -3,7 +3,7 @@
 The recipe's ``python`` is an ordered list of preference (``["3.11", "3.12", "3.13"]``; a
 plain ``"3.11"`` is a one-item list). `pick_python` is the pure rule, facts in, choice out:
 
-1. Of the recipe's Pythons that have a lock (`sm120kit.lock.stack_locks`; every one when
+1. Of the recipe's Pythons that have a lock (`sm120kit.stack.lock.stack_locks`; every one when
    there is no stack), the first the host already has (facts: its ``python3.X`` on PATH).
 2. Else the first of them the distribution's archive has: apt ``python3.X`` plus
    ``python3.X-venv`` (known from ``apt-cache policy``), or dnf ``python3.X`` (``dnf info``),
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import HostFailed
-from ..lock import Lock
-from ..runner import HostContext
+from ..runner.pool import HostContext
+from ..stack.lock import Lock
 from ..state import ProvisionState
 from .toolkit_install import sudo_prefix, sudo_stdin
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..host_context import HostContext
 from ..remote.lib.names import install_record
-from ..results import StepResult
+from ..runner.host_context import HostContext
+from ..runner.results import StepResult
 from ..state import ProvisionState
 from ..steps import Step, commands
 from .step_run import run_steps

@@ -4,7 +4,7 @@ Per host: the facts (GPUs, memory in use, the processes holding it), one run of 
 probe `remote/preflight_probe.py` against the serving env (--python, else the recipe's serving
 stack env, else, for a recipe without a stack, its managed build env), which also runs
 sglang's own argument resolution in that env (remote/lib/in_target/server_args.py), then
-the verdicts of sm120kit/preflight.py. Any failed check fails the host, with one
+the verdicts of sm120kit/preflight/verdicts.py. Any failed check fails the host, with one
 line per failed check.
 """
 
@@ -16,14 +16,14 @@ from typing import Any
 
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
-from ..host import Host
-from ..launch import Launch
+from ..inventory.host import Host
 from ..plan import PlanOptions, prepare
-from ..preflight import judge, probe_request
+from ..preflight.launch import Launch
+from ..preflight.verdicts import judge, probe_request
+from ..recipes.target_arch import TargetArch
 from ..remote.lib.cudaarch import parse_cc
-from ..runner import HostContext, HostOp
+from ..runner.pool import HostContext, HostOp
 from ..state import ProvisionState
-from ..target_arch import TargetArch
 from .host_python import serving_lock
 from .smoke_check import choose_arch, managed_python, normalize_cc
 from .stack import env_path as stack_env_path
@@ -92,7 +92,7 @@ def preflight_arch(
     host: Host, facts: Mapping[str, Any], arch: str | None, state: ProvisionState | None
 ) -> TargetArch:
     """The arch preflight judges a launch for: `smoke_check.choose_arch` (the one rule of
-    sm120kit/target_arch.py), with the recipe this run resolved for the host when it did
+    sm120kit/recipes/target_arch.py), with the recipe this run resolved for the host when it did
     (no ``--python``), so the stack, smoke and preflight agree. Pure."""
     return choose_arch(host, facts, arch, state.resolved if state is not None else None)
 
@@ -103,7 +103,7 @@ def preflight_op(
     """`invoke preflight`: judge `launch` on each host from its facts and its serving env.
 
     `arch` (--arch) judges for that compute capability; without it, for the host's target arch
-    (host var ``target_arch``, else its GPU, else the recipe's: sm120kit/target_arch.py).
+    (host var ``target_arch``, else its GPU, else the recipe's: sm120kit/recipes/target_arch.py).
     """
     check_flags(python, arch)
 

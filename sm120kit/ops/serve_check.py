@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .. import serve
 from ..errors import HostFailed
-from ..runner import HostContext, HostOp
+from ..runner.pool import HostContext, HostOp
 
 
 def serve_check_op(

@@ -17,10 +17,10 @@ from typing import Any
 
 from .. import serve
 from ..errors import HostFailed
-from ..launch import Launch, server_args
 from ..paths import HostPaths
 from ..plan import PlanOptions
-from ..runner import HostContext, HostOp
+from ..preflight.launch import Launch, server_args
+from ..runner.pool import HostContext, HostOp
 from .preflight_check import check_flags, run_preflight
 
 #: Bytes of the server's log kept when it is not ready.

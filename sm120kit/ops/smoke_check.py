@@ -25,21 +25,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import smoke_memo
-from .. import smoke_report as probe
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
-from ..host import Host
+from ..inventory.host import Host
 from ..packages import registry
 from ..packages import stack as serving
 from ..plan import PlanOptions, prepare
-from ..recipes import PackageSpec, Recipe, ResolvedRecipe
+from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe
+from ..recipes.target_arch import TargetArch, choose_target_arch
 from ..remote.lib.arch import Arch
 from ..remote.lib.names import STACK_RECORD
-from ..runner import HostContext, HostOp
-from ..stack import provision_parts
+from ..runner.pool import HostContext, HostOp
+from ..smoke import memo as smoke_memo
+from ..smoke import report as probe
+from ..stack.choice import provision_parts
 from ..state import ProvisionState
-from ..target_arch import TargetArch, choose_target_arch
 from .host_python import serving_lock
 from .stack import env_path as stack_env_path
 
@@ -118,7 +118,7 @@ def declarations(
                 f"recipe {recipe.name}",
             )
         return out
-    from ..recipes import load_recipes
+    from ..recipes.select import load_recipes
 
     try:
         recipes = opts.recipes() if opts is not None else load_recipes()
@@ -173,7 +173,7 @@ def choose_arch(
     resolved: ResolvedRecipe | None,
 ) -> TargetArch:
     """The arch smoke judges for: the host's target arch by the one rule of
-    sm120kit/target_arch.py (``--arch``, host var ``target_arch``, the GPU, the recipe), the
+    sm120kit/recipes/target_arch.py (``--arch``, host var ``target_arch``, the GPU, the recipe), the
     same the stack was verified for. With a recipe resolved for this run's flag, its target
     (`ResolvedRecipe.target`, decided by that rule) is the answer; without one (``--python``
     on a host no recipe serves) the rule is applied here. `preflight` asks this function too."""

@@ -27,14 +27,14 @@ from typing import Any
 
 from packaging.version import Version
 
-from .. import release_check
 from ..errors import HostFailed
-from ..lock import Lock, LockEntry
-from ..recipes import resolve_for_host
+from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
-from ..runner import HostContext
-from ..stack import Choice, choose, glibc_problem, not_for_arch, shown, target_of
+from ..runner.pool import HostContext
+from ..stack import release_check
+from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
+from ..stack.lock import Lock, LockEntry
 from ..state import ProvisionState
 from ..steps import Step, commands
 from .build_progress import poll_progress

@@ -39,9 +39,9 @@ from ..cache.key import KeyInputs
 from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
-from ..lock import LockEntry
-from ..lock_draft import cached_copy, local_path
-from ..runner import HostContext
+from ..runner.pool import HostContext
+from ..stack.draft import cached_copy, local_path
+from ..stack.lock import LockEntry
 
 #: uv, pinned: the manylinux x86_64 wheel of uv 0.13.9 as PyPI serves it (sha256 and size read
 #: from https://pypi.org/simple/uv/ and checked against the downloaded file). Its binary is

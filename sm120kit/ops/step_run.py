@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import HostFailed
-from ..host_context import HostContext
+from ..runner.host_context import HostContext
 from ..steps import Step, render
 
 

@@ -74,7 +74,7 @@ from .toolkit_spec import (
 
 if TYPE_CHECKING:
     from ..plan import PlanOptions
-    from ..runner import HostContext, HostOp
+    from ..runner.pool import HostContext, HostOp
 
 
 INSTALL_TIMEOUT = 4 * 3600.0

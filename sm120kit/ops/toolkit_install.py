@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .. import cuda_libraries as cudalibs
+from ..builds import cuda_libraries as cudalibs
 from ..errors import HostFailed
 from ..steps import Step
 from ..steps import commands as render_commands

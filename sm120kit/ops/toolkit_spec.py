@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .. import cuda_libraries as cudalibs
 from .. import drivers as drv
+from ..builds import cuda_libraries as cudalibs
 from ..remote.lib.arch import Arch
 from ..state import ProvisionState, Toolkit
 from ..validate import check_pip_args
@@ -102,7 +102,7 @@ class ToolkitSpec:
     apt_packages: tuple[str, ...]
     mirror: str
     work_root: str
-    #: Toolkit libraries the packages of this run need (sm120kit/cuda_libraries.py), and those
+    #: Toolkit libraries the packages of this run need (sm120kit/builds/cuda_libraries.py), and those
     #: packages: a toolkit without them does not serve, and the pip/apt routes add them.
     components: tuple[str, ...] = ()
     components_for: tuple[str, ...] = ()

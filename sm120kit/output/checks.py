@@ -10,9 +10,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .. import serve, smoke_report
+from .. import serve
 from ..ops import smoke_check
-from ..results import RunResult
+from ..runner.results import RunResult
+from ..smoke import report as smoke_report
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim", "unknown": "magenta"}
 _MAX_PROBLEM_LINES = 12

@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from ..results import HostResult
+    from ..runner.results import HostResult
 
 STATUS_STYLE = {
     "ok": "green",

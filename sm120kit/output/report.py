@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .. import compile_cache
+from ..builds import compile_cache
 from ..facts import cuda_summary, driver_summary, gb, gpu_summary
-from ..results import RunResult
+from ..runner.results import RunResult
 from .progress import STATUS_STYLE
 
 

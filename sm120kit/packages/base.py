@@ -25,7 +25,7 @@ FRONT_ENDS = ("setuptools", "scikit-build-core")
 DEFAULT_GB_PER_NVCC_THREAD = 4.0
 
 #: ATen's CUDA headers, which any torch CUDA extension including ATen/cuda/CUDAContext.h reads
-#: (toolkit components, sm120kit.cuda_libraries).
+#: (toolkit components, sm120kit.builds.cuda_libraries).
 ATEN_CUDA = ("cublas", "cusparse", "cusolver")
 
 _GIB = 1024**3
@@ -229,7 +229,7 @@ class PackageDescriptor:
     - `cmake_defines`: whether ``cmake.define.X`` overrides and ``cmake_defines`` apply;
     - `cmake_checked`: host prerequisites and a real configure before its build
       (ops/cmake_check.py), when built from the tool's own sources;
-    - `cuda_libraries`: the toolkit components its build needs (cuda_libraries.py);
+    - `cuda_libraries`: the toolkit components its build needs (builds/cuda_libraries.py);
     - `smoke_by_default`: checked by ``smoke`` when neither --package nor a recipe names one;
     - `knobs`: how the arch list and the host's size become its build settings;
     - `arch_value`: the arch knob's value for an arch list (needed with `arch_value_problem`);

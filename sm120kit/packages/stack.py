@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import Catalogue, load_beside
 from ..remote.lib.names import dist_name
+from ..stack.catalogue import Catalogue, load_beside
 from . import registry
 from .base import ModuleArchs
 

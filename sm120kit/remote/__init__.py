@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import HostFailed
 
 if TYPE_CHECKING:
-    # Only the run API (host_context.HostContext.script) hands run_script its connection.
-    from ..connection import Connection
+    # Only the run API (runner.host_context.HostContext.script) hands run_script its
+    # connection.
+    from ..runner.connection import Connection
 
 LIB = f"{__package__}.lib"
 

@@ -4,7 +4,7 @@ way a site would add its own, by one descriptor (registered with
 
 from __future__ import annotations
 
-from sm120kit.knobs import Knobs, plan_parallelism
+from sm120kit.builds.knobs import Knobs, plan_parallelism
 from sm120kit.packages.base import KnobRequest, PackageDescriptor
 from sm120kit.remote.lib.arch import Arch
 

@@ -1,7 +1,7 @@
 """Why a wheel build failed, from its log: the kind of failure and what to do about it.
 
 Both sides use this module: remote/build_wheel.py on hosts (bundled with it) and the
-controller (`sm120kit.knobs.classify_build_failure`). Stdlib only.
+controller (`sm120kit.builds.knobs.classify_build_failure`). Stdlib only.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which CUDA toolkit libraries a toolkit tree holds, by the files that show them.
 
 One table for both sides: the facts probe reports a toolkit's components with it, and the
-controller's sm120kit/cuda_libraries.py names them and says which build needs which.
+controller's sm120kit/builds/cuda_libraries.py names them and says which build needs which.
 """
 
 import glob

@@ -1,7 +1,7 @@
 """Source trees on a host and on the controller: the marker, the tree digest, archives, git.
 
 Both sides use this module: remote/fetch_source.py on hosts (bundled with it), and the
-controller (`sm120kit.sources`, `sm120kit.ops.build_source`) to compute the same tree digest for a
+controller (`sm120kit.builds.sources`, `sm120kit.ops.build_source`) to compute the same tree digest for a
 local tree, read the same marker and look up the same sdist before a run. Stdlib only.
 """
 

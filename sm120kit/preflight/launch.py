@@ -1,0 +1,210 @@
+"""An SGLang launch command, read the way `sglang.launch_server` reads it (the options preflight
+judges; every other word is kept and ignored).
+
+Accepted shapes: ``python -m sglang.launch_server ARGS``, ``sglang serve ARGS`` or bare
+``ARGS``. Option names and defaults are sglang 0.5.23's (sglang/srt/arg_groups/fields/*.py:
+``--tp-size`` alias ``--tensor-parallel-size``, ``--port`` 30000, ``--host`` 127.0.0.1;
+argparse also accepts unambiguous prefixes such as ``--tp``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import Sm120Error
+
+DEFAULT_PORT = 30000
+DEFAULT_HOST = "127.0.0.1"
+
+#: field -> (option spellings, type). Prefixes argparse would accept are listed explicitly.
+OPTIONS: dict[str, tuple[tuple[str, ...], type]] = {
+    "model_path": (("--model-path", "--model"), str),
+    "tp": (("--tp-size", "--tensor-parallel-size", "--tp"), int),
+    "dp": (("--dp-size", "--data-parallel-size", "--dp"), int),
+    "pp": (("--pp-size", "--pipeline-parallel-size", "--pp"), int),
+    "nnodes": (("--nnodes",), int),
+    "port": (("--port",), int),
+    "host": (("--host",), str),
+    "attention_backend": (("--attention-backend",), str),
+    "prefill_attention_backend": (("--prefill-attention-backend",), str),
+    "decode_attention_backend": (("--decode-attention-backend",), str),
+    "moe_runner_backend": (("--moe-runner-backend",), str),
+    "moe_a2a_backend": (("--moe-a2a-backend",), str),
+    "kv_cache_dtype": (("--kv-cache-dtype",), str),
+    "quantization": (("--quantization",), str),
+    "mem_fraction_static": (("--mem-fraction-static",), float),
+    "base_gpu_id": (("--base-gpu-id",), int),
+    "gpu_id_step": (("--gpu-id-step",), int),
+}
+FLAGS = {
+    "--enable-dp-attention": "enable_dp_attention",
+    "--disable-custom-all-reduce": "disable_custom_all_reduce",
+}
+_SPELLING = {s: name for name, (spellings, _) in OPTIONS.items() for s in spellings}
+_PROGRAMS = ("sglang.launch_server", "sglang.launch_server.py")
+
+
+@dataclass
+class Launch:
+    """The settings of one launch that preflight judges (None: not given, sglang's default)."""
+
+    words: list[str]
+    model_path: str | None = None
+    tp: int = 1
+    dp: int = 1
+    pp: int = 1
+    nnodes: int = 1
+    port: int = DEFAULT_PORT
+    host: str = DEFAULT_HOST
+    attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    moe_runner_backend: str | None = None
+    moe_a2a_backend: str | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    mem_fraction_static: float | None = None
+    enable_dp_attention: bool = False
+    disable_custom_all_reduce: bool = False
+    base_gpu_id: int = 0
+    gpu_id_step: int = 1
+    given: set[str] = field(default_factory=set)
+
+    def gpus_needed(self) -> int:
+        """GPUs one node needs: tp x pp, times dp unless DP attention runs inside the TP group."""
+        total = self.tp * self.pp * (1 if self.enable_dp_attention else self.dp)
+        return max(1, -(-total // max(1, self.nnodes)))
+
+    def gpu_indices(self) -> list[int]:
+        """The GPU indices this node's ranks take (--base-gpu-id, --gpu-id-step), as sglang
+        assigns them when CUDA_VISIBLE_DEVICES does not narrow the devices."""
+        return [self.base_gpu_id + i * self.gpu_id_step for i in range(self.gpus_needed())]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The launch as JSON (the words and every setting preflight read)."""
+        doc = {k: v for k, v in self.__dict__.items() if k != "given"}
+        doc["given"] = sorted(self.given)
+        return doc
+
+
+def launch_words(option: str | None, argv: list[str] | None = None) -> list[str]:
+    """The launch command's words: ``--launch "..."`` split as a shell would, or everything
+    after ``--`` on the command line.
+
+    invoke keeps the words after ``--`` only as one space-joined string (its parser's
+    ``remainder``, not handed to tasks), which loses the quoting of an argument with spaces; the
+    process's own argv still has each word as the shell split it, so they are read from there.
+    """
+    argv = sys.argv if argv is None else argv
+    after = argv[argv.index("--") + 1 :] if "--" in argv else []
+    if option is not None:
+        if after:
+            raise Sm120Error("--launch and words after -- both given: give the launch once")
+        try:
+            words = shlex.split(option)
+        except ValueError as exc:
+            raise Sm120Error(f"--launch {_short(option)}: {exc}") from None
+        check_no_shell(words, "--launch")
+        return words
+    check_no_shell(after, "the launch after --")
+    return after
+
+
+#: Words a shell would read as operators, and text it would expand. The launch runs as one
+#: program's argument list, never through a shell, so `--model-path m; rm x` would hand sglang
+#: the words "m;", "rm", "x": judged as arguments, it would pass preflight and fail at start.
+SHELL_WORDS = frozenset({";", "|", "||", "&", "&&", ">", ">>", "<", "<<", "(", ")"})
+SHELL_TEXT = (";", "|", "&&", "\n", "`", "$(")
+
+
+def check_no_shell(words: list[str], where: str) -> None:
+    """Refuse a launch holding shell syntax (an operator, a newline, a command substitution):
+    one line naming the word and the operator."""
+    for word in words:
+        found = word if word in SHELL_WORDS else next((t for t in SHELL_TEXT if t in word), None)
+        if found is not None:
+            shown = "a newline" if found == "\n" else repr(found)
+            raise Sm120Error(
+                f"{where}: shell syntax {shown} in {_short(word)}: the launch is one command's "
+                "arguments, not run by a shell; give one command, without ; | && || ` $( or "
+                "newlines"
+            )
+
+
+def _short(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def server_args(words: list[str]) -> list[str]:
+    """The server's own arguments: the words after the launcher (python -m ..., sglang serve)."""
+    for i, word in enumerate(words):
+        if word == "-m" and i + 1 < len(words) and words[i + 1] in _PROGRAMS:
+            return words[i + 2 :]
+        if word.endswith(_PROGRAMS):
+            return words[i + 1 :]
+        if word == "serve" and i > 0 and words[i - 1].rsplit("/", 1)[-1] == "sglang":
+            return words[i + 1 :]
+    if words and not words[0].startswith("-"):
+        raise Sm120Error(
+            f"launch command {' '.join(words[:4])!r}...: expected python -m "
+            "sglang.launch_server ARGS, sglang serve ARGS or the server's ARGS"
+        )
+    return words
+
+
+def parse_launch(words: list[str]) -> Launch:
+    """Read a launch command; Sm120Error (one line naming the option) for a value it cannot be."""
+    if not words:
+        raise Sm120Error(
+            "no launch command: give it after --, e.g. invoke preflight -H H -- "
+            "python -m sglang.launch_server --model-path M --tp 2"
+        )
+    launch = Launch(words=list(words))
+    args = server_args(list(words))
+    i = 0
+    while i < len(args):
+        word = args[i]
+        name, value = word, None
+        if word.startswith("--") and "=" in word:
+            name, value = word.split("=", 1)
+        if name in FLAGS:
+            setattr(launch, FLAGS[name], True)
+            launch.given.add(FLAGS[name])
+        elif name in _SPELLING:
+            key = _SPELLING[name]
+            if value is None:
+                if i + 1 >= len(args):
+                    raise Sm120Error(f"launch option {name}: missing its value")
+                i += 1
+                value = args[i]
+            setattr(launch, key, _convert(name, value, OPTIONS[key][1]))
+            launch.given.add(key)
+        i += 1
+    _check(launch)
+    return launch
+
+
+def _convert(name: str, value: str, kind: type) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise Sm120Error(f"launch option {name} {value!r}: expected {what}") from None
+
+
+def _check(launch: Launch) -> None:
+    if launch.base_gpu_id < 0:
+        raise Sm120Error(f"launch option --base-gpu-id {launch.base_gpu_id}: must be >= 0")
+    for key in ("tp", "dp", "pp", "nnodes", "gpu_id_step"):
+        if getattr(launch, key) < 1:
+            name = "--" + key.replace("_", "-")
+            raise Sm120Error(f"launch option {name}: must be at least 1")
+    if not 0 < launch.port < 65536:
+        raise Sm120Error(f"launch option --port {launch.port}: not a TCP port")
+    frac = launch.mem_fraction_static
+    if frac is not None and not 0 < frac <= 1:
+        raise Sm120Error(f"launch option --mem-fraction-static {frac}: must be in (0, 1]")

@@ -1,0 +1,535 @@
+"""Preflight verdicts: would this SGLang launch start on this host? Decided before weights load.
+
+Pure functions from three inputs: the launch (sm120kit/preflight/launch.py), the host's facts (GPUs,
+their memory and the processes holding it) and the preflight probe's JSON (the serving env's
+distributions, the device code of the modules the chosen backends load, the port, the model
+path). This module judges the backends the launch resolves to and the known-bad rules, and
+gathers the host and env checks of sm120kit/preflight/host.py. Each check is ``{"check", "status", "reason", "evidence", "fix"}`` with status
+pass / warn / fail / skip; the host fails when any check fails. What is known about sglang
+lives as data in sm120kit/preflight/rules.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from ..errors import one_line
+from ..remote.lib.cudaarch import arch_verdict, cc_text
+from .host import (
+    CC,
+    Check,
+    check,
+    env_check,
+    gpu_count_check,
+    gpu_memory_check,
+    mem_fraction_check,
+    model_check,
+    port_check,
+    stack_check,
+)
+from .launch import Launch, server_args
+from .rules import (
+    A2A_BACKENDS,
+    ATTENTION_BACKENDS,
+    DEFAULT_ATTENTION,
+    DISTRIBUTIONS,
+    MOE_BACKENDS,
+    RESOLVED_FIELDS,
+    RULES,
+    TABLE_SGLANG,
+    Backend,
+    Rule,
+)
+
+# ------------------------------------------------------------------------- what to read
+
+
+def canonical(name: str, table: Mapping[str, Backend]) -> str:
+    """A backend name with its alias resolved (nsa -> dsa)."""
+    entry = table.get(name)
+    return entry.alias_of if entry is not None and entry.alias_of else name
+
+
+def explicit_backends(launch: Launch) -> list[str]:
+    """Every backend the launch names, attention and MoE (the probe reads their modules)."""
+    names = [
+        launch.attention_backend,
+        launch.prefill_attention_backend,
+        launch.decode_attention_backend,
+    ]
+    return [n for n in names if n]
+
+
+def probe_request(
+    launch: Launch, python: str | None, cc: CC | None = None, resolve: bool = False
+) -> dict[str, Any]:
+    """The preflight probe's arguments for this launch. With `resolve`, the probe also asks
+    sglang's own ServerArgs in the env which backends the launch gets (`cc`: the arch it
+    presents when the host has no GPU), and reads the modules of every backend preflight's
+    tables know, since which ones sglang picks is learnt in the same run."""
+    modules: list[dict[str, Any]] = []
+    wanted: list[Backend] = []
+    if resolve:
+        for table in (ATTENTION_BACKENDS, MOE_BACKENDS, A2A_BACKENDS):
+            wanted += [e for e in table.values() if e.modules]
+    for name in explicit_backends(launch):
+        entry = ATTENTION_BACKENDS.get(canonical(name, ATTENTION_BACKENDS))
+        if entry is not None:
+            wanted.append(entry)
+    if launch.moe_runner_backend in MOE_BACKENDS:
+        wanted.append(MOE_BACKENDS[launch.moe_runner_backend])
+    if launch.moe_a2a_backend in A2A_BACKENDS:
+        wanted.append(A2A_BACKENDS[launch.moe_a2a_backend])
+    for entry in wanted:
+        for m in entry.modules:
+            item = {"dist": list(m.dist), "prefix": m.prefix}
+            if item not in modules:
+                modules.append(item)
+    out: dict[str, Any] = {
+        "python": python,
+        "dists": list(DISTRIBUTIONS),
+        "modules": modules,
+        "port": launch.port,
+        "host": launch.host,
+        "model_path": launch.model_path,
+    }
+    if resolve:
+        out["resolve"] = {
+            "cases": [server_args(launch.words)],
+            "fields": list(RESOLVED_FIELDS),
+            "cc": list(cc) if cc else None,
+        }
+    return out
+
+
+# ------------------------------------------------------------------------- sglang's answer
+
+
+def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
+    """What sglang's own resolution said: {"by", "backends", "error", "reason", "gpu"}.
+
+    `by` is what the verdict names as its source: "sglang X ServerArgs" when it ran, else
+    "the tool's rules (sglang's resolution could not run: why)".
+    """
+    doc = probe.get("resolved")
+    if not doc:
+        return {"by": "the tool's rules (sglang's resolution was not asked)", "backends": None}
+    if not doc.get("ran"):
+        why = doc.get("reason") or "no reason given"
+        return {
+            "by": f"the tool's rules (sglang's resolution could not run: {why})",
+            "backends": None,
+            "reason": why,
+        }
+    case = (doc.get("cases") or [{}])[0]
+    return {
+        "by": f"sglang {doc.get('version')} ServerArgs",
+        "backends": case.get("backends") or {},
+        "error": case.get("error"),
+        "gpu": doc.get("gpu"),
+    }
+
+
+def resolved_launch(launch: Launch, backends: Mapping[str, Any]) -> Launch:
+    """The launch with the backends sglang chose (what the tables and rules then judge)."""
+
+    def pick(name: str) -> Any:
+        value = backends.get(name)
+        return value if value not in (None, "None") else getattr(launch, name)
+
+    return dataclasses.replace(
+        launch,
+        attention_backend=pick("attention_backend"),
+        prefill_attention_backend=pick("prefill_attention_backend"),
+        decode_attention_backend=pick("decode_attention_backend"),
+        moe_runner_backend=pick("moe_runner_backend"),
+        moe_a2a_backend=pick("moe_a2a_backend"),
+    )
+
+
+def resolution_check(res: Mapping[str, Any]) -> Check:
+    """The source of the backend verdicts, as a check (fail: sglang itself refuses the launch)."""
+    if res.get("error"):
+        return check(
+            "sglang_resolution",
+            "fail",
+            f"resolved by: {res['by']}: {res['error']}",
+            {"gpu": res.get("gpu")},
+            "fix the flag sglang names",
+        )
+    if res.get("backends") is None:
+        return check("sglang_resolution", "skip", f"resolved by: {res['by']}")
+    chosen = ", ".join(
+        f"{k}={v}" for k, v in sorted(res["backends"].items()) if v not in (None, "None")
+    )
+    return check(
+        "sglang_resolution",
+        "pass",
+        f"resolved by: {res['by']} ({res.get('gpu')}): {chosen}",
+        {"backends": res["backends"], "gpu": res.get("gpu")},
+    )
+
+
+# ------------------------------------------------------------------------- backends
+
+
+def attention_phases(launch: Launch, model: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The backend each phase resolves to, as sglang 0.5.23 resolves it, and how it was chosen.
+
+    ``--attention-backend`` sets both phases, ``--prefill/--decode-attention-backend``
+    override one; with none, sglang's own default for a 12.x GPU (DEFAULT_ATTENTION), computed
+    from the model's config.json when the path is local, else both candidates are named.
+    """
+    base = launch.attention_backend
+    how = "--attention-backend" if base else None
+    default_note = None
+    candidates: list[str] = []
+    if base is None and not (
+        launch.prefill_attention_backend
+        and launch.prefill_attention_backend == launch.decode_attention_backend
+    ):
+        config = (model or {}).get("config") if model else None
+        source = DEFAULT_ATTENTION["source"]
+        if config:
+            mla = config.get("kv_lora_rank") is not None
+            base = DEFAULT_ATTENTION["mla" if mla else "mha"]
+            kind = "an MLA model (config.json has kv_lora_rank)" if mla else "an MHA model"
+            default_note = (
+                f"sglang's default for {kind} on 12.x: {base} ({source}; a model with "
+                "attention sinks gets triton, model-specific hooks may override)"
+            )
+        else:
+            candidates = [DEFAULT_ATTENTION["mha"], DEFAULT_ATTENTION["mla"]]
+            default_note = (
+                f"no --attention-backend and no local config.json: sglang picks "
+                f"{DEFAULT_ATTENTION['mha']} for MHA models, {DEFAULT_ATTENTION['mla']} for MLA "
+                f"models on 12.x ({source}); which one cannot be told without the model's config"
+            )
+        how = "sglang default"
+    elif base is None:
+        base = launch.prefill_attention_backend
+        how = "--prefill/--decode-attention-backend"
+    prefill = launch.prefill_attention_backend or base
+    decode = launch.decode_attention_backend or base
+    names = [n for n in dict.fromkeys([prefill, decode, *candidates]) if n]
+    return {
+        "prefill": prefill,
+        "decode": decode,
+        "candidates": candidates,
+        "how": how,
+        "names": names,
+        "note": default_note,
+    }
+
+
+def _module_entries(probe: Mapping[str, Any], entry: Backend) -> list[dict[str, Any]]:
+    found = []
+    for m in entry.modules:
+        for got in probe.get("modules") or []:
+            if list(got.get("dist") or []) == list(m.dist) and got.get("prefix") == m.prefix:
+                found.append(dict(got, label=m.label))
+    return found
+
+
+def _unseen_why(probe: Mapping[str, Any], entry: Backend, files: list[dict[str, Any]]) -> str:
+    """Why no module of `entry` was seen to run here (for an "unknown" verdict)."""
+    if probe.get("error"):
+        return f"its modules could not be read ({one_line(str(probe['error']))})"
+    if not entry.modules:
+        return "preflight's table names no module for it"
+    if not files:
+        return "none of its modules was read in the serving env"
+    return "its modules hold no device code ({})".format(
+        ", ".join(str(f.get("rel") or f.get("module")) for f in files)
+    )
+
+
+def backend_verdict(
+    role: str,
+    name: str,
+    table: Mapping[str, Backend],
+    probe: Mapping[str, Any],
+    cc: CC | None,
+    table_version: str | None = None,
+) -> Check:
+    """Whether the modules backend `name` loads hold code for `cc` (fatbins read on the host).
+
+    `table_version`: the sglang version `table` lists every accepted name of (a name outside
+    it is refused by that sglang's own argument parser), None when another sglang is installed.
+    """
+    key = canonical(name, table)
+    entry = table.get(key)
+    label = f"{role} backend {name}" + (f" (alias of {key})" if key != name else "")
+    if entry is None:
+        folded = [k for k in table if k.lower() == name.lower()]
+        if folded:
+            # argparse matches `choices` exactly (`value not in action.choices`), and sglang
+            # 0.5.23 declares these flags with `choices=` (sglang/srt/arg_groups/fields/
+            # exec_.py: ATTENTION_BACKEND_CHOICES and MOE_RUNNER_BACKEND_CHOICES from
+            # arg_groups/choices.py, imported by srt/server_args.py): the server exits with
+            # "invalid choice" before it loads anything, whatever its version.
+            return check(
+                f"{role}_backend",
+                "fail",
+                f"{label}: sglang's choices are case-sensitive; it refuses {name!r} "
+                f"(invalid choice), it accepts {folded[0]!r}",
+                None,
+                folded[0],
+            )
+        if table_version:
+            return check(
+                f"{role}_backend",
+                "fail",
+                f"{label}: not a backend name sglang {table_version} accepts",
+                None,
+                "one of: " + ", ".join(sorted(table)),
+            )
+        return check(
+            f"{role}_backend",
+            "warn",
+            f"{label}: not in preflight's table (not checked; this sglang may not accept it)",
+        )
+    dists = probe.get("dists") or {}
+    evidence: dict[str, Any] = {"backend": name, "kind": entry.kind, "source": entry.source}
+    where = cc_text(cc) if cc else "this GPU"
+    if entry.kind == "platform":
+        return check(f"{role}_backend", "fail", f"{label}: {entry.note}", evidence, "flashinfer")
+    if entry.kind == "unknown":
+        return check(
+            f"{role}_backend",
+            "warn",
+            f"{label}: {entry.note or 'not modelled'} (modules not checked)",
+            evidence,
+        )
+    missing = [d for d in entry.needs if not (dists.get(d) or {}).get("installed")]
+    if missing:
+        return check(
+            f"{role}_backend",
+            "fail",
+            f"{label} imports {', '.join(missing)}, which is not installed in the serving env",
+            evidence,
+            f"pip install {missing[0]} into the env, or another backend",
+        )
+    if entry.kind == "cubin":
+        return check(
+            f"{role}_backend",
+            "skip",
+            f"{label}: {entry.note}; its kernels are cubins loaded at run time, not read here "
+            "(what is known about them on this GPU is in the rules)",
+            evidence,
+        )
+    if entry.kind in ("jit", "torch"):
+        return check(
+            f"{role}_backend",
+            "pass",
+            f"{label}: {entry.note}; nothing prebuilt to read (compiled for {where} at run time)",
+            evidence,
+        )
+    if cc is None:
+        return check(f"{role}_backend", "skip", f"{label}: no compute capability known", evidence)
+    files: list[dict[str, Any]] = []
+    worst = "pass"
+    lines = []
+    for got in _module_entries(probe, entry):
+        if not got.get("installed_dist"):
+            files.append({"module": got["label"], "status": "fail", "reason": "not installed"})
+            lines.append(f"{got['label']} not installed")
+            worst = "fail"
+            continue
+        for f in got.get("files") or []:
+            status, reason = arch_verdict(f.get("sass") or [], f.get("ptx") or [], cc)
+            files.append(dict(f, status=status, reason=reason, version=got.get("version")))
+            if status in ("fail", "warn"):
+                have = ", ".join((f.get("sass") or []) + (f.get("ptx") or []))
+                lines.append(
+                    f"{f['rel']} ({got['installed_dist']} {got.get('version')}) has {have}"
+                )
+                worst = "fail" if status == "fail" or worst == "fail" else "warn"
+        if not got.get("files"):
+            files.append({"module": got["label"], "status": "fail", "reason": "no such module"})
+            lines.append(f"{got['label']}: no such extension module in {got['installed_dist']}")
+            worst = "fail"
+    evidence["files"] = files
+    if worst == "pass":
+        # No verdict passes over an empty list: a pass needs a module whose SASS was seen to
+        # run here. Nothing read (no serving env, modules not listed) or modules without
+        # device code is "unknown", with why.
+        seen = [f for f in files if f.get("status") == "pass"]
+        if not seen:
+            return check(
+                f"{role}_backend",
+                "unknown",
+                f"{label}: unknown: {_unseen_why(probe, entry, files)}",
+                evidence,
+            )
+        archs = sorted({t for f in seen for t in (f.get("sass") or [])})
+        return check(
+            f"{role}_backend",
+            "pass",
+            f"{label}: every module it loads runs on {where} (SASS {', '.join(archs)})",
+            evidence,
+        )
+    return check(
+        f"{role}_backend",
+        worst,
+        f"{label}: no code for {where}: " + "; ".join(lines),
+        evidence,
+        "--attention-backend flashinfer (or triton)" if role == "attention" else None,
+    )
+
+
+def attention_checks(
+    launch: Launch, probe: Mapping[str, Any], cc: CC | None, sglang: str | None
+) -> tuple[list[Check], dict[str, Any]]:
+    """One check per attention backend the launch resolves to (or may resolve to)."""
+    phases = attention_phases(launch, probe.get("model"))
+    out = []
+    for name in phases["names"]:
+        verdict = backend_verdict(
+            "attention",
+            name,
+            ATTENTION_BACKENDS,
+            probe,
+            cc,
+            TABLE_SGLANG if sglang == TABLE_SGLANG else None,
+        )
+        verdict["evidence"] = dict(verdict.get("evidence") or {}, chosen_by=phases["how"])
+        if phases["note"]:
+            verdict["reason"] += f" [{phases['note']}]"
+        out.append(verdict)
+    return out, phases
+
+
+def moe_checks(launch: Launch, probe: Mapping[str, Any], cc: CC | None) -> list[Check]:
+    """The MoE runner and all-to-all backends the launch names (auto: not computed)."""
+    out = []
+    runner = launch.moe_runner_backend
+    if runner in (None, "auto"):
+        out.append(
+            check(
+                "moe_backend",
+                "skip",
+                "MoE runner 'auto': sglang chooses it at load time from the checkpoint's "
+                "quantization and the model (not computed without loading it)",
+            )
+        )
+    else:
+        out.append(backend_verdict("moe", runner, MOE_BACKENDS, probe, cc))
+    a2a = launch.moe_a2a_backend
+    if a2a and a2a.lower() in {k.lower() for k in A2A_BACKENDS}:
+        out.append(backend_verdict("moe_a2a", a2a, A2A_BACKENDS, probe, cc))
+    return out
+
+
+# ------------------------------------------------------------------------- rules
+
+
+def _setting(launch: Launch, phases: Mapping[str, Any], key: str) -> set[str]:
+    if key == "attention":
+        return {v for v in (phases["prefill"], phases["decode"]) if v}
+    if key in ("prefill", "decode"):
+        return {phases[key]} if phases[key] else set()
+    if key == "moe":
+        return {launch.moe_runner_backend} if launch.moe_runner_backend else set()
+    value = getattr(launch, key, None)
+    return {str(value)} if value is not None else set()
+
+
+def rule_applies(rule: Rule, launch: Launch, phases: Mapping[str, Any], cc: CC | None) -> bool:
+    """Whether the launch has every setting the rule names, on a GPU it is about."""
+    if cc is None or cc[0] not in rule.majors:
+        return False
+    return all(_setting(launch, phases, key) & set(values) for key, values in rule.when.items())
+
+
+def version_match(rule: Rule, versions: Mapping[str, str | None]) -> str | None:
+    """The "dist version" the rule was verified for that is installed, or None."""
+    for dist, spec in rule.versions:
+        have = versions.get(dist)
+        if not have:
+            continue
+        try:
+            if Version(have) in SpecifierSet(spec):
+                return f"{dist} {have}"
+        except (InvalidVersion, InvalidSpecifier):
+            continue
+    return None
+
+
+def rule_checks(
+    launch: Launch,
+    phases: Mapping[str, Any],
+    cc: CC | None,
+    versions: Mapping[str, str | None],
+    rules: Iterable[Rule] = RULES,
+) -> list[Check]:
+    """One check per known-bad combination the launch hits (warn when outside its versions)."""
+    out = []
+    for rule in rules:
+        if not rule_applies(rule, launch, phases, cc):
+            continue
+        matched = version_match(rule, versions)
+        status, scope = rule.status, f"applies to {matched}"
+        if matched is None:
+            status = "warn"
+            named = ", ".join(f"{d}{s}" for d, s in rule.versions)
+            scope = f"verified for {named} only; the env has other versions"
+        evidence = {"rule": rule.id, "source": rule.source, "scope": scope}
+        where = cc_text(cc) if cc else "?"
+        out.append(
+            check(
+                f"rule:{rule.id}",
+                status,
+                f"{rule.message} on {where} ({scope})",
+                evidence,
+                rule.fix,
+            )
+        )
+    return out
+
+
+def judge(
+    launch: Launch,
+    facts: Mapping[str, Any],
+    probe: Mapping[str, Any],
+    cc: CC | None,
+    python_source: str = "serving env",
+) -> dict[str, Any]:
+    """Every preflight verdict for one host: {"ok", "checks", "failed", "attention"}."""
+    env = env_check(probe, python_source)
+    versions = {k: (v or {}).get("version") for k, v in (probe.get("dists") or {}).items()}
+    sglang = versions.get("sglang")
+    res = resolution(probe)
+    checks = [env, stack_check(probe, facts, cc), resolution_check(res)]
+    if res.get("backends"):
+        launch = resolved_launch(launch, res["backends"])
+    attention, phases = attention_checks(launch, probe, cc, sglang)
+    if res.get("backends"):
+        phases["how"] = f"resolved by: {res['by']}"
+        for c in attention:
+            c["evidence"] = dict(c.get("evidence") or {}, chosen_by=phases["how"])
+    checks += attention
+    checks += moe_checks(launch, probe, cc)
+    checks += rule_checks(launch, phases, cc, versions)
+    checks += [
+        gpu_count_check(launch, facts),
+        gpu_memory_check(launch, facts),
+        mem_fraction_check(launch, facts),
+        port_check(probe),
+        model_check(launch, probe),
+    ]
+    failed = [c for c in checks if c["status"] == "fail"]
+    return {
+        "ok": not failed,
+        "arch": cc_text(cc) if cc else None,
+        "attention": {k: phases[k] for k in ("prefill", "decode", "candidates", "how", "note")},
+        "resolved_by": res["by"],
+        "resolved": res.get("backends"),
+        "checks": checks,
+        "failed": [f"{c['check']}: {c['reason']}" for c in failed],
+    }

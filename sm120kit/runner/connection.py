@@ -1,0 +1,638 @@
+"""How commands reach a host: over SSH with fabric, or on this machine for `local`.
+
+Both connections count the commands they run (the fan-out benchmark and a test check that
+facts costs one command per host) and never log what they send on stdin, which may carry
+scripts with secrets rendered in.
+
+Every command runs in its own process group (a new session: `setsid` on the host, a new
+session for `local`), so a run that is cancelled (SIGINT/SIGTERM/SIGHUP, see `cancel_all`)
+or a command that outlives its timeout is killed whole, children included, instead of
+living on as an orphan. The password variables are removed from every command's
+environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import HostUnreachable, Interrupted, one_line
+from ..inventory.host import Host
+
+# paramiko logs a traceback for every failed handshake (e.g. a port that does not speak
+# SSH); our one-line error says it, so its records go nowhere instead of to stderr.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
+
+#: Variables that carry secrets; no command the tool runs (local or remote) inherits them.
+SECRET_ENV = ("SM120KIT_SSH_PASSWORD", "SM120KIT_SUDO_PASSWORD")
+
+#: Set when the run is cancelled: commands in flight are killed and new ones refused.
+_CANCEL = threading.Event()
+_STATE = threading.local()
+
+#: First stderr line of a wrapped remote command: its process group id.
+_PGID_MARK = b"\x1esm120kit-pgid "
+
+
+_REASON = ["cancelled"]
+
+
+def cancel_all(reason: str = "cancelled") -> None:
+    """Cancel the run: every command in flight is killed (its process group), new ones refused
+    (they raise Interrupted(reason), e.g. "SIGTERM").
+
+    Commands run inside `uncancelled()` (cleanup: releasing locks) still run.
+    """
+    _REASON[0] = reason
+    _CANCEL.set()
+
+
+def reset_cancel() -> None:
+    """Clear a previous cancellation (a new run in the same process)."""
+    _CANCEL.clear()
+
+
+def cancelled() -> bool:
+    """True when the run was cancelled and this thread is not doing cleanup."""
+    return _CANCEL.is_set() and not getattr(_STATE, "cleanup", False)
+
+
+def cancel_reason() -> str:
+    """Why the run was cancelled ("SIGINT"): what Interrupted carries."""
+    return _REASON[0]
+
+
+class uncancelled:  # noqa: N801 - used like a function: `with uncancelled():`
+    """Context manager: commands in this thread run even after `cancel_all` (cleanup)."""
+
+    def __enter__(self) -> None:
+        self._old = getattr(_STATE, "cleanup", False)
+        _STATE.cleanup = True
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.cleanup = self._old
+
+
+class uncounted:  # noqa: N801 - used like a function: `with uncounted():`
+    """Context manager: commands in this thread are not counted in `commands_run` (the lock
+    heartbeat, whose number depends on how long the run takes)."""
+
+    def __enter__(self) -> None:
+        self._old = getattr(_STATE, "uncounted", False)
+        _STATE.uncounted = True
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.uncounted = self._old
+
+
+def _count(conn: Connection) -> None:
+    if not getattr(_STATE, "uncounted", False):
+        conn.commands_run += 1
+
+
+def scrubbed_env() -> dict[str, str]:
+    """This process's environment without the password variables."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+
+
+def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
+    """The shell line that runs `command` on a host in a new session (its own process group).
+
+    It prints the group id on stderr first (stripped again by `_exec`), so a timeout or a
+    cancel can kill the whole group, and drops the password variables from the environment.
+    With `pgid_dir` (the run lock's directory, `~/` allowed) it also leaves an empty file
+    `pg.<pgid>` there when that directory exists: a later run that takes over the lock of a
+    dead controller kills those groups (remote/host_lock.py).
+    """
+    import shlex
+
+    inner = (
+        'printf "\\036sm120kit-pgid %s\\n" "$$" >&2; d=$2; '
+        'case $d in "~/"*) d=$HOME/${d#"~/"};; esac; '
+        'if [ -n "$d" ] && [ -d "$d" ]; then : > "$d/pg.$$"; fi; '
+        'exec "${SHELL:-/bin/sh}" -c "$1"'
+    )
+    unset = " ".join(SECRET_ENV)
+    args = f"{shlex.quote(inner)} sm120kit {shlex.quote(command)} {shlex.quote(pgid_dir or '')}"
+    # Without a setsid that can wait (-w: util-linux >= 2.26), sshd's own setsid() for the
+    # session (no pty) already makes the shell a group leader, and `exec` keeps its pid. The
+    # command appears once: the line's length is the command's plus a constant.
+    return (
+        f"unset {unset}; if setsid -w true 2>/dev/null; then set -- setsid -w; else set --; fi; "
+        f'exec "$@" /bin/sh -c {args}'
+    )
+
+
+@dataclass
+class CommandResult:
+    """What one remote (or local) command did."""
+
+    command: str
+    stdout: str
+    stderr: str
+    exit_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass
+class ConnectOptions:
+    """Controller-side SSH settings shared by every connection of a run."""
+
+    known_hosts: str | None = None
+    accept_new_host_keys: bool = False
+    connect_timeout: float = 10.0
+    connect_retries: int = 3
+    retry_backoff: float = 0.5
+    ssh_password: str | None = None
+    sudo_password: str | None = None
+    load_ssh_config: bool = True
+
+    def known_hosts_path(self) -> Path:
+        return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
+
+
+class Connection:
+    """A way to run commands on one host. Subclasses: `LocalConnection`, `SSHConnection`."""
+
+    host: Host
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.commands_run = 0
+        #: While a run holds the host lock: its directory, where each command leaves its
+        #: process group id (see `remote_wrapper`).
+        self.pgid_dir: str | None = None
+
+    def open(self) -> None:
+        """Establish the connection (no-op for local). Raises HostUnreachable."""
+
+    def run(
+        self, command: str, *, stdin: str | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        """Run a shell command; never raises on a non-zero exit (callers decide)."""
+        raise NotImplementedError
+
+    def put(self, local: str | os.PathLike[str], remote: str) -> None:
+        """Copy a controller file to an absolute path on the host."""
+        raise NotImplementedError
+
+    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+        """Copy an absolute path on the host to a controller file."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class LocalConnection(Connection):
+    """Runs commands on this machine with bash, for the `local` host."""
+
+    def run(
+        self, command: str, *, stdin: str | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        if cancelled():
+            raise Interrupted(_REASON[0])
+        _count(self)
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=scrubbed_env(),
+            start_new_session=True,  # its own process group: killed whole on cancel/timeout
+        )
+        if self.pgid_dir:
+            marks = Path(os.path.expanduser(self.pgid_dir))
+            if marks.is_dir():
+                (marks / f"pg.{proc.pid}").touch()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        _feed(proc, stdin or "")
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.2)
+                return CommandResult(command, out, err, proc.returncode)
+            except subprocess.TimeoutExpired:
+                pass  # communicate() keeps what it read so far
+            if cancelled() or (deadline is not None and time.monotonic() > deadline):
+                _killpg(proc.pid)
+                out, err = proc.communicate()
+                if cancelled():
+                    raise Interrupted(_REASON[0])
+                return CommandResult(command, _text(out), _text(err), 124)
+
+    def put(self, local: str | os.PathLike[str], remote: str) -> None:
+        dest = Path(os.path.expanduser(remote))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, dest)
+
+    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+        shutil.copyfile(os.path.expanduser(remote), local)
+
+
+def _feed(proc: subprocess.Popen[str], data: str) -> None:
+    """Write `data` to the child's stdin from a thread, then close it, and detach stdin from
+    `proc` so communicate() only reads. Why not communicate(input=..., timeout=...) in a loop:
+    a retry must pass input=None (CPython refuses input once communication started), and then
+    it no longer writes what the first call left unsent, so a child still reading a script
+    longer than the pipe buffer (64 KiB) when the first call timed out waits forever."""
+    pipe = proc.stdin
+    proc.stdin = None
+    if pipe is None:
+        return
+
+    def write() -> None:
+        try:
+            if data:
+                pipe.write(data)
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the child exited or was killed before reading it all
+        finally:
+            try:
+                pipe.close()
+            except (BrokenPipeError, OSError):
+                pass
+
+    if len(data) < 4096:
+        write()  # fits the pipe buffer: no thread needed
+    else:
+        threading.Thread(target=write, name="stdin-feed", daemon=True).start()
+
+
+def _killpg(pgid: int) -> None:
+    """SIGTERM a local process group, then SIGKILL what is left of it after a moment."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def _text(data: Any) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+
+
+# Appends to known_hosts from many threads must not interleave.
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+class SSHConnection(Connection):
+    """An SSH connection through fabric, with host keys verified against known_hosts."""
+
+    def __init__(self, host: Host, options: ConnectOptions) -> None:
+        super().__init__(host)
+        self.options = options
+        self._conn: Any = None
+
+    def _fabric(self) -> Any:
+        import fabric
+        from fabric.config import Config
+
+        config = Config(
+            overrides={"load_ssh_configs": self.options.load_ssh_config, "run": {"pty": False}}
+        )
+        if self.options.sudo_password:
+            config.sudo.password = self.options.sudo_password
+        connect_kwargs: dict[str, Any] = {}
+        if self.host.key_file:
+            connect_kwargs["key_filename"] = [self.host.key_file]
+        if self.options.ssh_password:
+            connect_kwargs["password"] = self.options.ssh_password
+        conn = fabric.Connection(
+            host=self.host.address,
+            user=self.host.user,
+            port=self.host.port,
+            config=config,
+            connect_timeout=self.options.connect_timeout,
+            connect_kwargs=connect_kwargs,
+        )
+        known = self._known_hosts_file(conn)
+        if known.exists() and not known.is_file():
+            # Not a connect error worth retrying: the same file is read on every attempt.
+            raise HostKeyError(
+                f"known_hosts {known} is not a file (a directory?); point setting known_hosts "
+                "(or ssh_config's UserKnownHostsFile) at a known_hosts file"
+            )
+        client = conn.client
+        if known.exists():
+            # Loaded as "system" keys so paramiko never rewrites the file behind our back.
+            client.get_host_keys().load(str(known))
+        client.set_missing_host_key_policy(
+            _AcceptNewPolicy(known) if self.options.accept_new_host_keys else _RejectPolicy(known)
+        )
+        return conn
+
+    def _known_hosts_file(self, conn: Any) -> Path:
+        if self.options.known_hosts:
+            return self.options.known_hosts_path()
+        configured = conn.ssh_config.get("userknownhostsfile")
+        if configured:
+            return Path(os.path.expanduser(str(configured).split()[0]))
+        return self.options.known_hosts_path()
+
+    def open(self) -> None:
+        if self._conn is not None and self._conn.is_connected:
+            return
+        import paramiko
+        from tenacity import (
+            RetryError,
+            retry,
+            retry_if_exception,
+            stop_after_attempt,
+            wait_exponential,
+        )
+
+        def transient(exc: BaseException) -> bool:
+            if isinstance(
+                exc, (paramiko.BadHostKeyException, paramiko.AuthenticationException, HostKeyError)
+            ):
+                return False
+            return isinstance(
+                exc,
+                (
+                    paramiko.ssh_exception.NoValidConnectionsError,
+                    socket.timeout,
+                    TimeoutError,
+                    ConnectionError,
+                    EOFError,
+                    OSError,
+                    paramiko.SSHException,
+                ),
+            )
+
+        @retry(
+            retry=retry_if_exception(transient),
+            stop=stop_after_attempt(max(1, self.options.connect_retries)),
+            wait=wait_exponential(multiplier=self.options.retry_backoff, max=8),
+            reraise=True,
+        )
+        def connect() -> Any:
+            conn = self._fabric()
+            try:
+                conn.open()
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+        try:
+            self._conn = connect()
+        except HostKeyError as exc:
+            raise HostUnreachable(str(exc)) from None
+        except paramiko.BadHostKeyException as exc:
+            raise HostUnreachable(
+                f"host key for {self._where()} CHANGED: known_hosts has "
+                f"{_fingerprint(exc.expected_key)}, the host presented {_fingerprint(exc.key)}; "
+                "refusing to connect (if the change is expected, remove the old entry with "
+                f"ssh-keygen -R '{_known_hosts_name(self.host)}')"
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            raise HostUnreachable(f"authentication failed for {self._where()}: {exc}") from None
+        except RetryError as exc:  # pragma: no cover - reraise=True makes this rare
+            raise HostUnreachable(f"cannot connect to {self._where()}: {exc}") from None
+        except Exception as exc:
+            reason = one_line(str(exc) or type(exc).__name__)
+            if _not_ssh(exc):
+                raise HostUnreachable(
+                    f"{self._where()} does not speak SSH (no SSH banner: {reason}); "
+                    "check ansible_port"
+                ) from None
+            raise HostUnreachable(
+                f"cannot connect to {self._where()} after "
+                f"{self.options.connect_retries} attempt(s): {reason}"
+            ) from None
+
+    def _where(self) -> str:
+        user = f"{self.host.user}@" if self.host.user else ""
+        port = f":{self.host.port}" if self.host.port else ""
+        return f"{user}{self.host.address}{port}"
+
+    def run(
+        self, command: str, *, stdin: str | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        # A raw paramiko channel, not fabric's run(): invoke feeds in_stream one byte per
+        # 10 ms, which makes shipping a 10 kB script take minutes.
+        if cancelled():
+            raise Interrupted(_REASON[0])
+        self.open()
+        _count(self)
+        try:
+            return _exec(self._conn.client.get_transport(), command, stdin, timeout, self.pgid_dir)
+        except (OSError, EOFError, _ssh_exception()) as exc:
+            raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
+
+    def put(self, local: str | os.PathLike[str], remote: str) -> None:
+        self.open()
+        self._conn.put(str(local), remote)
+
+    def get(self, remote: str, local: str | os.PathLike[str]) -> None:
+        self.open()
+        self._conn.get(remote, str(local))
+
+    def sftp(self) -> Any:
+        """The paramiko SFTP client of this connection (for SFTP cache stores)."""
+        self.open()
+        return self._conn.sftp()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _not_ssh(exc: BaseException) -> bool:
+    """True when the peer answered but not with SSH (no or a garbled protocol banner)."""
+    text = str(exc)
+    return "protocol banner" in text or "No existing session" in text or "Bad protocol" in text
+
+
+def _ssh_exception() -> type[Exception]:
+    from paramiko.ssh_exception import SSHException
+
+    return SSHException
+
+
+#: Seconds to wait for the channel's EOF after the exit status arrived with no output since
+#: (see _exec). On two cores at a load of 20, sshd itself can be off the CPU for seconds
+#: between reaping a command and forwarding its last output.
+_EOF_GRACE = 15.0
+
+
+def _exec(
+    transport: Any,
+    command: str,
+    stdin: str | None,
+    timeout: float | None,
+    pgid_dir: str | None = None,
+) -> CommandResult:
+    """Run one command on an SSH transport: stdin sent whole, stdout/stderr read as they come.
+
+    The command runs in its own process group on the host (`remote_wrapper`); on a timeout or
+    a cancel that group is killed over a second channel before the result returns.
+    """
+    chan = transport.open_session()
+    chan.exec_command(remote_wrapper(command, pgid_dir))
+    sender: threading.Thread | None = None
+    if stdin:
+        data = stdin.encode()
+
+        def send() -> None:
+            try:
+                chan.sendall(data)
+                chan.shutdown_write()
+            except OSError:
+                pass  # the command exited without reading all of its stdin
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+    else:
+        chan.shutdown_write()
+    out, err = bytearray(), bytearray()
+    pgid: int | None = None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    drain_until: float | None = None
+    while True:
+        busy = False
+        if chan.recv_ready():
+            out += chan.recv(65536)
+            busy = True
+        if chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)
+            busy = True
+        if pgid is None and b"\n" in err and err.startswith(_PGID_MARK):
+            line, _, rest = bytes(err).partition(b"\n")
+            pgid = int(line[len(_PGID_MARK) :] or 0) or None
+            err = bytearray(rest)
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            # OpenSSH sends exit-status as soon as it reaps the command (session.c
+            # session_exit_message), which can be before the command's last output has been
+            # read from its pipes: stopping at exit-status then loses that output (an empty
+            # stdout under load). The output is complete at the channel's EOF; a command that
+            # left a background process holding its stdout never sends one, hence the bound.
+            if chan.eof_received or chan.closed:
+                break
+            now = time.monotonic()
+            drain_until = drain_until or now + _EOF_GRACE
+            if now > drain_until:
+                break
+        elif busy and drain_until is not None:
+            # Output still arriving after exit-status: sshd is behind, not a background
+            # process holding the pipe; the grace counts from the last output seen.
+            drain_until = time.monotonic() + _EOF_GRACE
+        stop = cancelled()
+        if stop or (deadline is not None and time.monotonic() > deadline):
+            if pgid is not None:
+                _kill_remote_group(transport, pgid)
+            chan.close()
+            if stop:
+                raise Interrupted(_REASON[0])
+            return CommandResult(
+                command, out.decode(errors="replace"), err.decode(errors="replace"), 124
+            )
+        if not busy:
+            time.sleep(0.005)
+    code = chan.recv_exit_status()
+    chan.close()
+    if sender is not None:
+        sender.join(timeout=1)
+    if err.startswith(_PGID_MARK):  # a command too quick for the loop to see its first line
+        err = bytearray(bytes(err).partition(b"\n")[2])
+    return CommandResult(command, out.decode(errors="replace"), err.decode(errors="replace"), code)
+
+
+def _kill_remote_group(transport: Any, pgid: int) -> None:
+    """SIGTERM a process group on the host, then SIGKILL what is left of it after 2 s."""
+    script = (
+        f"kill -TERM -- -{pgid} 2>/dev/null || exit 0; i=0; while [ $i -lt 20 ]; do "
+        f"kill -0 -- -{pgid} 2>/dev/null || exit 0; sleep 0.1; i=$((i+1)); done; "
+        f"kill -KILL -- -{pgid} 2>/dev/null; exit 0"
+    )
+    try:
+        chan = transport.open_session()
+        chan.exec_command(script)
+        chan.status_event.wait(10)
+        chan.close()
+    except Exception:  # noqa: BLE001 - the connection itself may be gone; nothing to kill then
+        pass
+
+
+def connect(host: Host, options: ConnectOptions) -> Connection:
+    """The connection a host needs: local for `ansible_connection: local`, else SSH."""
+    return LocalConnection(host) if host.is_local else SSHConnection(host, options)
+
+
+class HostKeyError(Exception):
+    """Raised by our missing-host-key policies; turned into HostUnreachable."""
+
+
+def _fingerprint(key: Any) -> str:
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return f"{key.get_name()} SHA256:{base64.b64encode(digest).decode().rstrip('=')}"
+
+
+def _known_hosts_name(host: Host) -> str:
+    return f"[{host.address}]:{host.port}" if host.port and host.port != 22 else host.address
+
+
+def _policy_base() -> type:
+    import paramiko
+
+    return paramiko.MissingHostKeyPolicy
+
+
+class _RejectPolicy(_policy_base()):  # type: ignore[misc]
+    """Unknown host keys are refused: trust must be explicit."""
+
+    def __init__(self, known_hosts: Path) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        raise HostKeyError(
+            f"host key of {hostname} ({_fingerprint(key)}) is not in {self.known_hosts}; "
+            "verify it and add it (ssh-keyscan), or pass --accept-new-host-keys to trust it "
+            "on first use"
+        )
+
+
+class _AcceptNewPolicy(_policy_base()):  # type: ignore[misc]
+    """Trust on first use: record a new key in known_hosts; changed keys are still refused."""
+
+    def __init__(self, known_hosts: Path) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        import fcntl
+
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _KNOWN_HOSTS_LOCK:
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with open(self.known_hosts, "a", encoding="ascii") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                fh.write(line)

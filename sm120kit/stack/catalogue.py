@@ -1,0 +1,471 @@
+"""The catalogue of release facts: what each compiled wheel of a lock carries, read from the
+wheel by the tool (`catalogue_read`), one generated file beside the lock
+(``locks/<top>-<version>/catalogue.toml``).
+
+Per distribution, the versions read with the same facts (a version range the way Spack's
+``when=`` holds facts for: only the versions read are known, any other is "unknown", never a
+silent pass), each wheel read (file name and sha256, so a fact is trusted only for those
+bytes) and per extension module of the wheel:
+
+- its device code: the SASS and PTX targets of its ``.nv_fatbin`` (what the CUDA runtime
+  loads), or "no device code"; relocatable device code (``__nv_relfatbin``, never loaded) and
+  fatbin containers outside those sections (a library that loads its own, cuFFT) apart;
+- the CUDA runtime it links (``NEEDED libcudart.so.N``) and the nvcc release that built it;
+- per target arch the catalogue serves (``12.0``), why it cannot run there, when it cannot.
+
+A release also records the CUDA distributions its METADATA requires, its loader's per-arch
+directories (read from the package's own Python source) and the files that look up a CUDA
+toolchain at run time. Pure reading, writing and lookup here; no I/O beyond the one file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from ..errors import RecipeError
+from ..remote.lib.names import dist_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+FILE_NAME = "catalogue.toml"
+FORMAT = 1
+#: What a lookup answers when the catalogue did not read the version (or distribution) asked.
+UNKNOWN = "unknown"
+
+
+def norm(name: str) -> str:
+    """A distribution name as PEP 503 compares them (``Foo_Bar.baz`` is ``foo-bar-baz``)."""
+    return dist_name(name)
+
+
+def _public(version: str) -> str:
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """One extension module (shared object) of a wheel, as read from its bytes.
+
+    `path`: its path in the wheel; `sass`/`ptx`: the targets of the device code the CUDA
+    runtime loads (empty both: no device code); `relocatable`: targets held only as
+    relocatable device code; `outside`: targets of fatbin containers outside the fatbin
+    sections (``(count, targets)``, loaded by the library itself if at all); `cudart`: the
+    libcudart major it links; `nvcc`: the nvcc release that built it; `not_on`: target arch
+    -> why no code of it runs there; `error`: why it could not be read.
+    """
+
+    path: str
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    relocatable: tuple[str, ...] = ()
+    outside: tuple[str, ...] = ()
+    outside_count: int = 0
+    cudart: int | None = None
+    nvcc: str | None = None
+    not_on: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def device_code(self) -> bool:
+        """Whether the module holds loadable device code at all."""
+        return bool(self.sass or self.ptx)
+
+    @property
+    def key(self) -> str:
+        """Its path without the suffix (``pkg/_C``): how verification names it."""
+        head, _, name = self.path.rpartition("/")
+        return f"{head}/{name.split('.', 1)[0]}" if head else name.split(".", 1)[0]
+
+    @property
+    def stem(self) -> str:
+        """Its file name without suffixes (``flash_ops``)."""
+        return self.path.rsplit("/", 1)[-1].split(".", 1)[0]
+
+    def same_facts(self, other: ModuleFacts) -> bool:
+        """Whether two modules carry the same facts (everything but the nvcc build string)."""
+        return replace(self, nvcc=None) == replace(other, nvcc=None)
+
+
+@dataclass(frozen=True)
+class WheelFacts:
+    """One wheel file read: its version, file name, sha256 and modules."""
+
+    version: str
+    filename: str
+    sha256: str
+    modules: tuple[ModuleFacts, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    """A package loader that picks one per-arch directory (``sm90/``, ``sm100/``) of a module:
+    capability (``"9.0"``, or ``"*"`` for any other GPU) -> directory; `without_gpu`: the one
+    picked with no GPU; `source`: the file and function it was read from."""
+
+    package: str
+    module: str
+    variants: dict[str, str]
+    without_gpu: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """A distribution's facts for the versions read (`versions`) with the same facts."""
+
+    distribution: str
+    versions: tuple[str, ...]
+    wheels: tuple[WheelFacts, ...]
+    cuda_requires: tuple[str, ...] = ()
+    loader: LoaderFacts | None = None
+    jit_lookup: tuple[str, ...] = ()
+
+    def holds_for(self, version: str) -> bool:
+        """Whether `version` was read (local labels such as ``+cu130`` aside)."""
+        return _public(version) in {_public(v) for v in self.versions}
+
+    def modules(self) -> list[ModuleFacts]:
+        """Every module of every wheel read, each path once."""
+        seen: dict[str, ModuleFacts] = {}
+        for wheel in self.wheels:
+            for mod in wheel.modules:
+                seen.setdefault(mod.path, mod)
+        return list(seen.values())
+
+    def _shape(self) -> tuple[Any, ...]:
+        mods = sorted((replace(m, nvcc=None) for m in self.modules()), key=lambda m: m.path)
+        return (tuple(mods), self.cuda_requires, self.loader, self.jit_lookup)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A lookup's answer: `facts` when the version was read, else why it is unknown."""
+
+    facts: ReleaseFacts | None
+    reason: str = ""
+
+    @property
+    def known(self) -> bool:
+        """Whether the catalogue read this release."""
+        return self.facts is not None
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The facts of one lock directory's compiled wheels, for the `targets` it judged."""
+
+    releases: tuple[ReleaseFacts, ...]
+    targets: tuple[str, ...] = ("12.0",)
+    source: str = ""
+    path: Path | None = None
+    #: Other names a distribution is published under (an old name -> the current one).
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def names(self, name: str) -> set[str]:
+        """`name` and every name it is published under, normalised."""
+        key = norm(name)
+        out = {key}
+        for a, b in self.aliases.items():
+            if key in (norm(a), norm(b)):
+                out |= {norm(a), norm(b)}
+        return out
+
+    def lookup(self, name: str, version: str) -> Lookup:
+        """The facts of distribution `name` (any spelling, any name it is published under) at
+        `version`; unknown (with why) when that version or distribution was not read."""
+        names = self.names(name)
+        found = [r for r in self.releases if r.distribution in names]
+        if not found:
+            return Lookup(None, f"{name}: {UNKNOWN} (no wheel of it read{self._where()})")
+        for rel in found:
+            if rel.holds_for(version):
+                return Lookup(rel)
+        read = ", ".join(v for r in found for v in r.versions)
+        return Lookup(None, f"{name} {version}: {UNKNOWN} (versions read: {read}{self._where()})")
+
+    def by_sha256(self, sha256: str) -> tuple[ReleaseFacts, WheelFacts] | None:
+        """The release and wheel read from the file of this sha256, or None."""
+        for rel in self.releases:
+            for wheel in rel.wheels:
+                if wheel.sha256 == sha256:
+                    return rel, wheel
+        return None
+
+    def not_for_arch(self, arch: str) -> dict[str, str]:
+        """``{module key: why}`` of every module read that has no code for `arch`, except the
+        module a package's loader imports (its failure is the package's, judged). Empty when
+        the catalogue did not judge `arch`."""
+        out: dict[str, str] = {}
+        for rel in self.releases:
+            loaded = rel.loader.module if rel.loader else None
+            for mod in rel.modules():
+                why = mod.not_on.get(arch)
+                if why and mod.stem != loaded:
+                    out.setdefault(mod.key, why)
+        return out
+
+    def loaders(self) -> dict[str, dict[str, str]]:
+        """``{distribution: {capability: directory}}`` of the releases whose loader was read."""
+        return {r.distribution: dict(r.loader.variants) for r in self.releases if r.loader}
+
+    def _where(self) -> str:
+        return f" in {self.source}" if self.source else ""
+
+
+def merge_versions(releases: Iterable[ReleaseFacts]) -> list[ReleaseFacts]:
+    """One entry per distribution and distinct facts: versions whose modules (by path), CUDA
+    requirements, loader and toolchain lookups are the same share an entry (their range), in
+    version order."""
+    out: list[ReleaseFacts] = []
+    for rel in sorted(releases, key=lambda r: (r.distribution, _sort_key(r.versions[0]))):
+        same = next(
+            (o for o in out if o.distribution == rel.distribution and o._shape() == rel._shape()),
+            None,
+        )
+        if same is None:
+            out.append(rel)
+            continue
+        merged = replace(
+            same,
+            versions=tuple(dict.fromkeys([*same.versions, *rel.versions])),
+            wheels=same.wheels + rel.wheels,
+        )
+        out[out.index(same)] = merged
+    return out
+
+
+def _sort_key(version: str) -> Any:
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, version)
+
+
+# --- TOML --------------------------------------------------------------------------------
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{json.dumps(str(k))} = {_value(v)}" for k, v in value.items())
+        return "{ " + inner + " }" if inner else "{}"
+    raise TypeError(f"no TOML for {type(value).__name__}")
+
+
+def _module_doc(mod: ModuleFacts) -> dict[str, Any]:
+    doc: dict[str, Any] = {"path": mod.path}
+    if mod.error:
+        doc["error"] = mod.error
+        return doc
+    if mod.device_code:
+        doc["sass"] = list(mod.sass)
+        doc["ptx"] = list(mod.ptx)
+    else:
+        doc["device_code"] = False  # "no device code", said as such
+    if mod.relocatable:
+        doc["relocatable"] = list(mod.relocatable)
+    if mod.outside_count:
+        doc["outside"] = {"containers": mod.outside_count, "targets": list(mod.outside)}
+    if mod.cudart is not None:
+        doc["cudart"] = mod.cudart
+    if mod.nvcc:
+        doc["nvcc"] = mod.nvcc
+    if mod.not_on:
+        doc["not_on"] = dict(mod.not_on)
+    return doc
+
+
+def dump(cat: Catalogue, header: list[str]) -> str:
+    """The catalogue as TOML text, `header` lines as leading comments; releases by name."""
+    lines = [f"# {h}" for h in header]
+    lines += ["[catalogue]", f"format = {FORMAT}", f"targets = {_value(list(cat.targets))}"]
+    if cat.aliases:
+        lines.append(f"aliases = {_value(cat.aliases)}")
+    for rel in sorted(cat.releases, key=lambda r: (r.distribution, _sort_key(r.versions[0]))):
+        lines += ["", "[[release]]", f"distribution = {_value(rel.distribution)}"]
+        lines.append(f"versions = {_value(list(rel.versions))}")
+        if rel.cuda_requires:
+            lines.append(f"cuda_requires = {_value(list(rel.cuda_requires))}")
+        if rel.loader:
+            ld = rel.loader
+            lines.append(
+                "loader = "
+                + _value(
+                    {
+                        "package": ld.package,
+                        "module": ld.module,
+                        "variants": ld.variants,
+                        "without_gpu": ld.without_gpu,
+                        "source": ld.source,
+                    }
+                )
+            )
+        if rel.jit_lookup:
+            lines.append(f"jit_lookup = {_value(list(rel.jit_lookup))}")
+        for wheel in rel.wheels:
+            lines += [
+                "",
+                "[[release.wheel]]",
+                f"version = {_value(wheel.version)}",
+                f"filename = {_value(wheel.filename)}",
+                f"sha256 = {_value(wheel.sha256)}",
+            ]
+            if wheel.modules:
+                lines.append("modules = [")
+                lines += [f"  {_value(_module_doc(m))}," for m in wheel.modules]
+                lines.append("]")
+            else:
+                lines.append("modules = []")
+    return "\n".join(lines) + "\n"
+
+
+def _bad(where: str, what: str) -> RecipeError:
+    return RecipeError(f"{where}: {what}")
+
+
+def _strs(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _bad(where, "expected a list of strings")
+    return tuple(value)
+
+
+def _module(doc: Any, where: str) -> ModuleFacts:
+    if not isinstance(doc, dict) or not isinstance(doc.get("path"), str):
+        raise _bad(where, "expected a module table with a path")
+    outside = doc.get("outside") or {}
+    not_on = doc.get("not_on") or {}
+    if not isinstance(not_on, dict) or not all(isinstance(v, str) for v in not_on.values()):
+        raise _bad(f"{where} {doc['path']}", "not_on: expected { arch = reason }")
+    if doc.get("device_code") is False and (doc.get("sass") or doc.get("ptx")):
+        raise _bad(f"{where} {doc['path']}", "device_code = false beside SASS or PTX targets")
+    cudart = doc.get("cudart")
+    return ModuleFacts(
+        path=doc["path"],
+        sass=_strs(doc.get("sass", []), f"{where} {doc['path']} sass"),
+        ptx=_strs(doc.get("ptx", []), f"{where} {doc['path']} ptx"),
+        relocatable=_strs(doc.get("relocatable", []), f"{where} {doc['path']} relocatable"),
+        outside=_strs(outside.get("targets", []), f"{where} {doc['path']} outside"),
+        outside_count=int(outside.get("containers", 0)),
+        cudart=int(cudart) if cudart is not None else None,
+        nvcc=doc.get("nvcc"),
+        not_on=dict(not_on),
+        error=str(doc.get("error") or ""),
+    )
+
+
+def parse(doc: dict[str, Any], source: str = "") -> Catalogue:
+    """A catalogue from its TOML document; RecipeError naming `source` and the entry."""
+    head = doc.get("catalogue")
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise _bad(source, f"not a catalogue of format {FORMAT} (no [catalogue] format = 1)")
+    releases = []
+    for i, rel in enumerate(doc.get("release") or []):
+        where = f"{source} release {i + 1}"
+        if not isinstance(rel, dict) or not isinstance(rel.get("distribution"), str):
+            raise _bad(where, "expected a distribution name")
+        where = f"{source} {rel['distribution']}"
+        versions = _strs(rel.get("versions"), f"{where} versions")
+        if not versions:
+            raise _bad(where, "versions: at least one version read")
+        wheels = []
+        for w in rel.get("wheel") or []:
+            if not all(isinstance(w.get(k), str) for k in ("version", "filename", "sha256")):
+                raise _bad(where, "a wheel needs version, filename and sha256")
+            mods = tuple(_module(m, f"{where} {w['filename']}") for m in w.get("modules") or [])
+            wheels.append(WheelFacts(w["version"], w["filename"], w["sha256"], mods))
+        ld = rel.get("loader")
+        loader = None
+        if isinstance(ld, dict):
+            loader = LoaderFacts(
+                package=str(ld.get("package", "")),
+                module=str(ld.get("module", "")),
+                variants={str(k): str(v) for k, v in (ld.get("variants") or {}).items()},
+                without_gpu=str(ld.get("without_gpu", "")),
+                source=str(ld.get("source", "")),
+            )
+        releases.append(
+            ReleaseFacts(
+                distribution=norm(rel["distribution"]),
+                versions=versions,
+                wheels=tuple(wheels),
+                cuda_requires=_strs(rel.get("cuda_requires", []), f"{where} cuda_requires"),
+                loader=loader,
+                jit_lookup=_strs(rel.get("jit_lookup", []), f"{where} jit_lookup"),
+            )
+        )
+    aliases = head.get("aliases") or {}
+    return Catalogue(
+        releases=tuple(releases),
+        targets=_strs(head.get("targets", ["12.0"]), f"{source} targets"),
+        source=source,
+        aliases={norm(k): norm(v) for k, v in aliases.items()},
+    )
+
+
+def load(path: Path, source: str = "") -> Catalogue:
+    """The catalogue file at `path`; RecipeError (one line naming it) when it is unusable."""
+    name = source or str(path)
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise RecipeError(f"{name}: cannot read the catalogue: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"{name}: not TOML: {exc}") from None
+    return replace(parse(doc, name), path=path)
+
+
+def load_beside(lock_dir: Path, source: str = "") -> Catalogue | None:
+    """The catalogue of a lock directory, or None when it has none (facts then unknown)."""
+    path = lock_dir / FILE_NAME
+    if not path.is_file():
+        return None
+    return load(path, source or str(path))
+
+
+def save(path: Path, cat: Catalogue, header: list[str]) -> str:
+    """Write the catalogue at `path` whole (a temporary file renamed over it, checked by
+    reading it back first) and say what changed: ``written``, ``replaced`` or ``unchanged``."""
+    import os
+    import tempfile
+
+    text = dump(cat, header)
+    check = parse(tomllib.loads(text), str(path))  # what is written reads back
+    if check.releases != tuple(
+        sorted(cat.releases, key=lambda r: (r.distribution, _sort_key(r.versions[0])))
+    ):
+        raise RecipeError(f"{path}: the catalogue does not read back as written; nothing written")
+    old = path.read_text(encoding="utf-8") if path.is_file() else None
+    if old is not None and old.split("[catalogue]", 1)[-1] == text.split("[catalogue]", 1)[-1]:
+        return "unchanged"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise RecipeError(f"{path}: cannot write the catalogue: {exc.strerror}") from None
+    return "written" if old is None else "replaced"
