@@ -29,7 +29,8 @@ from sm120kit.errors import PatchError, RecipeError
 from sm120kit.inventory.host import Host
 from sm120kit.remote import patch_tree, run_script, script_bundle
 from sm120kit.runner.connection import LocalConnection
-from sm120kit.runner.host_context import HostContext, outside_run
+from sm120kit.runner.host_context import HostContext
+from sm120kit.runner.pool import outside_run
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "sglkernel_tree"

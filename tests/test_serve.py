@@ -26,7 +26,8 @@ import pytest
 from sm120kit.errors import Sm120Error
 from sm120kit.inventory.host import Host
 from sm120kit.output.checks import render_serve_result
-from sm120kit.runner.host_context import HostContext, outside_run
+from sm120kit.runner.host_context import HostContext
+from sm120kit.runner.pool import outside_run
 from sm120kit.serve import (
     HANG_HINT,
     HUNG,

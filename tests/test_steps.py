@@ -26,8 +26,7 @@ from sm120kit.ops import toolkit as tk
 from sm120kit.ops.build import PATCHED_MARKER, ensure_patched, ensure_source, patch_steps
 from sm120kit.plan import PlanOptions, prepare
 from sm120kit.remote import lib_closure, script_bundle, script_source
-from sm120kit.runner.host_context import outside_run
-from sm120kit.runner.pool import HostContext
+from sm120kit.runner.pool import HostContext, outside_run
 from sm120kit.steps import RENDERERS, Step, commands, render
 from tests.support.fleet import Fleet
 from tests.test_build_op import SGL_TREE, git_repo, host, run_op, sgl_recipes, sgl_vars, steps

@@ -34,9 +34,7 @@ from ..plan import PlanOptions, prepare
 from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe
 from ..recipes.target_arch import TargetArch, choose_target_arch
 from ..remote.lib.arch import Arch
-from ..remote.lib.names import STACK_RECORD
 from ..runner.pool import HostContext, HostOp
-from ..smoke import memo as smoke_memo
 from ..smoke import report as probe
 from ..stack.choice import provision_parts
 from ..state import ProvisionState
@@ -539,35 +537,35 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
         raise_on_failure(ctx, target, run)
 
 
-def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
+def stack_verdict_context(state: ProvisionState) -> dict[str, Any]:
+    """What besides the serving env's files decides its smoke verdict (`smoke.memo` keys a
+    remembered verdict by it): the target arch, whether the host has a GPU (on a GPU-less
+    host what needs the NVIDIA driver only warns), the recipe's declarations and what the
+    probe is told about the stack's packages (their descriptors' data)."""
+    names = tuple(state.resolved.package_names())
+    knowledge = json.dumps(serving.probe_knowledge(names), sort_keys=True).encode()
+    return {
+        "of": "the serving env",
+        "arch": choose_arch(state.host, state.facts, None, state.resolved).cc,
+        "gpu": gpu_capability(state.facts) is not None,
+        "declarations": declarations(state),
+        "knowledge": hashlib.sha256(knowledge).hexdigest(),
+    }
+
+
+def smoke_stack(
+    ctx: HostContext, state: ProvisionState, env: str, *, memo: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """`provision --stack`'s last step: smoke the serving env as ``invoke smoke --python ENV``
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
     package's toolchain), judged for the host's target arch (`choose_arch`: the arch the
-    stack was verified for). `fresh` (the stack changed, or ``--recheck``): run it; otherwise
-    the last passing verdict is reused (`smoke_memo`, as provision's package smoke: keyed by the
-    env's record of what it holds, the checks' code, the recipe's declarations, the target arch
-    and whether the host has a GPU: on a GPU-less host what needs the NVIDIA driver only warns).
-    A fail raises HostFailed and keeps no verdict."""
+    stack was verified for), or, given a remembered passing verdict (`memo`, found by
+    `smoke.memo.stack_smoke_or_reuse`), reuse it. Returns the verdict to remember after a run
+    that passed (None after a reuse); a fail raises HostFailed."""
     gpu = gpu_capability(state.facts) is not None
     chosen = choose_arch(state.host, state.facts, None, state.resolved)
     cc, cc_source = chosen.cc, chosen.label
     names = tuple(state.resolved.package_names())
-    context = {
-        "of": "the serving env",
-        "code": smoke_memo.code_digest(),
-        "arch": cc,
-        "gpu": gpu,
-        "declarations": declarations(state),
-        # What the probe is told about the stack's packages (their descriptors' data).
-        "knowledge": hashlib.sha256(
-            json.dumps(serving.probe_knowledge(names), sort_keys=True).encode()
-        ).hexdigest(),
-    }
-    key, memo = smoke_memo.look_up(
-        ctx, state, env=env, marker=STACK_RECORD, packages=[], context=context
-    )
-    if fresh:
-        memo = None
     with ctx.step("stack smoke") as step:
         if memo is not None:
             step.message = (
@@ -575,7 +573,7 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
                 "the serving env is unchanged"
             )
             ctx.set(stack_smoke={**memo, "reused": True})
-            return
+            return None
         target = Target(
             posixpath.join(env, "bin", "python"),
             "the serving env",
@@ -603,8 +601,7 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
         memo = {k: doc[k] for k in ("checked", "summary", "arch")}
         memo["gpu"] = gpu
         memo["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        if key:
-            smoke_memo.remember(ctx, state, key, memo)
+        return memo
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,6 @@ module: nothing else in sm120kit reaches it (tests/test_run_api.py checks that).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shlex
 import threading
@@ -26,8 +25,10 @@ from .connection import CommandResult, Connection, SSHConnection, connect
 from .results import HostResult, StepResult
 
 if TYPE_CHECKING:
+    import logging
+
     from ..state import ProvisionState
-    from .pool import Runner, RunOptions
+    from .pool import Runner
 
 
 class SkipHost(Exception):
@@ -223,16 +224,4 @@ def _q(text: str) -> str:
     return shlex.quote(text)
 
 
-def outside_run(
-    host: Host, options: RunOptions | None = None, log: logging.Logger | None = None
-) -> HostContext:
-    """A context for one host outside a run (a test, a one-off check): the same logged and
-    counted way to run things as a host op's, with no run directory and no host lock. Its log
-    is `log`, or the logger ``sm120kit.host.<name>`` (silent unless configured)."""
-    from .pool import Runner, RunOptions
-
-    logger = log or logging.getLogger(f"sm120kit.host.{host.name}")
-    return HostContext(host, Runner(options or RunOptions()), HostResult(host.name), logger)
-
-
-__all__ = ["HostContext", "SkipHost", "outside_run"]
+__all__ = ["HostContext", "SkipHost"]

@@ -16,10 +16,11 @@ run without failures; a later run with the same key reuses it (one remote comman
 `provision --recheck` always runs the checks (and refreshes the memo); the `smoke` task never
 reads it.
 
-`provision --stack`'s ``stack smoke`` (`ops/smoke_check.smoke_stack`) uses the same mechanism
+`provision --stack`'s ``stack smoke`` (`stack_smoke_or_reuse`) uses the same mechanism
 (`look_up`, `remember`) for the serving env: its marker is the env's record of what it holds
 by sha256 (`names.STACK_RECORD`), and its context the checks' code, the recipe's declarations,
-the stack knowledge the probe is given, the target arch and whether the host has a GPU.
+the stack knowledge the probe is given, the target arch and whether the host has a GPU
+(`ops/smoke_check.stack_verdict_context`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..remote import script_bundle
-from ..remote.lib.names import ENV_MARKER
+from ..remote.lib.names import ENV_MARKER, STACK_RECORD
 from ..runner.pool import HostContext
 from ..state import ProvisionState
 
@@ -167,6 +168,19 @@ def smoke_or_reuse(
             },
         },
     )
+
+
+def stack_smoke_or_reuse(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
+    """`provision --stack`'s ``stack smoke``: reuse the serving env's remembered passing verdict
+    while nothing it depends on changed, else run it (`ops/smoke_check.smoke_stack`) and
+    remember a pass. `fresh` (the stack step changed the env, or ``--recheck``): always run."""
+    from ..ops import smoke_check
+
+    context = {**smoke_check.stack_verdict_context(state), "code": code_digest()}
+    key, memo = look_up(ctx, state, env=env, marker=STACK_RECORD, packages=[], context=context)
+    passed = smoke_check.smoke_stack(ctx, state, env, memo=None if fresh else memo)
+    if passed is not None and key:
+        remember(ctx, state, key, passed)
 
 
 def _add_seconds(ctx: HostContext, seconds: float) -> None:

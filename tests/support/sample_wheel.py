@@ -27,7 +27,8 @@ from sm120kit.inventory.host import Host
 from sm120kit.remote import run_script
 from sm120kit.remote.build_wheel import PROVENANCE_FILE, PROVENANCE_SCHEMA
 from sm120kit.runner.connection import LocalConnection
-from sm120kit.runner.host_context import HostContext, outside_run
+from sm120kit.runner.host_context import HostContext
+from sm120kit.runner.pool import outside_run
 from tests.support.venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[2]
