@@ -437,7 +437,7 @@ def lock_convert(c, **f):
 
 @task("lock_dir", "arch", "json", name="catalogue")
 def lock_catalogue(c, **f):
-    """Regenerate --lock-dir's catalogue.toml from its locks' compiled wheels."""
+    """Regenerate --lock-dir's catalogue.toml from its locks' wheels."""
     from sm120kit.cli import lock as cli_lock
 
     cli_lock.catalogue_command(c, **f)

@@ -247,9 +247,9 @@ def sgl_recipes(tmp: Path) -> Path:
     (root / "patches").symlink_to(REPO / "patches")
     for f in (REPO / "recipes").glob("*.toml"):
         (recipes / f.name).write_text(f.read_text())
-    r570 = (REPO / "recipes" / "r570.toml").read_text()
-    end = "# The serving stack (sm120kit"
-    sgl = r570[r570.index('[[packages]]\nname = "sgl-kernel"') : r570.index(end)]
+    shared = (REPO / "recipes" / "shared" / "packages.toml").read_text()
+    end = "# The serving stack:"
+    sgl = shared[shared.index('[[packages]]\nname = "sgl-kernel"') :] + "\n"
     r580 = recipes / "r580.toml"
     text = r580.read_text()
     at = text.index(end)

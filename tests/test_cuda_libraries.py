@@ -124,15 +124,11 @@ def test_plan_passes_over_a_toolkit_without_cublas_for_sgl_kernel(
     (tmp_path / "cfg" / "patches").symlink_to(repo / "patches")
     for f in (repo / "recipes").glob("*.toml"):
         (recipes / f.name).write_text(f.read_text())
-    r570 = (repo / "recipes" / "r570.toml").read_text()
-    sgl = r570[
-        r570.index('[[packages]]\nname = "sgl-kernel"') : r570.index(
-            "# The serving stack (sm120kit"
-        )
-    ]
+    shared = (repo / "recipes" / "shared" / "packages.toml").read_text()
+    sgl = shared[shared.index('[[packages]]\nname = "sgl-kernel"') :] + "\n"
     r580 = recipes / "r580.toml"
     text = r580.read_text()
-    at = text.index("# The serving stack (sm120kit")
+    at = text.index("# The serving stack:")
     r580.write_text(text[:at] + sgl.replace('torch = "==2.9.1"\n', "") + text[at:])
     proc = run_invoke(
         ["plan", "-H", "gpu1", "--driver", "580.95.05", "-i", str(inv), "--json"],

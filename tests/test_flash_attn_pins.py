@@ -114,7 +114,7 @@ def test_recipes_pin_the_sdist_by_hash(recipes) -> None:  # type: ignore[no-unty
     for r in recipes.values():
         fa = next(p for p in r.packages if p.name == "flash-attn")
         assert (fa.version, fa.source) == ("2.8.3", {"kind": "pypi", "sha256": SDIST_SHA256})
-    text = (REPO / "recipes" / "r580.toml").read_text()
+    text = (REPO / "recipes" / "shared" / "packages.toml").read_text()
     assert "060c9188beec3a8b62b33a3bfa6d5d2d44975fab" in text
 
 
@@ -137,7 +137,8 @@ def test_cuda13_recipes_pin_post2_for_torch_2_14(recipes) -> None:  # type: igno
         assert (new.version, str(new.torch)) == ("2.8.3.post2", ">=2.14")
         assert new.source == {"kind": "pypi", "sha256": POST2_SHA256}
         assert new.patches == [CXX_PATCH]
-        assert "a8aa52b1ab3e9ca574c8a33b3f35afc017ffa2e2" in r.path.read_text()
+    shared = (REPO / "recipes" / "shared" / "packages.toml").read_text()
+    assert "a8aa52b1ab3e9ca574c8a33b3f35afc017ffa2e2" in shared
 
 
 @pytest.mark.parametrize(
@@ -164,12 +165,21 @@ def test_package_overrides_apply_to_the_entry_the_torch_picks(recipes) -> None: 
     assert problem.startswith("FLASH_ATTN_CUDA_ARCHS='120;121': flash-attn 2.8.3.post2's")
 
 
-def test_entries_whose_torch_ranges_overlap_are_refused(tmp_path: Path) -> None:
-    text = (REPO / "recipes" / "r580.toml").read_text()
+def _with_shared_pins(tmp_path: Path, old: str, new: str) -> Path:
+    """r580 beside a copy of the shared pins with one edit."""
     folder = tmp_path / "recipes"
-    folder.mkdir()
-    (folder / "r580.toml").write_text(text.replace('torch = ">=2.14"', 'torch = ">=2.9"'))
+    (folder / "shared").mkdir(parents=True)
+    (folder / "r580.toml").write_text((REPO / "recipes" / "r580.toml").read_text())
+    for name in ("packages.toml", "stacks.toml"):
+        text = (REPO / "recipes" / "shared" / name).read_text()
+        assert name != "packages.toml" or old in text
+        (folder / "shared" / name).write_text(text.replace(old, new))
     (tmp_path / "patches").symlink_to(REPO / "patches")
+    return folder
+
+
+def test_entries_whose_torch_ranges_overlap_are_refused(tmp_path: Path) -> None:
+    folder = _with_shared_pins(tmp_path, 'torch = ">=2.14"', 'torch = ">=2.9"')
     with pytest.raises(RecipeError) as err:
         load_recipes(folder)
     msg = str(err.value)
@@ -221,13 +231,9 @@ def test_recipe_arch_it_would_drop_is_a_problem(tmp_path: Path) -> None:
 
 
 def test_bad_sdist_hash_is_one_line_error_naming_file_and_key(tmp_path: Path) -> None:
-    text = (REPO / "recipes" / "r580.toml").read_text()
-    folder = tmp_path / "recipes"
-    folder.mkdir()
-    (folder / "r580.toml").write_text(text.replace(SDIST_SHA256, "1e71dd64"))
-    (tmp_path / "patches").symlink_to(REPO / "patches")
+    folder = _with_shared_pins(tmp_path, SDIST_SHA256, "1e71dd64")
     with pytest.raises(RecipeError) as err:
         load_recipes(folder)
     msg = str(err.value)
-    assert "r580.toml" in msg and "source.sha256" in msg and "64 hex digits" in msg
+    assert "shared/packages.toml:" in msg and "source.sha256" in msg and "64 hex digits" in msg
     assert "\n" not in msg

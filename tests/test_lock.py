@@ -173,55 +173,101 @@ def test_repo_recipes_name_their_stacks() -> None:
         assert all(e.url.startswith("https://files.pythonhosted.org/") for e in lock.packages)
 
 
+#: r580's stack is recipes/shared/stacks.toml's cu13 line: a bad key there is named at that
+#: file's line, with the recipe whose stack it is.
+_CU13 = r"shared/stacks\.toml:\d+: stacks\.cu13"
+
+
 @pytest.mark.parametrize(
-    ("old", "new", "expect"),
+    ("file", "old", "new", "expect"),
     [
         (
+            "r580",
             "[stack]\n",
             "[stack]\nbuidl = []\n",
             r"r580\.toml:\d+: stack\.buidl: unknown key; allowed: build, indexes, loaders, locks",
         ),
         (
+            "shared/stacks",
             'top = "sglang==0.5.23"',
             'top = "sglang==0.5.22"',
-            r"r580\.toml:\d+: stack\.top: 'sglang==0\.5\.22' differs from locks/",
+            _CU13 + r"\.top: 'sglang==0\.5\.22' differs from locks/.*\(stack of .*r580\.toml\)",
         ),
         (
+            "shared/stacks",
             'top = "sglang==0.5.23"',
             'top = "sglang>=0.5"',
-            r"r580\.toml:\d+: stack\.top: 'sglang>=0\.5' must pin one version exactly",
+            _CU13 + r"\.top: 'sglang>=0\.5' must pin one version exactly",
         ),
         (
+            "r580",
             "[stack]\n",
             '[stack]\nbuild = ["nosuch"]\n',
             r"r580\.toml:\d+: stack\.build: nosuch is not a distribution of locks/",
         ),
         (
+            "shared/stacks",
             'locks = "locks/',
             'locks = "/abs/locks/',
-            r"r580\.toml:\d+: stack\.locks: '/abs/locks/.*' must be a directory relative",
+            _CU13 + r"\.locks: '/abs/locks/.*' must be a directory relative",
         ),
         (
+            "shared/stacks",
             'locks = "locks/',
             'locks = "locks/missing-',
             r"^locks/missing-sglang.*: cannot read the lock directory",
         ),
         (
+            "shared/stacks",
             'locks = "locks/sglang-0.5.23"',
             'lock = "locks/sglang-0.5.23-cp311-manylinux_2_34_x86_64.toml"',
-            r"r580\.toml:\d+: stack\.lock: replaced by locks = ",
+            _CU13 + r"\.lock: replaced by locks = ",
         ),
         (
+            "r580",
             'python = ["3.11", "3.12", "3.13"]',
             'python = ["3.10"]',
             r"r580\.toml:\d+: python: locks/sglang-0\.5\.23 has locks for Python 3\.11, 3\.12, none for",
         ),
+        (
+            "r580",
+            'use = "cu13"',
+            'use = "cu14"',
+            r"r580\.toml:\d+: stack\.use: 'cu14' is not a stack of .*shared/stacks\.toml; it has: cu13, cu12",
+        ),
+        (
+            "r580",
+            'use = "flash-attn==2.8.3.post2"',
+            'use = "flash-attn==2.8.3.post3"',
+            r"r580\.toml:\d+: packages\[2\]\.use: 'flash-attn==2\.8\.3\.post3' is not an entry of "
+            r".*shared/packages\.toml \(did you mean 'flash-attn==2\.8\.3\.post2'\?\)",
+        ),
+        (
+            "r580",
+            'use = "minikernel==0.1.0"\n',
+            'use = "minikernel==0.1.0"\nknobs = {}\n',
+            r"r580\.toml:\d+: packages\[0\]\.knobs: an entry with 'use' is the shared entry whole",
+        ),
+        (
+            "shared/packages",
+            'version = "2.8.3.post2"',
+            'version = "2.8.3"',
+            r"shared/packages\.toml:\d+: packages\[2\]\.version: flash-attn==2\.8\.3 is listed twice",
+        ),
+        (
+            "shared/packages",
+            'source = { kind = "path", path = "examples/minikernel" }',
+            'source = { kind = "path", path = "examples/minikernel", ref = "x" }',
+            r"shared/packages\.toml:\d+: packages\[0\]\.source\.ref: unknown key",
+        ),
     ],
 )
 def test_bad_stack_tables_name_file_line_and_key(
-    tmp_path: Path, old: str, new: str, expect: str
+    tmp_path: Path, file: str, old: str, new: str, expect: str
 ) -> None:
-    folder = _recipes_with(tmp_path, "r580", (old, new))
+    """A bad key of a recipe, or of a shared table it uses, is one line naming that file, the
+    line and the key."""
+    folder = _recipes_with(tmp_path, file, (old, new))
     with pytest.raises(RecipeError, match=expect) as err:
         load_recipes(folder)
     assert "\n" not in str(err.value)
@@ -230,15 +276,16 @@ def test_bad_stack_tables_name_file_line_and_key(
 def test_a_build_candidate_must_admit_the_locks_torch(tmp_path: Path) -> None:
     """r570 pins sgl-kernel 0.3.21's source for torch 2.9.1, the torch its lock holds; a pin
     for another torch (with the recipe's [torch] moved along) cannot build for this lock."""
-    folder = _recipes_with(
-        tmp_path,
-        "r570",
-        ('torch = "==2.9.1"', 'torch = "==2.9.0"'),
-        ('version = "2.9.1"\nindex', 'version = "2.9.0"\nindex'),
-    )
+    folder = _recipes_with(tmp_path, "shared/packages", ('torch = "==2.9.1"', 'torch = "==2.9.0"'))
+    for name in ("r570", "r575"):
+        path = folder / f"{name}.toml"
+        path.write_text(
+            path.read_text().replace('version = "2.9.1"\nindex', 'version = "2.9.0"\nindex', 1)
+        )
     with pytest.raises(
         RecipeError,
-        match=r"r570\.toml:\d+: stack\.locks: the recipe's sgl-kernel 0\.3\.21 entry wants torch '==2\.9\.0'",
+        match=r"stacks\.toml:\d+: stacks\.cu12\.locks: the recipe's sgl-kernel 0\.3\.21 entry "
+        r"wants torch '==2\.9\.0'.*\(stack of .*r570\.toml\)",
     ):
         load_recipes(folder)
 

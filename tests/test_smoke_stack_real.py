@@ -25,7 +25,6 @@ import pytest
 from rich.console import Console
 
 from sm120kit.output.checks import render_smoke
-from sm120kit.packages import registry
 from sm120kit.packages import stack as serving
 from sm120kit.remote.lib.jit_toolchain import check_jit, judge_pair
 from sm120kit.runner.results import HostResult, RunResult
@@ -206,9 +205,9 @@ def test_loader_choice_is_the_descriptors(whole_env: dict[str, Any]) -> None:
     assert "declared_mismatch" not in loader["details"]
 
 
-def test_descriptor_loader_rule_is_the_released_load_utils() -> None:
+def test_catalogue_loader_rule_is_the_released_load_utils() -> None:
     """Both real wheels' sgl_kernel/load_utils.py: 9.0 -> sm90/, anything else (12.0, no
-    GPU) -> sm100/; the descriptor says the same."""
+    GPU) -> sm100/; the catalogues (read from those wheels) say the same, under either name."""
     old = real_wheel(
         "sgl-kernel", "0.3.21", "sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl"
     )
@@ -222,8 +221,9 @@ def test_descriptor_loader_rule_is_the_released_load_utils() -> None:
     for wheel in (old, new):
         with zipfile.ZipFile(wheel) as zf:
             assert rule.search(zf.read("sgl_kernel/load_utils.py").decode()), wheel.name
-    loader = registry.descriptor("sgl-kernel").loader
+    loader = serving.loader("sglang-kernel")
     assert loader is not None and loader.versions == ("0.3.21", "0.4.10")
+    assert loader == serving.loader("sgl-kernel")
     assert [loader.directory(cc) for cc in ((9, 0), (12, 0), (10, 0), None)] == [
         "sm90",
         "sm100",

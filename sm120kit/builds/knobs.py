@@ -99,6 +99,7 @@ def resolve_knobs(
         package, archs, cpus, mem_bytes, gb, mem_what, given, origin, switches, overrides
     )
     knobs = Knobs()
+    assert desc.knobs is not None  # for_kind answers only descriptors that build
     desc.knobs(knobs, request)
     if desc.arch_value_problem is not None and version:
         value = (overrides.get("env") or {}).get(desc.arch_knob)

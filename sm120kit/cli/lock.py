@@ -15,7 +15,7 @@ from ..errors import RecipeError
 from ..output import stack as stack_out
 from ..output.console import show_document
 from ..remote.lib.names import dist_name
-from ..stack.catalogue import FILE_NAME, Catalogue, save
+from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
 from ..stack.catalogue_read import lock_entries, make_catalogue
 from ..stack.draft import (
     Target,
@@ -115,10 +115,11 @@ def draft_command(c: Any, **f: Any) -> None:
         raise RecipeError(skipped[0].split(": ", 1)[1] if skipped else f"{top}: nothing to lock")
     seen: dict[str, Any] = {}
     cache = release_cache()
-    # The catalogue first, from every compiled wheel resolved: verification reads its facts
-    # (modules without code for the arch, loaders); it is written after the locks.
+    # The catalogue first, from every wheel resolved (pure ones too: cubin sets, "nothing to
+    # check"): verification reads its facts (modules without code for the arch, loaders); it
+    # is written after the locks.
     arches = (str(arch),) if arch else (tuple(recipe.arch) if recipe else ("12.0",))
-    every = {e.sha256: e for item in resolved for e in item.entries if e.compiled}
+    every = {e.sha256: e for item in resolved for e in item.entries}
     cat, cat_seconds = make_catalogue(
         list(every.values()), targets=arches, cache=cache, progress=progress
     )
@@ -151,11 +152,18 @@ def draft_command(c: Any, **f: Any) -> None:
         "pythons": [d["python"] for d in docs],
         "locks": docs,
         "skipped": skipped,
-        "stack": stack_table(lock, rel, reason),
+        "stack": stack_table(lock, rel, reason, _shared_stack(recipe)),
         "recipe": recipe.name if recipe else None,
         "catalogue": catalogue,
     }
     show_document(doc, quiet, _draft_report)
+
+
+def _shared_stack(recipe: Any) -> str | None:
+    """The shared stack (recipes/shared/stacks.toml) the recipe's ``[stack]`` uses, if any."""
+    table = recipe.raw.get("stack") if recipe is not None else None
+    use = table.get("use") if isinstance(table, dict) else None
+    return use if isinstance(use, str) else None
 
 
 def save_catalogue(
@@ -164,14 +172,21 @@ def save_catalogue(
     """Write `cat` as ``catalogue.toml`` in `lock_dir`; what was written, with counts."""
     path = lock_dir / FILE_NAME
     header = [
-        f"Release facts of the compiled wheels locked in {lock_dir.name}/, read from the wheels by",
-        f"`invoke lock.catalogue --lock-dir locks/{lock_dir.name}` (or lock.draft): do not edit.",
-        "Only the versions listed are known; any other version of a distribution is unknown.",
+        f"Release facts of the wheels locked in {lock_dir.name}/, read from the wheels by",
+        f"`invoke lock.catalogue --lock-dir locks/{lock_dir.name}` (or lock.draft): do not edit",
+        "but a release's `when` ranges (kept on regeneration while its facts read the same).",
+        "Only the versions listed and those ranges are known; any other version is unknown.",
     ]
+    try:
+        before = load_beside(lock_dir)
+    except RecipeError:
+        before = None  # an unreadable file is replaced whole; it has no ranges to keep
+    cat, dropped = carry_when(before, cat)
     state = save(path, cat, header)
     return {
         "catalogue": str(path),
         "file": state,
+        "when_dropped": dropped,
         "releases": len(cat.releases),
         "wheels": wheels,
         "modules": sum(len(w.modules) for r in cat.releases for w in r.wheels),
@@ -185,17 +200,17 @@ def save_catalogue(
 def write_catalogue(
     lock_dir: Path, targets: tuple[str, ...], progress: Any = None
 ) -> dict[str, Any]:
-    """Read every compiled wheel of the locks in `lock_dir` (`catalogue_read.make_catalogue`,
+    """Read every wheel of the locks in `lock_dir` (`catalogue_read.make_catalogue`,
     each file checked against the lock's sha256) and write ``catalogue.toml`` beside them."""
     entries = lock_entries(lock_dir)
     if not entries:
-        raise RecipeError(f"{lock_dir}: no lock with a compiled wheel to read")
+        raise RecipeError(f"{lock_dir}: no lock with a wheel to read")
     cat, seconds = make_catalogue(entries, targets=targets, progress=progress)
     return save_catalogue(lock_dir, cat, seconds, len(entries))
 
 
 def catalogue_command(c: Any, **f: Any) -> None:
-    """Regenerate ``catalogue.toml`` of --lock-dir from its locks' compiled wheels."""
+    """Regenerate ``catalogue.toml`` of --lock-dir from its locks' wheels."""
     from ..recipes.select import default_recipes_dir
 
     if not f.get("lock_dir"):
@@ -220,6 +235,8 @@ def _catalogue_report(console: Any, doc: dict[str, Any]) -> None:
         markup=False,
         highlight=False,
     )
+    for line in doc.get("when_dropped") or []:
+        console.print(f"  - {line}", markup=False, highlight=False)
 
 
 def _is_connection(line: str) -> bool:

@@ -142,14 +142,16 @@ ArchValueCheck = Callable[[str, str], "str | None"]
 @dataclass(frozen=True)
 class LoaderChoice:
     """Which build of one extension module a package's own loader imports on a GPU: the
-    per-arch directory (``sm90/``, ``sm100/``) it picks for a compute capability.
+    per-arch directory (``sm90/``, ``sm100/``) it picks for a compute capability. Made from
+    the release catalogues (`sm120kit.packages.stack.loader`, read from the wheels' own
+    loader source), never written by hand.
 
     - `package`, `module`: the import package and the module it loads (``sgl_kernel``,
       ``common_ops``);
     - `by_capability`: ``(("9.0", "sm90"),)``: capabilities the loader names explicitly;
     - `otherwise`: the directory for any other capability; `without_gpu`: with no GPU
       (``torch.cuda.is_available()`` False);
-    - `versions`: the releases whose loader this was read from; `source`: the file read.
+    - `versions`: the releases whose loader this was read from; `source`: what was read.
     """
 
     package: str
@@ -184,41 +186,17 @@ class LoaderChoice:
 
 
 @dataclass(frozen=True)
-class ModuleArchs:
-    """The device code one extension module of a released wheel carries, read from that wheel
-    (its fatbin), and the feature it implements: a module whose code does not run on the arch
-    judged is reported by smoke as not for that arch by design, with this reason.
-
-    `module`: its stem (``flash_ops``) or path inside the distribution; `sass`: its SASS
-    targets; `versions`: the releases it was read from; `source`: what was read.
-    """
-
-    module: str
-    feature: str
-    sass: tuple[str, ...]
-    versions: tuple[str, ...]
-    source: str
-
-    def reason(self) -> str:
-        """'FA3 (FlashAttention 3): sm_80, sm_86, sm_90a only (read from ...)'."""
-        return f"{self.feature}: {', '.join(self.sass)} only ({self.source})"
-
-    def to_json(self) -> dict[str, Any]:
-        """The probe's argument form."""
-        return {
-            "module": self.module,
-            "sass": list(self.sass),
-            "versions": list(self.versions),
-            "reason": self.reason(),
-        }
-
-
-@dataclass(frozen=True)
 class PackageDescriptor:
-    """One kernel package (or one build kind, for the generic torch extension).
+    """One package the tool knows: one it builds (a kernel package, or one build kind for the
+    generic torch extension), or one it only installs from releases (a descriptor that does
+    not build: no `knobs`, no `kind`). Every name its distribution is published under finds
+    it (`registry.find`). What its released files carry (device code, loader, toolchain
+    lookups) is not written here: the release catalogues (``locks/*/catalogue.toml``) hold it,
+    read from the wheels.
 
-    - `name`: the recipe's package name (``""`` for a kind that any recipe package may use);
-    - `kind`: the build kind `knobs.resolve_knobs` is asked for;
+    - `name`: the recipe's package name, or the distribution's (``""`` for a kind that any
+      recipe package may use);
+    - `kind`: the build kind `knobs.resolve_knobs` is asked for (``""``: it does not build);
     - `front_end`: one of FRONT_ENDS;
     - `arch_knob`: the variable (or CMake define) that carries the package's target archs;
     - `threads_knob`: what ``--nvcc-threads`` / host var ``nvcc_threads`` set (None: nothing);
@@ -242,15 +220,16 @@ class PackageDescriptor:
       build --package <name>`` builds it all the same);
     - `distributions`: the names its wheels are published under besides `name`, newest first
       (sgl-kernel: ``sglang-kernel`` from 0.4.0 on): smoke finds the package under any of them;
-    - `loader`: the package's own loader's choice of module per arch (smoke's loader check,
-      and the modules a released wheel must cover on an arch);
-    - `module_archs`: per released version, the modules whose device code is known (read from
-      the wheel): those not covering the arch judged are reported as not for it by design.
+    - `serving`: part of the serving stack: smoke looks for it in an env it was not asked
+      about;
+    - `jit`: the toolchain lookup rule (``remote/lib/jit_toolchain.RULES``) of a package that
+      compiles CUDA code at run time, None for one that ships compiled code; `jit_source`: the
+      files of the package that rule was read from (its citation).
     """
 
     name: str
-    kind: str
-    knobs: KnobFunction
+    kind: str = ""
+    knobs: KnobFunction | None = None
     front_end: str = "setuptools"
     arch_knob: str = "TORCH_CUDA_ARCH_LIST"
     threads_knob: str | None = None
@@ -269,14 +248,24 @@ class PackageDescriptor:
     arch_targets: tuple[str, ...] = ()
     build_task: str = ""
     distributions: tuple[str, ...] = ()
-    loader: LoaderChoice | None = None
-    module_archs: tuple[ModuleArchs, ...] = ()
+    serving: bool = False
+    jit: str | None = None
+    jit_source: str = ""
 
     def __post_init__(self) -> None:
         if self.front_end not in FRONT_ENDS:
             raise ValueError(
                 f"package {self.name}: front end {self.front_end!r} is not one of {FRONT_ENDS}"
             )
+        if bool(self.kind) != (self.knobs is not None):
+            raise ValueError(f"package {self.name}: a build kind and its knobs go together")
+        if self.jit and not self.jit_source:
+            raise ValueError(f"package {self.name}: a toolchain rule cites the files read")
+
+    @property
+    def builds(self) -> bool:
+        """Whether the tool builds it (a release-only package is installed, never built)."""
+        return self.knobs is not None
 
     @property
     def cmake(self) -> bool:

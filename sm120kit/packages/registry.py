@@ -1,5 +1,7 @@
 """Package descriptors by name and by build kind: the one place the ops, knobs, smoke and
-tasks ask what is specific to a kernel package.
+tasks ask what is specific to a package. One descriptor type (`base.PackageDescriptor`):
+a package the tool only installs from releases is a descriptor that does not build, and
+`find` answers for every name a distribution is published under.
 
 Like the store registry (`sm120kit.cache.registry`), descriptors that ship with sm120kit live
 in modules named in :data:`BUILTIN_MODULES`, each exposing ``DESCRIPTORS``; they are imported
@@ -12,6 +14,8 @@ from __future__ import annotations
 import threading
 from importlib import import_module
 
+from packaging.utils import canonicalize_name
+
 from .base import PackageDescriptor
 
 #: Modules of the descriptors that ship with sm120kit, in the order smoke lists them.
@@ -19,6 +23,7 @@ BUILTIN_MODULES = (
     "sm120kit.packages.sgl_kernel",
     "sm120kit.packages.flash_attn",
     "sm120kit.packages.torch_ext",
+    "sm120kit.packages.released",
 )
 
 #: The build kind of a recipe package that has no descriptor of its own.
@@ -51,6 +56,7 @@ def register(descriptor: PackageDescriptor) -> PackageDescriptor:
 
 def unregister(descriptor: PackageDescriptor) -> None:
     """Remove a descriptor added with `register` (the one with its name and kind)."""
+    # (name, kind) is a descriptor's identity: a release-only one has kind "".
     _DESCRIPTORS[:] = [d for d in _all() if (d.name, d.kind) != (descriptor.name, descriptor.kind)]
 
 
@@ -59,10 +65,28 @@ def descriptors() -> tuple[PackageDescriptor, ...]:
     return tuple(_all())
 
 
+def _norm(name: str) -> str:
+    """A distribution name as PEP 503 compares them (`SGLang_Kernel` is `sglang-kernel`)."""
+    return str(canonicalize_name(name))
+
+
+def published_names(desc: PackageDescriptor) -> tuple[str, ...]:
+    """Every name `desc`'s distribution is published under, its own first."""
+    return tuple(n for n in (desc.name, *desc.distributions) if n)
+
+
+def find(name: str) -> PackageDescriptor | None:
+    """The descriptor whose distribution is published under `name` (any of its names, any
+    spelling PEP 503 treats as the same: ``sglang_kernel`` finds sgl-kernel's), or None."""
+    key = _norm(name)
+    return next((d for d in _all() if d.name and key in map(_norm, published_names(d))), None)
+
+
 def descriptor(name: str) -> PackageDescriptor:
-    """The descriptor of recipe package `name`, or the plain torch extension's."""
+    """The descriptor building recipe package `name`, or the plain torch extension's (also for
+    a package whose descriptor does not build: a recipe entry builds it as a torch extension)."""
     for d in _all():
-        if d.name == name:
+        if d.name == name and d.builds:
             return d
     found = for_kind(DEFAULT_KIND)
     assert found is not None, "the torch-ext descriptor is built in"
@@ -71,16 +95,21 @@ def descriptor(name: str) -> PackageDescriptor:
 
 def for_kind(kind: str) -> PackageDescriptor | None:
     """The descriptor building `kind` (the first registered), or None."""
-    return next((d for d in _all() if d.kind == kind), None)
+    return next((d for d in _all() if d.builds and d.kind == kind), None)
 
 
 def kinds() -> tuple[str, ...]:
     """The build kinds known, in registration order."""
     out: list[str] = []
     for d in _all():
-        if d.kind not in out:
+        if d.builds and d.kind not in out:
             out.append(d.kind)
     return tuple(out)
+
+
+def serving() -> tuple[PackageDescriptor, ...]:
+    """The serving stack's packages smoke looks for in an env, in registration order."""
+    return tuple(d for d in _all() if d.serving and d.name)
 
 
 def smoke_defaults() -> tuple[str, ...]:

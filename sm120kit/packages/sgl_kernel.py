@@ -18,7 +18,6 @@ from .base import (
     ATEN_CUDA,
     KnobRequest,
     Knobs,
-    LoaderChoice,
     PackageDescriptor,
     plan_parallelism,
 )
@@ -30,27 +29,9 @@ NAME = "sgl-kernel"
 #: ``sgl_kernel`` (the sglang-kernel 0.4.10 wheel's top_level).
 DISTRIBUTIONS = ("sglang-kernel",)
 
-#: ``_load_architecture_specific_ops()`` in ``sgl_kernel/load_utils.py``, the same rule in the
-#: PyPI wheels of sgl-kernel 0.3.21 and sglang-kernel 0.4.10 (read from both): capability 9.0
-#: (``major * 10 + minor == 90``) loads ``sm90/common_ops.*``, any other capability and no GPU
-#: at all load ``sm100/common_ops.*``; only when that file is missing or fails to load does it
-#: fall back to ``sgl_kernel/common_ops.*`` and then ``import common_ops``. The two files differ
-#: only in the CUDA runtime they preload (0.3.21 ``libcudart.so.12`` only; 0.4.10 torch's CUDA
-#: major first, then 13, then 12).
-LOADER = LoaderChoice(
-    package="sgl_kernel",
-    module="common_ops",
-    by_capability=(("9.0", "sm90"),),
-    otherwise="sm100",
-    without_gpu="sm100",
-    versions=("0.3.21", "0.4.10"),
-    source="sgl_kernel/load_utils.py _load_architecture_specific_ops() of the PyPI wheels "
-    "sgl-kernel 0.3.21 and sglang-kernel 0.4.10",
-)
-
-# The device code of its released wheels' modules (FA3's flash_ops and flashmla_ops carry no
-# 12.0 code) is not written here: locks/*/catalogue.toml holds it, read from the wheels of
-# sgl-kernel 0.3.21 (locks/sglang-0.5.9) and sglang-kernel 0.4.10 (locks/sglang-0.5.23).
+# What its released wheels carry (each module's device code, and the per-arch directory its
+# own loader, sgl_kernel/load_utils.py, picks) is not written here: locks/*/catalogue.toml
+# holds it, read from the wheels.
 
 #: sgl-kernel 0.3.21's CUTLASS GEMM units: in the by-hand SM-only build (docs/sgl-kernel.md)
 #: one cicc of csrc/gemm/fp8_blockwise_gemm_kernel.cu for sm_120a alone, nvcc --threads=1,
@@ -215,7 +196,7 @@ SGL_KERNEL = PackageDescriptor(
     # common_ops, built once per variant directory, is what the loader imports.
     arch_targets=("common_ops_sm90_build", "common_ops_sm100_build"),
     distributions=DISTRIBUTIONS,
-    loader=LOADER,
+    serving=True,
 )
 
 DESCRIPTORS = (SGL_KERNEL,)

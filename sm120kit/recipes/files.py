@@ -3,6 +3,7 @@ recipes, raising one `RecipeError` naming file, line and key."""
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 import sys
@@ -62,6 +63,7 @@ from .checks import (
     spec_text,
 )
 from .model import CudaChoice, CudaSpec, PackageSpec, Recipe, TorchSpec
+from .shared import SHARED_DIR, SharedTables, package_key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -271,6 +273,95 @@ def _parse_package(f: _File, table: Any, i: int, patches_dir: Path) -> PackageSp
     )
 
 
+class _Shared:
+    """The shared tables of a load (`recipe_shared`) with their package entries, each checked
+    with the recipe schema (errors naming the shared file and line): all of them when the
+    directory has its own tables, else (this checkout's tables) those a recipe uses."""
+
+    def __init__(self, folder: Path, patches_dir: Path) -> None:
+        self.tables = SharedTables.read(folder)
+        self.patches_dir = patches_dir
+        self.packages_file = _File(self.tables.packages.path, self.tables.packages.text)
+        self.stacks_file = _File(self.tables.stacks.path, self.tables.stacks.text)
+        self.raw: dict[str, tuple[int, Any]] = {}
+        for i, table in enumerate(self.tables.package_tables()):
+            if not isinstance(table, dict):
+                raise self.packages_file.error((f"packages[{i}]",), "expected a table")
+            key = package_key(str(table.get("name")), str(table.get("version")))
+            if key in self.raw:
+                raise self.packages_file.error(
+                    (f"packages[{i}]", "version"), f"{key} is listed twice: one entry per pin"
+                )
+            self.raw[key] = (i, table)
+        self.parsed: dict[str, PackageSpec] = {}
+        if self.tables.packages.path.parent == folder / SHARED_DIR:
+            for key in self.raw:
+                self.package(key)
+
+    def package(self, key: str) -> PackageSpec | None:
+        """The entry `key` (``name==version``), parsed once; None when there is none."""
+        if key not in self.raw:
+            return None
+        if key not in self.parsed:
+            i, table = self.raw[key]
+            self.parsed[key] = _parse_package(self.packages_file, table, i, self.patches_dir)
+        return self.parsed[key]
+
+
+def _package_entry(f: _File, table: Any, i: int, patches_dir: Path, shared: _Shared) -> PackageSpec:
+    """A recipe's ``[[packages]]`` entry: its own, or ``use = "name==version"`` of the shared
+    table, taken whole (a copy: recipes never share mutable values)."""
+    if not isinstance(table, dict) or "use" not in table:
+        return _parse_package(f, table, i, patches_dir)
+    key = (f"packages[{i}]",)
+    ref = table["use"]
+    others = sorted(k for k in table if k != "use")
+    if others:
+        raise f.error(
+            (*key, others[0]),
+            f"an entry with 'use' is the shared entry whole; set {others[0]!r} in "
+            f"{shared.packages_file.where}, or write the entry out here instead of 'use'",
+        )
+    found = shared.package(ref) if isinstance(ref, str) else None
+    if found is None:
+        known = ", ".join(shared.raw) or "nothing"
+        hint = difflib.get_close_matches(str(ref), list(shared.raw), n=1)
+        extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise f.error(
+            (*key, "use"),
+            f"{ref!r} is not an entry of {shared.packages_file.where}{extra}; it has: {known}",
+        )
+    return copy.deepcopy(found)
+
+
+def _stack_table(f: _File, data: dict[str, Any], shared: _Shared) -> tuple[Any, Any]:
+    """The recipe's ``[stack]`` with ``use = "<name>"`` resolved: the shared stack's keys, then
+    the recipe's own; and the error function naming whichever file a key came from."""
+    table = data["stack"]
+    if not isinstance(table, dict) or "use" not in table:
+        return table, f.error
+    name = table["use"]
+    found = shared.tables.stack_table(name) if isinstance(name, str) else None
+    if not isinstance(found, dict):
+        known = ", ".join(shared.tables.stack_names()) or "nothing"
+        problem = f"{name!r} is not a stack of {shared.stacks_file.where}; it has: {known}"
+        if found is not None:
+            problem = f"{name!r} in {shared.stacks_file.where} is not a table of [stack] keys"
+        raise f.error(("stack", "use"), problem)
+    own = {k: v for k, v in table.items() if k != "use"}
+    merged = {**found, **own}
+
+    def error(keypath: Any, problem: str) -> RecipeError:
+        parts = tuple(keypath)
+        if len(parts) > 1 and parts[0] == "stack" and parts[1] not in own and parts[1] in found:
+            return shared.stacks_file.error(
+                ("stacks", name, *parts[1:]), f"{problem} (stack of {f.where})"
+            )
+        return f.error(parts, problem)
+
+    return merged, error
+
+
 def _parse_smoke(f: _File, value: Any, key: tuple[str, ...]) -> dict[str, str]:
     """``[packages.smoke]``: ``not_for_arch = { module = "reason", ... }``."""
     f.table(value, key, set(), _SMOKE_KEYS)
@@ -303,7 +394,7 @@ def _check_coverage(f: _File, drivers: SpecifierSet, cuda: CudaSpec) -> None:
             )
 
 
-def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
+def _parse_recipe(path: Path, patches_dir: Path, shared: _Shared) -> Recipe:
     text = path.read_text(encoding="utf-8")
     f = _File(path, text)
     try:
@@ -328,11 +419,11 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
     raw_packages = data.get("packages", [])
     if not isinstance(raw_packages, list):
         raise f.error(("packages",), "expected an array of tables ([[packages]])")
-    packages = [_parse_package(f, p, i, patches_dir) for i, p in enumerate(raw_packages)]
+    packages = [_package_entry(f, p, i, patches_dir, shared) for i, p in enumerate(raw_packages)]
     _check_package_entries(f, packages, torch.version)
     _check_coverage(f, drivers, cuda)
     pythons = f.get(data, ("python",), _python_list)  # checked before the locks use it
-    stack, lock, locks = _parse_stack(f, data, packages, patches_dir)
+    stack, lock, locks = _parse_stack(f, data, packages, patches_dir, shared)
     if stack is not None and lock is not None and lock.torch:
         _check_torch_is_the_locks(f, torch, lock, stack.lock)
     return Recipe(
@@ -355,17 +446,22 @@ def _parse_recipe(path: Path, patches_dir: Path) -> Recipe:
 
 
 def _parse_stack(
-    f: _File, data: dict[str, Any], packages: list[PackageSpec], patches_dir: Path
+    f: _File,
+    data: dict[str, Any],
+    packages: list[PackageSpec],
+    patches_dir: Path,
+    shared: _Shared,
 ) -> tuple[StackSpec | None, Lock | None, dict[str, Lock]]:
-    """``[stack]``, the lock of the recipe's first Python that has one, and every Python's
-    lock (sm120kit/stack/lock.py holds the schema and checks)."""
+    """``[stack]`` (or the shared stack it uses), the lock of the recipe's first Python that
+    has one, and every Python's lock (sm120kit/stack/lock.py holds the schema and checks)."""
     if "stack" not in data:
         return None, None, {}
-    stack = parse_stack(data["stack"], f.error)
+    table, error = _stack_table(f, data, shared)
+    stack = parse_stack(table, error)
     torch_specs = {f"{canonicalize_name(p.name)}=={p.version}": p.torch for p in packages}
     specs = {k: v for k, v in torch_specs.items() if v is not None}
     root = locks_root(patches_dir.parent)
-    stack, lock = load_stack(stack, root, specs, f.error, data.get("python"))
+    stack, lock = load_stack(stack, root, specs, error, data.get("python"))
     return stack, lock, stack_locks(stack, root)
 
 
@@ -447,7 +543,8 @@ def default_recipes_dir() -> Path:
 def load_recipes(
     directory: Path | str | None = None, *, patches_dir: Path | str | None = None
 ) -> dict[str, Recipe]:
-    """Load and validate every ``*.toml`` in `directory` (default: `default_recipes_dir`).
+    """Load and validate every ``*.toml`` in `directory` (default: `default_recipes_dir`), with
+    the package pins and stacks they share (`recipe_shared`: ``<directory>/shared/``).
 
     `patches_dir` defaults to ``patches/`` beside `directory`. Raises RecipeError naming the
     file (and line, where found) and key of the first problem.
@@ -459,9 +556,10 @@ def load_recipes(
     files = sorted(folder.glob("*.toml"))
     if not files:
         raise RecipeError(f"{_display(folder)}: no *.toml recipes")
+    shared = _Shared(folder, pdir)
     recipes = {}
     for path in files:
-        recipe = _parse_recipe(path, pdir)
+        recipe = _parse_recipe(path, pdir, shared)
         recipes[recipe.name] = recipe
     _check_overlaps(recipes)
     return recipes

@@ -20,6 +20,10 @@ One TOML file per NVIDIA driver branch lives in the repo's ``recipes/`` director
     [[packages]]
     name = "mypkg"; version = "2.8.3"; source = { kind = "pypi" }
     patches = []; knobs = {}; torch = "<2.14"; needs_cuda_torch = true
+    [[packages]]
+    use = "minikernel==0.1.0"          # the entry of recipes/shared/packages.toml, whole
+    [stack]
+    use = "cu13"                       # the line of recipes/shared/stacks.toml (recipes/shared.py)
 
 A choice inherits ``method`` and ``gcc_max`` from ``[cuda]``, and ``runfile``, ``sha256`` and
 ``pip_packages`` only when its version equals ``[cuda].version`` (they belong to one toolkit);

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
@@ -41,6 +42,8 @@ FILE_NAME = "catalogue.toml"
 FORMAT = 1
 #: What a lookup answers when the catalogue did not read the version (or distribution) asked.
 UNKNOWN = "unknown"
+#: A cubin set's coverage of an arch (`CubinSet.coverage`).
+YES, NO = "yes", "no"
 
 
 def norm(name: str) -> str:
@@ -123,8 +126,61 @@ class LoaderFacts:
 
 
 @dataclass(frozen=True)
+class CubinSet:
+    """A set of cubins a package names in its own code and launches itself, outside any
+    module's fatbin (flashinfer's trtllm-gen kernels): shipped in the wheel, or downloaded at
+    run time from `url` (docs/catalogue.md "Cubin sets").
+
+    `name`: the package's name for it (or its directory in the wheel); `path`: its path under
+    the package's artifact repository (or in the wheel); `url_env`: the variable that replaces
+    the repository; `checksums_sha256`: the sha256 the package pins for its checksums file;
+    `files`: cubins the wheel holds; `archs`: the SM targets it has cubins for, when known,
+    and `archs_from` how they were read; `not_on` / `unknown`: per target arch judged, why no
+    cubin of it runs there / why that cannot be known from the wheel; `source`: what was read;
+    `shipped_in`: for a set not shipped, the distribution of the same lock whose wheel holds
+    its cubins (``flashinfer-cubin 0.6.12 flashinfer_cubin/cubins/<path>``), its archs read
+    there.
+    """
+
+    name: str
+    path: str
+    shipped: bool
+    url: str = ""
+    url_env: str = ""
+    checksums_sha256: str = ""
+    files: int = 0
+    archs: tuple[str, ...] = ()
+    archs_from: str = ""
+    not_on: dict[str, str] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+    shipped_in: str = ""
+
+    def coverage(self, arch: str) -> tuple[str, str]:
+        """``(YES | NO | UNKNOWN, why)`` for target arch `arch` (``"12.0"``): NO with the
+        catalogue's reason, UNKNOWN when the cubins are not in the wheel (or the catalogue did
+        not judge `arch`), YES when a cubin of the set runs there."""
+        if arch in self.not_on:
+            return NO, self.not_on[arch]
+        if arch in self.unknown:
+            return UNKNOWN, self.unknown[arch]
+        if self.archs:
+            return YES, f"{self.name}: cubins for {', '.join(self.archs)} ({self.archs_from})"
+        return UNKNOWN, f"{self.name}: {arch} not judged by the catalogue"
+
+
+def specifier(text: str, where: str = "") -> SpecifierSet:
+    """A PEP 440 specifier set (a fact's version range); RecipeError naming `where`."""
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise RecipeError(f"{where}: not a version specifier: {text!r}") from None
+
+
+@dataclass(frozen=True)
 class ReleaseFacts:
-    """A distribution's facts for the versions read (`versions`) with the same facts."""
+    """A distribution's facts for the versions read (`versions`) with the same facts, and for
+    the ranges `when` names (PEP 440 specifier sets, Spack's ``when=``)."""
 
     distribution: str
     versions: tuple[str, ...]
@@ -132,10 +188,31 @@ class ReleaseFacts:
     cuda_requires: tuple[str, ...] = ()
     loader: LoaderFacts | None = None
     jit_lookup: tuple[str, ...] = ()
+    cubin_sets: tuple[CubinSet, ...] = ()
+    when: tuple[str, ...] = ()
+
+    def specifiers(self) -> tuple[str, ...]:
+        """The version ranges the facts hold for: ``==v`` per version read, then `when`."""
+        return tuple(dict.fromkeys([*(f"=={_public(v)}" for v in self.versions), *self.when]))
 
     def holds_for(self, version: str) -> bool:
-        """Whether `version` was read (local labels such as ``+cu130`` aside)."""
-        return _public(version) in {_public(v) for v in self.versions}
+        """Whether one of `specifiers()` contains `version` (pre-releases included; a local
+        label such as ``+cu130`` is the same release)."""
+        try:
+            Version(version)
+        except InvalidVersion:
+            return _public(version) in {_public(v) for v in self.versions}
+        return any(
+            specifier(s, self.distribution).contains(version, prereleases=True)
+            for s in self.specifiers()
+        )
+
+    def nothing_to_check(self, arch: str) -> bool:
+        """Whether nothing of this release can miss `arch`: no module holds device code and
+        no cubin set's coverage of `arch` is NO or UNKNOWN (a pure-Python wheel)."""
+        if any(m.device_code or m.error for m in self.modules()):
+            return False
+        return all(s.coverage(arch)[0] == YES for s in self.cubin_sets)
 
     def modules(self) -> list[ModuleFacts]:
         """Every module of every wheel read, each path once."""
@@ -147,7 +224,8 @@ class ReleaseFacts:
 
     def _shape(self) -> tuple[Any, ...]:
         mods = sorted((replace(m, nvcc=None) for m in self.modules()), key=lambda m: m.path)
-        return (tuple(mods), self.cuda_requires, self.loader, self.jit_lookup)
+        return (tuple(mods), self.cuda_requires, self.loader, self.jit_lookup,
+                self.cubin_sets, self.when)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -194,7 +272,15 @@ class Catalogue:
             if rel.holds_for(version):
                 return Lookup(rel)
         read = ", ".join(v for r in found for v in r.versions)
+        ranges = "; ".join(w for r in found for w in r.when)
+        read += f"; ranges: {ranges}" if ranges else ""
         return Lookup(None, f"{name} {version}: {UNKNOWN} (versions read: {read}{self._where()})")
+
+    def cubin_sets(self, name: str, version: str) -> tuple[CubinSet, ...]:
+        """The cubin sets of distribution `name` at `version` (``()`` when it names none, or
+        when that release was not read: `lookup` says which)."""
+        found = self.lookup(name, version)
+        return found.facts.cubin_sets if found.facts else ()
 
     def by_sha256(self, sha256: str) -> tuple[ReleaseFacts, WheelFacts] | None:
         """The release and wheel read from the file of this sha256, or None."""
@@ -247,6 +333,36 @@ def merge_versions(releases: Iterable[ReleaseFacts]) -> list[ReleaseFacts]:
     return out
 
 
+def carry_when(old: Catalogue | None, new: Catalogue) -> tuple[Catalogue, list[str]]:
+    """`new` with the ``when`` ranges of `old` (the file it replaces) kept where a release of
+    the same distribution was read again with the same facts; and, one line each, the ranges
+    dropped because the facts read differ now (a range is a claim about those facts)."""
+    if old is None:
+        return new, []
+    kept: dict[str, list[str]] = {}
+    dropped = []
+    for was in old.releases:
+        if not was.when:
+            continue
+        same = [r for r in new.releases if r.distribution == was.distribution
+                and replace(r, when=())._shape() == replace(was, when=())._shape()]  # fmt: skip
+        if same:
+            for r in same:
+                kept.setdefault(f"{r.distribution} {r.versions}", []).extend(was.when)
+        else:
+            dropped.append(
+                f"{was.distribution} when {', '.join(was.when)}: dropped, the facts read for "
+                f"{was.distribution} differ from those of {', '.join(was.versions)}"
+            )
+    releases = tuple(
+        replace(r, when=tuple(dict.fromkeys([*r.when, *kept[k]])))
+        if (k := f"{r.distribution} {r.versions}") in kept
+        else r
+        for r in new.releases
+    )
+    return replace(new, releases=releases), dropped
+
+
 def _sort_key(version: str) -> Any:
     try:
         return (0, Version(version))
@@ -295,6 +411,47 @@ def _module_doc(mod: ModuleFacts) -> dict[str, Any]:
     return doc
 
 
+def _cubin_doc(cset: CubinSet) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": cset.name, "path": cset.path, "shipped": cset.shipped}
+    for key in ("url", "url_env", "checksums_sha256", "files"):
+        if getattr(cset, key):
+            doc[key] = getattr(cset, key)
+    doc["archs"] = list(cset.archs)
+    for key in ("archs_from", "not_on", "unknown", "source", "shipped_in"):
+        if getattr(cset, key):
+            doc[key] = getattr(cset, key)
+    return doc
+
+
+def _cubin_set(doc: Any, where: str) -> CubinSet:
+    if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
+        raise _bad(where, "a cubin_set needs a name")
+    where = f"{where} cubin_set {doc['name']}"
+    if not isinstance(doc.get("path"), str) or not isinstance(doc.get("shipped"), bool):
+        raise _bad(where, "needs a path and shipped = true or false")
+    reasons = {}
+    for key in ("not_on", "unknown"):
+        got = doc.get(key) or {}
+        if not isinstance(got, dict) or not all(isinstance(v, str) for v in got.values()):
+            raise _bad(where, f"{key}: expected {{ arch = reason }}")
+        reasons[key] = dict(got)
+    return CubinSet(
+        name=doc["name"],
+        path=doc["path"],
+        shipped=doc["shipped"],
+        url=str(doc.get("url", "")),
+        url_env=str(doc.get("url_env", "")),
+        checksums_sha256=str(doc.get("checksums_sha256", "")),
+        files=int(doc.get("files", 0)),
+        archs=_strs(doc.get("archs", []), f"{where} archs"),
+        archs_from=str(doc.get("archs_from", "")),
+        not_on=reasons["not_on"],
+        unknown=reasons["unknown"],
+        source=str(doc.get("source", "")),
+        shipped_in=str(doc.get("shipped_in", "")),
+    )
+
+
 def dump(cat: Catalogue, header: list[str]) -> str:
     """The catalogue as TOML text, `header` lines as leading comments; releases by name."""
     lines = [f"# {h}" for h in header]
@@ -322,6 +479,11 @@ def dump(cat: Catalogue, header: list[str]) -> str:
             )
         if rel.jit_lookup:
             lines.append(f"jit_lookup = {_value(list(rel.jit_lookup))}")
+        if rel.when:
+            lines.append(f"when = {_value(list(rel.when))}")
+        for cset in rel.cubin_sets:
+            lines += ["", "[[release.cubin_set]]"]
+            lines += [f"{k} = {_value(v)}" for k, v in _cubin_doc(cset).items()]
         for wheel in rel.wheels:
             lines += [
                 "",
@@ -373,6 +535,13 @@ def _module(doc: Any, where: str) -> ModuleFacts:
     )
 
 
+def _when(value: Any, where: str) -> tuple[str, ...]:
+    specs = _strs(value, where)
+    for s in specs:
+        specifier(s, where)  # each one a PEP 440 specifier set, or one clear error
+    return specs
+
+
 def parse(doc: dict[str, Any], source: str = "") -> Catalogue:
     """A catalogue from its TOML document; RecipeError naming `source` and the entry."""
     head = doc.get("catalogue")
@@ -411,6 +580,8 @@ def parse(doc: dict[str, Any], source: str = "") -> Catalogue:
                 cuda_requires=_strs(rel.get("cuda_requires", []), f"{where} cuda_requires"),
                 loader=loader,
                 jit_lookup=_strs(rel.get("jit_lookup", []), f"{where} jit_lookup"),
+                cubin_sets=tuple(_cubin_set(c, where) for c in rel.get("cubin_set") or []),
+                when=_when(rel.get("when", []), f"{where} when"),
             )
         )
     aliases = head.get("aliases") or {}
@@ -463,6 +634,7 @@ def save(path: Path, cat: Catalogue, header: list[str]) -> str:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the file unreadable to others
         os.replace(tmp, path)
     except OSError as exc:
         if os.path.exists(tmp):

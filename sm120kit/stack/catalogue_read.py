@@ -1,4 +1,4 @@
-"""Make a lock's catalogue (`sm120kit.stack.catalogue`) from its compiled wheels: each wheel is
+"""Make a lock's catalogue (`sm120kit.stack.catalogue`) from its wheels: each wheel is
 obtained like `lock.draft` obtains it (the controller's release cache, by sha256, the sha256
 checked against the lock) and read with the tool's own readers (`remote/lib/elf.py`,
 `remote/lib/fatbin.py`, the same ones verification and smoke use).
@@ -6,8 +6,9 @@ checked against the lock) and read with the tool's own readers (`remote/lib/elf.
 Read from each wheel: every shared object's fatbin targets (loaded, relocatable, and fatbin
 containers elsewhere in the file), its ``NEEDED libcudart.so.N`` and the nvcc release string,
 the METADATA's CUDA requirements, the loader's per-arch directories (from the package's own
-Python source, when it has per-arch module directories) and the files that look up a CUDA
-toolchain at run time.
+Python source, when it has per-arch module directories), the files that look up a CUDA
+toolchain at run time and the cubin sets it ships or names (`catalogue_cubins`). Pure-Python
+wheels are read too: every distribution of the lock has an entry.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ..remote.lib.fatbin import (
 )
 from .catalogue import (
     Catalogue,
+    CubinSet,
     LoaderFacts,
     ModuleFacts,
     ReleaseFacts,
@@ -46,6 +48,7 @@ from .catalogue import (
     merge_versions,
     norm,
 )
+from .catalogue_cubins import cubin_sets, resolve_shipped
 from .draft import obtain, release_cache
 from .lock import LOCK_FILE, LockEntry, load_lock
 
@@ -326,6 +329,7 @@ def read_wheel(path: Path, entry: LockEntry, targets: tuple[str, ...]) -> Read:
             cuda_requires=cuda_requires(_metadata(zf)),
             loader=read_loader(zf),
             jit_lookup=jit_lookup(zf),
+            cubin_sets=cubin_sets(zf, dist, targets),
         )
     return Read(release, time.monotonic() - start)
 
@@ -343,18 +347,27 @@ def _one_version(releases: list[ReleaseFacts]) -> list[ReleaseFacts]:
             cuda_requires=tuple(dict.fromkeys(have.cuda_requires + rel.cuda_requires)),
             loader=have.loader or rel.loader,
             jit_lookup=tuple(dict.fromkeys(have.jit_lookup + rel.jit_lookup)),
+            cubin_sets=_union_sets(have.cubin_sets, rel.cubin_sets),
         )  # fmt: skip
     return list(out.values())
 
 
+def _union_sets(a: tuple[CubinSet, ...], b: tuple[CubinSet, ...]) -> tuple[CubinSet, ...]:
+    """The cubin sets of two wheels of one release, each name once (the first read)."""
+    seen = {s.name: s for s in b}
+    seen.update({s.name: s for s in a})
+    return tuple(seen[n] for n in dict.fromkeys([*(s.name for s in a), *(s.name for s in b)]))
+
+
 def lock_entries(lock_dir: Path) -> list[LockEntry]:
-    """The compiled entries of every lock in `lock_dir`, each file (sha256) once."""
+    """The entries of every lock in `lock_dir`, each file (sha256) once: compiled and pure
+    wheels alike (a pure one may name cubin sets; without any it is "nothing to check")."""
     seen: dict[str, LockEntry] = {}
     names = sorted(p.name for p in lock_dir.iterdir() if LOCK_FILE.match(p.name))
     for name in names:
         lock = load_lock(lock_dir / name, str(lock_dir / name))
         for entry in lock.packages:
-            if entry.compiled:
+            if entry.filename.endswith(".whl"):
                 seen.setdefault(entry.sha256, entry)
     return list(seen.values())
 
@@ -377,10 +390,9 @@ def make_catalogue(
             progress(f"{entry.name} {entry.version}: {entry.filename}")
         path = obtain(entry, cache)
         read = read_wheel(path, entry, targets)
-        if any(w.modules for w in read.release.wheels):  # a platform wheel without .so: none
-            releases.append(read.release)
+        releases.append(read.release)  # every distribution, pure-Python ones included
         seconds[entry.filename] = read.seconds
         if keep:
             keep(entry, path)
-    merged = merge_versions(_one_version(releases))
+    merged = merge_versions(resolve_shipped(_one_version(releases)))
     return Catalogue(tuple(merged), targets=targets, aliases=aliases()), seconds

@@ -325,8 +325,16 @@ def review(lock: Lock, recipe_torch: str | None, build_sources: dict[str, str]) 
     return lines
 
 
-def stack_table(lock: Lock, lock_path: str, reason: str) -> str:
-    """The recipe's ``[stack]`` table for this lock, as TOML to paste."""
+def stack_table(lock: Lock, lock_path: str, reason: str, shared: str | None = None) -> str:
+    """The recipe's ``[stack]`` table for this lock, as TOML to paste; for a recipe whose
+    ``[stack]`` uses a shared stack (`shared`), that stack's line of
+    ``recipes/shared/stacks.toml`` instead (every recipe using it follows)."""
+    if shared:
+        fields = f'top = "{lock.top}", locks = "{posixpath.dirname(lock_path)}"'
+        return (
+            f"# recipes/shared/stacks.toml, [stacks] {shared}:\n"
+            f'{shared} = {{ {fields}, reason = "{reason}" }}'
+        )
     return "\n".join(
         [
             "[stack]",

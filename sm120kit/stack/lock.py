@@ -471,7 +471,7 @@ def parse_stack(table: Any, error: Any) -> StackSpec:
         if not _MODULE.match(module):
             raise error(
                 ("stack", "not_for_arch", module),
-                "not a module stem or a path in a wheel without its suffix (torchao/_C)",
+                "not a module stem or a path in a wheel without its suffix (pkg/_C)",
             )
         if not isinstance(why, str) or not why.strip():
             raise error(("stack", "not_for_arch", module), "expected the reason as a string")

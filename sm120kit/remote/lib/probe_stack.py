@@ -17,12 +17,23 @@ from sm120kit.remote.lib.jit_toolchain import check_jit
 from sm120kit.remote.lib.names import dist_name
 from sm120kit.remote.lib.probe_env import Context
 from sm120kit.remote.lib.targets import IMPORT_TOP_SRC, run_target
+from sm120kit.remote.lib.version_spec import any_contains
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?\s*==\s*([^;,)\s]+)")
 
 
 def _public(version: Any) -> str:
     return str(version or "").split("+", 1)[0]
+
+
+def holds_for(fact: dict[str, Any], version: Any) -> bool:
+    """Whether a fact holds for the installed `version`: one of its ranges (``"when"``, PEP 440
+    specifier sets such as ``">=0.4.10,<0.5"``) contains it; a fact without ranges holds for
+    the versions it lists (``==v`` each, a local label such as ``+cu130`` the same release)."""
+    when = fact.get("when")
+    if when is None:
+        when = ["==" + _public(v) for v in fact.get("versions") or []]
+    return any_contains(when, version)
 
 
 def module_key(rel: str) -> tuple[str, str, str]:
@@ -41,13 +52,13 @@ def matches(key: str, rel: str) -> bool:
 def facts_not_for_arch(
     ctx: Context, exts: dict[str, dict[str, Any]], facts: dict[str, Any], version: str | None
 ) -> dict[str, str]:
-    """{path: reason} of the modules the descriptor knows (for this exact release) carry no code
-    for the arch judged: ``module_archs`` entries whose module's SASS does not run on it."""
+    """{path: reason} of the modules the facts (of a range holding this release) say carry no
+    code for the arch judged: ``module_archs`` entries whose module's SASS does not run on it."""
     if ctx.cc is None:
         return {}
     out: dict[str, str] = {}
     for fact in facts.get("module_archs") or []:
-        if _public(version) not in [_public(v) for v in fact.get("versions") or []]:
+        if not holds_for(fact, version):
             continue
         for path, ext in exts.items():
             if not matches(str(fact["module"]), ext.get("rel") or ""):
@@ -63,7 +74,7 @@ def facts_source(facts: dict[str, Any], version: str | None) -> str:
     (``release catalogue locks/sglang-0.5.23/catalogue.toml``), else the package descriptor."""
     found = sorted(
         {str(f["source"]) for f in facts.get("module_archs") or []
-         if f.get("source") and _public(version) in [_public(v) for v in f.get("versions") or []]}
+         if f.get("source") and holds_for(f, version)}
     )  # fmt: skip
     return "release catalogue " + ", ".join(found) if found else "package descriptor"
 
