@@ -97,8 +97,10 @@ def test_no_module_spells_a_shared_constant_again() -> None:
     assert not found, "import these from sm120kit.remote.lib.names:\n" + "\n".join(found)
 
 
-#: A distribution-name normalisation of its own: PEP 503's separator class in a pattern.
-OWN_NORMALISATION = re.compile(r"""\[-_\.\]\+|\[-_\.\]|\[\._-\]\+|\[_\.-\]\+""")
+#: A distribution-name normalisation of its own: a pattern that is PEP 503's run of separators
+#: and nothing else (``r"[-_.]+"``), the whole of what a name normaliser substitutes; a version
+#: pattern's ``[-_.]?`` between its parts is no normalisation.
+OWN_NORMALISATION = re.compile(r"""r?["']\[(?:-_\.|_\.-|\._-|-\._)\]\+["']""")
 
 
 def test_no_module_normalises_a_distribution_name_itself() -> None:
