@@ -62,7 +62,7 @@ import shutil
 import subprocess
 from typing import Any, Callable
 
-from sm120kit.remote.lib.names import dist_stem
+from sm120kit.remote.lib.names import CUDA_VERSION_JSON, dist_stem
 
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 _CUDART = re.compile(r"#define\s+CUDART_VERSION\s+(\d+)")
@@ -226,7 +226,7 @@ def _flashinfer(
 
 def _humming_system_version(path: str, env: dict[str, str]) -> tuple[int, int] | None:
     try:
-        with open(os.path.join(path, "version.json")) as fh:
+        with open(os.path.join(path, CUDA_VERSION_JSON)) as fh:
             v = _mm((json.load(fh).get("cuda") or {}).get("version"))
         if v:
             return v

@@ -5,7 +5,8 @@ hosts get it in the bundle of every script that imports it (as `arch` is shared)
   ``packaging.utils.canonicalize_name`` gives) and `dist_stem` (the same with ``_``, as a
   ``.dist-info`` directory or a wheel file spells it);
 - the files sm120kit leaves in an env or a wheel: `CUDA_HOME_PTH`, `INSTALL_RECORDS`,
-  `PROVENANCE_FILE`, `STACK_RECORD`, `ENV_MARKER`;
+  `PROVENANCE_FILE`, `STACK_RECORD`, `ENV_MARKER`; the default `DEFAULT_WORK_ROOT`; a CUDA
+  toolkit's `CUDA_VERSION_JSON`;
 - `cuda_xy`: a CUDA version's ``X.Y`` (``13.0`` of ``13.0.88``) on the host side; the
   controller's is `sm120kit.drivers.CudaVersion`.
 
@@ -33,6 +34,10 @@ PROVENANCE_FILE = "sm120kit-build.json"
 STACK_RECORD = ".sm120kit-lock.json"
 #: The managed (build) env's completeness marker, written last by remote/make_env.py.
 ENV_MARKER = ".sm120kit-env.json"
+#: Where the tool keeps its files on a host when host var ``work_root`` is unset.
+DEFAULT_WORK_ROOT = "~/.sm120kit"
+#: A CUDA toolkit's own record of its release and components, at its root (NVIDIA's name).
+CUDA_VERSION_JSON = "version.json"
 
 _SEPARATORS = re.compile(r"[-_.]+")
 _CUDA_XY = re.compile(r"^\s*[vV]?(\d+)\.(\d+)")
