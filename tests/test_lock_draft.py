@@ -337,6 +337,8 @@ def test_one_lock_per_python_and_a_difference_on_redraft(indexes: Any, tmp_path:
     assert 'locks = "locks/demo-1.0"' in doc["stack"]
     # The catalogue beside the locks: the compiled wheel's module, read from its bytes.
     assert doc["catalogue"]["file"] == "written" and doc["catalogue"]["releases"] >= 1
+    # Preflight's rules are re-checked; none is about a release without their distributions.
+    assert doc["rules"] == []
     from sm120kit.stack.catalogue import load_beside
 
     cat = load_beside(folder)

@@ -21,9 +21,9 @@ import pytest
 
 from sm120kit.preflight.launch import parse_launch
 from sm120kit.preflight.rules import RESOLVED_FIELDS
-from sm120kit.preflight.verdicts import judge, probe_request, resolution
+from sm120kit.preflight.verdicts import FAKE_MEMORY_MIB, judge, probe_request, resolution
 from sm120kit.remote.lib.targets import SERVER_ARGS_SRC, run_target
-from sm120kit.remote.preflight_probe import resolve
+from sm120kit.remote.preflight_probe import hub_cache, hub_config, resolve
 from tests.support.sglang_env import stack_venv
 
 FACTS: dict[str, Any] = {
@@ -82,7 +82,9 @@ def test_request_carries_the_launch_argv_every_field_and_the_arch() -> None:
         "cases": [["--model-path", "/m", "--attention-backend", "fa3"]],
         "fields": list(RESOLVED_FIELDS),
         "cc": [12, 0],
+        "memory_mib": FAKE_MEMORY_MIB,
     }
+    assert probe_request(launch, "/p", (12, 0), True, 97887)["resolve"]["memory_mib"] == 97887
     # Every prebuilt module preflight knows is read, since sglang's choice is learnt then.
     assert {"dist": ["sglang-kernel", "sgl-kernel"], "prefix": "sgl_kernel/flash_ops."} in req[
         "modules"
@@ -142,9 +144,34 @@ def test_fallback_to_the_tables_is_marked(resolved: dict[str, Any] | None, why: 
     assert verdict["attention"]["how"] == "sglang default"
 
 
-def test_hub_id_is_not_resolved() -> None:
-    got = resolve("/x/python", {"cases": [[]]}, {"local": False}, {})
-    assert got == {"ran": False, "reason": "the model is a hub id with no local config.json"}
+def test_hub_id_is_not_resolved(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    got = resolve("/x/python", {"cases": [[]]}, {"local": False, "path": "org/m"}, {})
+    assert got == {
+        "ran": False,
+        "reason": f"the model is a hub id with no config.json in this host's Hugging Face "
+        f"cache ({tmp_path}): preflight does not download",
+    }
+
+
+def test_hub_config_is_found_in_the_cache_as_huggingface_hub_lays_it_out(
+    tmp_path, monkeypatch
+) -> None:
+    """huggingface_hub's cache layout (models--org--name/snapshots/<rev>/config.json, refs/main
+    naming the revision), built in tmp_path; a hub id with its config cached is resolved."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    root = tmp_path / "models--Qwen--Qwen2.5-7B"
+    for rev in ("aaa", "bbb"):
+        (root / "snapshots" / rev).mkdir(parents=True)
+        (root / "snapshots" / rev / "config.json").write_text("{}")
+    assert hub_config("Qwen/Qwen2.5-7B") == str(root / "snapshots" / "aaa" / "config.json")
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text("bbb\n")
+    assert hub_config("Qwen/Qwen2.5-7B") == str(root / "snapshots" / "bbb" / "config.json")
+    assert hub_config("Qwen/Other") is None and hub_config("not-a-hub-id") is None
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert hub_cache() == str(tmp_path / "home" / "hub")
 
 
 def test_in_env_script_says_why_it_could_not_run(tmp_path) -> None:
@@ -157,6 +184,15 @@ def test_in_env_script_says_why_it_could_not_run(tmp_path) -> None:
     assert err is None and doc is not None
     assert doc["ran"] is False
     assert "No module named" in doc["reason"]
-    assert doc["gpu"] == "no GPU: torch.cuda faked as one GPU of capability 12.0"
+    assert doc["gpu"] == "no GPU: torch.cuda faked as one GPU of capability 12.0, 1024 MiB"
     res = resolution({"resolved": doc})
     assert res["by"].startswith("the tool's rules (sglang's resolution could not run: cannot")
+
+
+def test_an_answer_without_any_backend_is_unknown_not_a_pass() -> None:
+    """An sglang whose ServerArgs has none of the fields asked answers {} (or all None)."""
+    for backends in ({}, {"attention_backend": None}):
+        doc = {"ran": True, "version": "0.6.0", "gpu": "g", "cases": [{"backends": backends}]}
+        verdict = judge(_launch(), FACTS, _probe(doc), (12, 0))
+        got = next(c for c in verdict["checks"] if c["check"] == "sglang_resolution")
+        assert got["status"] == "unknown", got

@@ -14,6 +14,7 @@ from .. import drivers as drv
 from ..errors import RecipeError
 from ..output import stack as stack_out
 from ..output.console import show_document
+from ..preflight.recheck import recheck_rules
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
 from ..stack.catalogue_read import lock_entries, make_catalogue
@@ -155,6 +156,10 @@ def draft_command(c: Any, **f: Any) -> None:
         "stack": stack_table(lock, rel, reason, _shared_stack(recipe)),
         "recipe": recipe.name if recipe else None,
         "catalogue": catalogue,
+        # Preflight's hand-written rules checked against this release (issue 32).
+        "rules": [
+            f.line() for f in recheck_rules({e.name: e.version for e in lock.packages}, cat, arches)
+        ],
     }
     show_document(doc, quiet, _draft_report)
 
@@ -285,6 +290,8 @@ def _draft_report(console: Any, doc: dict[str, Any]) -> None:
         console.print(f"skipped {line}", markup=False, highlight=False)
     if doc.get("catalogue"):
         _catalogue_report(console, doc["catalogue"])
+    for line in doc.get("rules") or []:
+        console.print(f"review preflight {line}", markup=False, highlight=False)
     for i, one in enumerate(doc["locks"]):
         last = i == len(doc["locks"]) - 1
         part = {**one, "stack": doc["stack"], "recipe": doc.get("recipe")}

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
+from ..packages.stack import catalogues
 from ..plan import PlanOptions, prepare
 from ..preflight.launch import Launch
 from ..preflight.verdicts import judge, probe_request
@@ -29,7 +30,7 @@ from .smoke_check import choose_arch, managed_python, normalize_cc
 from .stack import env_path as stack_env_path
 
 #: Seconds for the probe: the env's interpreter lists its distributions, fatbin headers are read.
-PROBE_TIMEOUT = 300.0
+PROBE_TIMEOUT = 900.0
 
 
 def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> tuple[str, str]:
@@ -75,9 +76,11 @@ def run_preflight(
         chosen = preflight_arch(ctx.host, facts, arch, ctx.state)
         cc = parse_cc(chosen.cc) if chosen.cc else None
         # sglang's own resolution runs in the env; on a host without a GPU it is shown `cc`.
-        request = probe_request(launch, py, cc, resolve=True)
+        gpus = (facts.get("gpu") or {}).get("gpus") or []
+        memory = min((g.get("memory_mib") or 0 for g in gpus), default=0) or None
+        request = probe_request(launch, py, cc, resolve=True, memory_mib=memory)
         doc = ctx.script("preflight_probe", request, timeout=PROBE_TIMEOUT)
-        verdict = judge(launch, facts, doc, cc, label)
+        verdict = judge(launch, facts, doc, cc, label, catalogues())
         verdict["arch_source"] = chosen.label
         verdict["python"] = doc.get("python") or py
         ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)

@@ -42,6 +42,11 @@ class Backend:
     note: str = ""
     alias_of: str | None = None
     source: str = ""
+    #: Cubin sets of the first `needs` distribution its kernels come from (flashinfer's
+    #: ArtifactPath names), judged with the catalogue's cubin-set facts when it has them.
+    cubins: tuple[str, ...] = ()
+    #: What it runs on a 12.x GPU when that differs (a package that dispatches by arch).
+    sm12x: Backend | None = None
 
 
 SGL_KERNEL = ("sglang-kernel", "sgl-kernel")
@@ -53,6 +58,12 @@ DEEP_GEMM = Module(("sgl-deep-gemm",), "", "deep_gemm (sgl-deep-gemm)")
 
 _REG = f"{SGLANG_WHEEL}: sglang/srt/layers/attention/attention_registry.py"
 _FLASHINFER = ("flashinfer-python",)
+#: flashinfer's trtllm-gen cubin sets (flashinfer-python 0.7.2 flashinfer/artifacts.py
+#: ArtifactPath: "single-package, multi-architecture: one publish carries the Blackwell
+#: (sm100f/sm103a) and Rubin (sm107a) cubins"), downloaded at run time.
+_FMHA = ("TRTLLM_GEN_FMHA",)
+_BMM = ("TRTLLM_GEN_BMM",)
+_GEMM = ("TRTLLM_GEN_GEMM",)
 _AMD = "AMD ROCm backend (choices.py: 'AMD specific')"
 _OTHER = "not an NVIDIA backend (choices.py: 'Other platforms')"
 
@@ -84,12 +95,14 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
     ),
     "trtllm_mha": Backend(
         "cubin",
+        cubins=_FMHA,
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM kernels (trtllm_mha_backend.py imports flashinfer)",
         source=_REG,
     ),
     "trtllm_mla": Backend(
         "cubin",
+        cubins=_FMHA,
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM MLA kernels (trtllm_mla_backend.py imports flashinfer)",
         source=_REG,
@@ -133,7 +146,9 @@ MOE_BACKENDS: dict[str, Backend] = {
     "deep_gemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)"),
     "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS MoE"),
     "flashinfer_mxfp4": Backend("jit", needs=_FLASHINFER, note="flashinfer MXFP4 MoE"),
-    "flashinfer_trtllm": Backend("jit", needs=_FLASHINFER, note="flashinfer TRT-LLM MoE"),
+    "flashinfer_trtllm": Backend(
+        "cubin", cubins=_BMM, needs=_FLASHINFER, note="flashinfer TRT-LLM MoE (trtllm-gen cubins)"
+    ),
     "hpc_ops": Backend("unknown", note="Tencent HPC-Ops: FP8 MoE on Hopper (SM90) only"),
     "aiter": Backend("platform", note=_AMD),
     "intel_xpu": Backend("platform", note=_OTHER),
@@ -142,6 +157,152 @@ MOE_BACKENDS: dict[str, Backend] = {
 #: --moe-a2a-backend values with prebuilt modules to read.
 A2A_BACKENDS: dict[str, Backend] = {
     "deepep": Backend("so", (DEEP_EP,), note="DeepEP all-to-all (sgl-deep-ep)"),
+}
+
+
+#: sgl_kernel's common_ops as its loader picks it on a GPU that is neither 9.0 nor without one:
+#: ``sm100/`` (the catalogue's loader facts for sglang-kernel 0.4.10, read from
+#: sgl_kernel/load_utils.py `_load_architecture_specific_ops`).
+COMMON_OPS = Module(SGL_KERNEL, "sgl_kernel/sm100/common_ops.", "sgl_kernel common_ops (sm100/)")
+_DSA = f"{SGLANG_WHEEL}: sglang/srt/layers/attention/dsa_backend.py"
+_EXEC = f"{SGLANG_WHEEL}: sglang/srt/arg_groups/fields/exec_.py"
+
+#: --dsa-prefill-backend / --dsa-decode-backend values (sglang 0.5.23 exec_.py choices), with
+#: what dsa_backend.py's forward for each loads.
+DSA_BACKENDS: dict[str, Backend] = {
+    "flashmla_sparse": Backend(
+        "so",
+        (FLASH_MLA,),
+        note="_forward_flashmla_sparse imports sglang.kernels.ops.attention.flash_mla_interface "
+        "(import flash_mla, sgl-flash-mla)",
+        source=_DSA,
+    ),
+    "flashmla_sparse_q8": Backend("so", (FLASH_MLA,), alias_of="flashmla_sparse", source=_DSA),
+    "flashmla_kv": Backend("so", (FLASH_MLA,), alias_of="flashmla_sparse", source=_DSA),
+    "flashmla_auto": Backend("so", (FLASH_MLA,), alias_of="flashmla_sparse", source=_DSA),
+    "fa3": Backend(
+        "so",
+        (FLASH_OPS,),
+        note="sgl_kernel.flash_attn (flash_ops)",
+        source=f"{_DSA} (_forward_fa3)",
+    ),
+    "trtllm": Backend(
+        "cubin",
+        cubins=_FMHA,
+        needs=_FLASHINFER,
+        note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla: flashinfer's trtllm-gen "
+        "MLA cubins",
+        source=f"{_DSA} (_forward_trtllm)",
+        sm12x=Backend(
+            "jit",
+            needs=_FLASHINFER,
+            note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla with backend 'auto', "
+            "which picks 'sparse' (flashinfer/mla/_sparse_mla_sm120, CuTe DSL, JIT) on "
+            "SM120/SM121 when sparse_mla_top_k > 0, not the trtllm-gen cubins",
+            source=f"{_DSA} (_forward_trtllm); flashinfer-python 0.7.2 flashinfer/mla/_core.py "
+            "trtllm_batch_decode_with_kv_cache_mla docstring",
+        ),
+    ),
+    "flashinfer_sparse_mla": Backend(
+        "jit",
+        needs=_FLASHINFER,
+        note="sglang.kernels.ops.attention.flash_mla_sm120 -> flashinfer.mla._sparse_mla_sm120 "
+        "(an SM120 kernel, JIT)",
+        source=f"{_DSA} (_forward_flashinfer_sparse_mla)",
+    ),
+    "tilelang": Backend(
+        "jit", needs=("tilelang",), note="TileLang sparse kernels, JIT", source=_DSA
+    ),
+    "triton": Backend("jit", note="Triton, JIT (sglang refuses it off ROCm)", source=_DSA),
+    "triton_sparse_mla": Backend("jit", note="Triton sparse MLA, JIT", source=_DSA),
+    "aiter": Backend("platform", note=_AMD),
+    "intel_xpu": Backend("platform", note=_OTHER),
+}
+
+#: --dsa-topk-backend values.
+DSA_TOPK_BACKENDS: dict[str, Backend] = {
+    "sgl-kernel": Backend(
+        "so", (COMMON_OPS,), note="sgl_kernel's top-k (common_ops)", source=_EXEC
+    ),
+    "torch": Backend("torch", note="torch.topk", source=_EXEC),
+    "flashinfer": Backend("jit", needs=_FLASHINFER, note="flashinfer top-k, JIT", source=_EXEC),
+}
+
+#: --dsa-paged-mqa-logits-backend values ("auto" is DeepGEMM on CUDA: exec_.py's help).
+DSA_LOGITS_BACKENDS: dict[str, Backend] = {
+    "auto": Backend(
+        "so",
+        (DEEP_GEMM,),
+        alias_of="deepgemm",
+        source=f"{_EXEC} (help: 'auto (default; DeepGEMM on CUDA, aiter on ROCm)')",
+    ),
+    "deepgemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", source=_EXEC),
+    "cutedsl": Backend(
+        "unknown", note="CuTe DSL kernel, 'SM 100 (Blackwell) only' per sglang's help", source=_EXEC
+    ),
+    "aiter": Backend("platform", note=_AMD),
+}
+
+#: --fp8-gemm-backend values ("auto": chosen at load time from the checkpoint, not computed).
+FP8_GEMM_BACKENDS: dict[str, Backend] = {
+    "deep_gemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", source=_EXEC),
+    "flashinfer_trtllm": Backend(
+        "cubin",
+        cubins=_GEMM,
+        needs=_FLASHINFER,
+        note="flashinfer's TensorRT-LLM GEMM cubins",
+        source=_EXEC,
+    ),
+    "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS, JIT"),
+    "flashinfer_deepgemm": Backend("unknown", note="'Hopper SM90 only' per sglang's help"),
+    "flashinfer_cutedsl": Backend("unknown", note="'SM100/SM103' per sglang's help"),
+    "cutlass": Backend(
+        "so", (COMMON_OPS,), note="sgl_kernel's CUTLASS FP8 GEMM (common_ops)", source=_EXEC
+    ),
+    "triton": Backend("jit", note="Triton, JIT"),
+    "aiter": Backend("platform", note=_AMD),
+}
+
+#: --fp4-gemm-backend values.
+FP4_GEMM_BACKENDS: dict[str, Backend] = {
+    "flashinfer_cudnn": Backend("jit", needs=_FLASHINFER, note="flashinfer cuDNN FP4 GEMM"),
+    "flashinfer_cutedsl": Backend("jit", needs=_FLASHINFER, note="flashinfer CuTe DSL, JIT"),
+    "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS, JIT"),
+    "flashinfer_trtllm": Backend(
+        "cubin",
+        cubins=_GEMM,
+        needs=_FLASHINFER,
+        note="flashinfer's TensorRT-LLM FP4 GEMM cubins",
+        source=_EXEC,
+    ),
+    "marlin": Backend("unknown", note="Marlin W4A16: not modelled"),
+}
+
+#: --linear-attn-backend (and its prefill/decode/verify overrides) and --mamba-backend values.
+LINEAR_ATTN_BACKENDS: dict[str, Backend] = {
+    "triton": Backend("jit", note="Triton (fla) kernels, JIT"),
+    "cutedsl": Backend("jit", note="CuTe DSL kernels, JIT"),
+    "flashinfer": Backend("jit", needs=_FLASHINFER, note="flashinfer GDN kernels"),
+    "flashkda": Backend("unknown", note="not modelled"),
+    "nvidia_kda": Backend("unknown", note="not modelled"),
+    "nv_cutedsl": Backend("jit", note="CuTe DSL kernels, JIT"),
+}
+
+#: Which resolved field is judged with which table, and when: "always" (whenever resolved to
+#: a name), "dsa" (when attention resolves to dsa), "set" (only when the launch names it).
+FIELD_TABLES: dict[str, tuple[str, dict[str, Backend], str]] = {
+    "dsa_prefill_backend": ("DSA prefill", DSA_BACKENDS, "dsa"),
+    "dsa_decode_backend": ("DSA decode", DSA_BACKENDS, "dsa"),
+    "dsa_topk_backend": ("DSA top-k", DSA_TOPK_BACKENDS, "dsa"),
+    "dsa_paged_mqa_logits_backend": ("DSA indexer logits", DSA_LOGITS_BACKENDS, "dsa"),
+    "fp8_gemm_runner_backend": ("FP8 GEMM", FP8_GEMM_BACKENDS, "always"),
+    "fp4_gemm_runner_backend": ("FP4 GEMM", FP4_GEMM_BACKENDS, "always"),
+    "linear_attn_backend": ("linear attention", LINEAR_ATTN_BACKENDS, "set"),
+    "linear_attn_prefill_backend": ("linear attention prefill", LINEAR_ATTN_BACKENDS, "always"),
+    "linear_attn_decode_backend": ("linear attention decode", LINEAR_ATTN_BACKENDS, "always"),
+    "mamba_backend": ("mamba", LINEAR_ATTN_BACKENDS, "set"),
+    "speculative_draft_attention_backend": ("draft attention", ATTENTION_BACKENDS, "always"),
+    "speculative_moe_runner_backend": ("draft MoE runner", MOE_BACKENDS, "set"),
 }
 
 
@@ -162,6 +323,10 @@ class Rule:
     message: str
     fix: str
     source: str
+    #: (distribution, module path prefix) whose device code the rule states: lock.draft flags
+    #: the rule when a new release no longer has that module or it now has code for the arch
+    #: (sm120kit/preflight/recheck.py).
+    cites: tuple[tuple[str, str], ...] = ()
 
 
 RULES: tuple[Rule, ...] = (
@@ -177,6 +342,7 @@ RULES: tuple[Rule, ...] = (
         "--attention-backend flashinfer (or triton)",
         f"{KERNEL_WHEEL}: sgl_kernel/flash_ops.abi3.so fatbin (sm_80, sm_86, sm_90a); "
         f"{_REG}: create_flashattention_v3_backend asserts major 8 or 9",
+        cites=(("sglang-kernel", "sgl_kernel/flash_ops."),),
     ),
     Rule(
         "flashmla-no-sm120",
@@ -190,6 +356,7 @@ RULES: tuple[Rule, ...] = (
         f"{KERNEL_WHEEL}: sgl_kernel/flashmla_ops.abi3.so fatbin; {SGLANG_WHEEL}: "
         "flashmla_backend.py -> flash_mla_interface.py (import flash_mla), METADATA "
         "Requires-Dist sgl-flash-mla==1.0.0",
+        cites=(("sglang-kernel", "sgl_kernel/flashmla_ops."), ("sgl-flash-mla", "flash_mla/")),
     ),
     Rule(
         "trtllm-mla-sm120",

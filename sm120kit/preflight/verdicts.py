@@ -12,7 +12,7 @@ lives as data in sm120kit/preflight/rules.py.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -20,6 +20,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
+from ..stack.catalogue import Catalogue
+from .from_catalogue import cubin_coverage, with_catalogue
 from .host import (
     CC,
     Check,
@@ -38,6 +40,7 @@ from .rules import (
     ATTENTION_BACKENDS,
     DEFAULT_ATTENTION,
     DISTRIBUTIONS,
+    FIELD_TABLES,
     MOE_BACKENDS,
     RESOLVED_FIELDS,
     RULES,
@@ -65,17 +68,31 @@ def explicit_backends(launch: Launch) -> list[str]:
     return [n for n in names if n]
 
 
+#: Seconds sglang's resolution may take in the env (imports torch, sglang, sgl_kernel: about
+#: 30 s on a 2-core host under load).
+RESOLVE_TIMEOUT = 300
+#: GPU memory a host without a GPU is presented with (MiB): a 32 GiB board. sglang's memory
+#: hook sizes its defaults from it; no backend choice of sglang 0.5.23 reads it.
+FAKE_MEMORY_MIB = 32768
+
+
 def probe_request(
-    launch: Launch, python: str | None, cc: CC | None = None, resolve: bool = False
+    launch: Launch,
+    python: str | None,
+    cc: CC | None = None,
+    resolve: bool = False,
+    memory_mib: int | None = None,
 ) -> dict[str, Any]:
     """The preflight probe's arguments for this launch. With `resolve`, the probe also asks
-    sglang's own ServerArgs in the env which backends the launch gets (`cc`: the arch it
-    presents when the host has no GPU), and reads the modules of every backend preflight's
-    tables know, since which ones sglang picks is learnt in the same run."""
+    sglang's own ServerArgs in the env which backends the launch gets (`cc` and `memory_mib`:
+    the GPU it presents when the host has none), and reads the modules of every backend
+    preflight's tables know, since which ones sglang picks is learnt in the same run."""
     modules: list[dict[str, Any]] = []
     wanted: list[Backend] = []
     if resolve:
-        for table in (ATTENTION_BACKENDS, MOE_BACKENDS, A2A_BACKENDS):
+        tables = [ATTENTION_BACKENDS, MOE_BACKENDS, A2A_BACKENDS]
+        tables += [t for _label, t, _when in FIELD_TABLES.values()]
+        for table in tables:
             wanted += [e for e in table.values() if e.modules]
     for name in explicit_backends(launch):
         entry = ATTENTION_BACKENDS.get(canonical(name, ATTENTION_BACKENDS))
@@ -99,10 +116,12 @@ def probe_request(
         "model_path": launch.model_path,
     }
     if resolve:
+        out["timeout"] = RESOLVE_TIMEOUT
         out["resolve"] = {
             "cases": [server_args(launch.words)],
             "fields": list(RESOLVED_FIELDS),
             "cc": list(cc) if cc else None,
+            "memory_mib": memory_mib or FAKE_MEMORY_MIB,
         }
     return out
 
@@ -132,6 +151,7 @@ def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
         "backends": case.get("backends") or {},
         "error": case.get("error"),
         "gpu": doc.get("gpu"),
+        "driver": doc.get("driver"),
     }
 
 
@@ -164,14 +184,25 @@ def resolution_check(res: Mapping[str, Any]) -> Check:
         )
     if res.get("backends") is None:
         return check("sglang_resolution", "skip", f"resolved by: {res['by']}")
+    if not any(v not in (None, "None") for v in res["backends"].values()):
+        # No verdict passes over an empty list: an sglang without these fields answered none.
+        return check(
+            "sglang_resolution",
+            "unknown",
+            f"resolved by: {res['by']}: it answered none of the backend fields asked",
+            {"backends": res["backends"], "gpu": res.get("gpu")},
+        )
     chosen = ", ".join(
         f"{k}={v}" for k, v in sorted(res["backends"].items()) if v not in (None, "None")
     )
+    gpu = res.get("gpu")
+    if res.get("driver") and str(res["driver"]).startswith("no driver"):
+        gpu = f"{gpu}; {res['driver']}"
     return check(
         "sglang_resolution",
         "pass",
-        f"resolved by: {res['by']} ({res.get('gpu')}): {chosen}",
-        {"backends": res["backends"], "gpu": res.get("gpu")},
+        f"resolved by: {res['by']} ({gpu}): {chosen}",
+        {"backends": res["backends"], "gpu": res.get("gpu"), "driver": res.get("driver")},
     )
 
 
@@ -227,12 +258,16 @@ def attention_phases(launch: Launch, model: Mapping[str, Any] | None) -> dict[st
     }
 
 
-def _module_entries(probe: Mapping[str, Any], entry: Backend) -> list[dict[str, Any]]:
+def _module_entries(
+    probe: Mapping[str, Any], entry: Backend, cats: Sequence[Catalogue] = ()
+) -> list[dict[str, Any]]:
+    """The probe's entries for the modules `entry` loads, each with its files from the
+    catalogue when one read the installed version, else as read in the env (said which)."""
     found = []
     for m in entry.modules:
         for got in probe.get("modules") or []:
             if list(got.get("dist") or []) == list(m.dist) and got.get("prefix") == m.prefix:
-                found.append(dict(got, label=m.label))
+                found.append(dict(with_catalogue(got, cats), label=m.label))
     return found
 
 
@@ -256,8 +291,10 @@ def backend_verdict(
     probe: Mapping[str, Any],
     cc: CC | None,
     table_version: str | None = None,
+    cats: Sequence[Catalogue] = (),
 ) -> Check:
-    """Whether the modules backend `name` loads hold code for `cc` (fatbins read on the host).
+    """Whether the modules backend `name` loads hold code for `cc`: the catalogue's facts for
+    the installed version when a catalogue (`cats`) read it, else the fatbins read on the host.
 
     `table_version`: the sglang version `table` lists every accepted name of (a name outside
     it is refused by that sglang's own argument parser), None when another sglang is installed.
@@ -294,6 +331,8 @@ def backend_verdict(
             "warn",
             f"{label}: not in preflight's table (not checked; this sglang may not accept it)",
         )
+    if entry.sm12x is not None and cc is not None and cc[0] == 12:
+        entry = entry.sm12x  # the package dispatches by arch: what runs on 12.x
     dists = probe.get("dists") or {}
     evidence: dict[str, Any] = {"backend": name, "kind": entry.kind, "source": entry.source}
     where = cc_text(cc) if cc else "this GPU"
@@ -316,12 +355,23 @@ def backend_verdict(
             f"pip install {missing[0]} into the env, or another backend",
         )
     if entry.kind == "cubin":
+        # Judged with the catalogue's cubin-set facts when it has them; else unknown, never
+        # a pass (what is known about these kernels on this GPU is then in the rules).
+        dist = entry.needs[0] if entry.needs else ""
+        status, why = cubin_coverage(
+            dist,
+            (dists.get(dist) or {}).get("version"),
+            entry.cubins,
+            cc_text(cc) if cc else "?",
+            cats,
+        )
+        evidence["cubins"] = list(entry.cubins)
         return check(
             f"{role}_backend",
-            "skip",
-            f"{label}: {entry.note}; its kernels are cubins loaded at run time, not read here "
-            "(what is known about them on this GPU is in the rules)",
+            status,
+            f"{label}: {entry.note}: {why}",
             evidence,
+            "--attention-backend flashinfer (or triton)" if status == "fail" else None,
         )
     if entry.kind in ("jit", "torch"):
         return check(
@@ -335,7 +385,7 @@ def backend_verdict(
     files: list[dict[str, Any]] = []
     worst = "pass"
     lines = []
-    for got in _module_entries(probe, entry):
+    for got in _module_entries(probe, entry, cats):
         if not got.get("installed_dist"):
             files.append({"module": got["label"], "status": "fail", "reason": "not installed"})
             lines.append(f"{got['label']} not installed")
@@ -345,9 +395,10 @@ def backend_verdict(
             status, reason = arch_verdict(f.get("sass") or [], f.get("ptx") or [], cc)
             files.append(dict(f, status=status, reason=reason, version=got.get("version")))
             if status in ("fail", "warn"):
-                have = ", ".join((f.get("sass") or []) + (f.get("ptx") or []))
+                have = ", ".join((f.get("sass") or []) + (f.get("ptx") or [])) or "no device code"
                 lines.append(
-                    f"{f['rel']} ({got['installed_dist']} {got.get('version')}) has {have}"
+                    f"{f['rel']} ({got['installed_dist']} {got.get('version')}, read from "
+                    f"{got.get('read_from')}) has {have}"
                 )
                 worst = "fail" if status == "fail" or worst == "fail" else "warn"
         if not got.get("files"):
@@ -384,7 +435,11 @@ def backend_verdict(
 
 
 def attention_checks(
-    launch: Launch, probe: Mapping[str, Any], cc: CC | None, sglang: str | None
+    launch: Launch,
+    probe: Mapping[str, Any],
+    cc: CC | None,
+    sglang: str | None,
+    cats: Sequence[Catalogue] = (),
 ) -> tuple[list[Check], dict[str, Any]]:
     """One check per attention backend the launch resolves to (or may resolve to)."""
     phases = attention_phases(launch, probe.get("model"))
@@ -397,6 +452,7 @@ def attention_checks(
             probe,
             cc,
             TABLE_SGLANG if sglang == TABLE_SGLANG else None,
+            cats,
         )
         verdict["evidence"] = dict(verdict.get("evidence") or {}, chosen_by=phases["how"])
         if phases["note"]:
@@ -405,7 +461,9 @@ def attention_checks(
     return out, phases
 
 
-def moe_checks(launch: Launch, probe: Mapping[str, Any], cc: CC | None) -> list[Check]:
+def moe_checks(
+    launch: Launch, probe: Mapping[str, Any], cc: CC | None, cats: Sequence[Catalogue] = ()
+) -> list[Check]:
     """The MoE runner and all-to-all backends the launch names (auto: not computed)."""
     out = []
     runner = launch.moe_runner_backend
@@ -419,10 +477,47 @@ def moe_checks(launch: Launch, probe: Mapping[str, Any], cc: CC | None) -> list[
             )
         )
     else:
-        out.append(backend_verdict("moe", runner, MOE_BACKENDS, probe, cc))
+        out.append(backend_verdict("moe", runner, MOE_BACKENDS, probe, cc, None, cats))
     a2a = launch.moe_a2a_backend
     if a2a and a2a.lower() in {k.lower() for k in A2A_BACKENDS}:
-        out.append(backend_verdict("moe_a2a", a2a, A2A_BACKENDS, probe, cc))
+        out.append(backend_verdict("moe_a2a", a2a, A2A_BACKENDS, probe, cc, None, cats))
+    return out
+
+
+def _named(launch: Launch, field: str) -> bool:
+    flag = "--" + field.replace("_", "-")
+    return any(w == flag or w.startswith(flag + "=") for w in launch.words)
+
+
+def field_checks(
+    launch: Launch,
+    backends: Mapping[str, Any],
+    probe: Mapping[str, Any],
+    cc: CC | None,
+    cats: Sequence[Catalogue] = (),
+) -> list[Check]:
+    """One check per other backend-selecting field sglang resolved (FIELD_TABLES: the DSA
+    phases, top-k and indexer, the GEMM runners, linear attention, the speculative draft's),
+    judged as the attention backends are. "auto" left by sglang is chosen at load time (not
+    judged here: sglang_resolution lists it); DSA fields only when attention resolves to dsa;
+    some fields only when the launch names them."""
+    attention = {backends.get(k) for k in ("attention_backend", "prefill_attention_backend")}
+    attention |= {backends.get("decode_attention_backend")}
+    dsa = any(v and canonical(str(v), ATTENTION_BACKENDS) == "dsa" for v in attention)
+    out = []
+    for field, (label, table, when) in FIELD_TABLES.items():
+        value = backends.get(field)
+        if value in (None, "None", "none", ""):
+            continue
+        if (when == "dsa" and not dsa) or (when == "set" and not _named(launch, field)):
+            continue
+        if value == "auto" and "auto" not in table:
+            continue
+        role = field[: -len("_backend")]
+        verdict = backend_verdict(role, str(value), table, probe, cc, None, cats)
+        verdict["reason"] = f"{label}: {verdict['reason']}"
+        verdict["evidence"] = dict(verdict.get("evidence") or {}, field=field)
+        out.append(verdict)
     return out
 
 
@@ -499,8 +594,12 @@ def judge(
     probe: Mapping[str, Any],
     cc: CC | None,
     python_source: str = "serving env",
+    cats: Sequence[Catalogue] = (),
 ) -> dict[str, Any]:
-    """Every preflight verdict for one host: {"ok", "checks", "failed", "attention"}."""
+    """Every preflight verdict for one host: {"ok", "checks", "failed", "attention"}.
+
+    `cats`: the catalogues of release facts whose module facts judge a backend's modules for
+    the versions they read (the env's own files otherwise)."""
     env = env_check(probe, python_source)
     versions = {k: (v or {}).get("version") for k, v in (probe.get("dists") or {}).items()}
     sglang = versions.get("sglang")
@@ -508,13 +607,20 @@ def judge(
     checks = [env, stack_check(probe, facts, cc), resolution_check(res)]
     if res.get("backends"):
         launch = resolved_launch(launch, res["backends"])
-    attention, phases = attention_checks(launch, probe, cc, sglang)
+    attention, phases = attention_checks(launch, probe, cc, sglang, cats)
     if res.get("backends"):
         phases["how"] = f"resolved by: {res['by']}"
         for c in attention:
             c["evidence"] = dict(c.get("evidence") or {}, chosen_by=phases["how"])
+    for c in attention:
+        if res.get("backends") and (c.get("evidence") or {}).get("backend") in ("dsa", "nsa"):
+            # sglang resolved the DSA phases: those are judged (field_checks), not "dsa".
+            c["status"] = "skip"
+            c["reason"] = "attention backend dsa: judged per phase (dsa_prefill, dsa_decode)"
     checks += attention
-    checks += moe_checks(launch, probe, cc)
+    checks += moe_checks(launch, probe, cc, cats)
+    if res.get("backends"):
+        checks += field_checks(launch, res["backends"], probe, cc, cats)
     checks += rule_checks(launch, phases, cc, versions)
     checks += [
         gpu_count_check(launch, facts),

@@ -23,22 +23,28 @@ Output::
      "port": {"port", "host", "in_use", "detail"},
      "model": {"path", "local", "exists", "is_dir", "is_file", "form", "bytes", "files", "truncated",
                "config": {"architectures", "model_type", "kv_lora_rank"} | null},
-     "resolved": {"ran", "reason", "version", "gpu", "cases": [{"error", "backends"}]} | absent}
+     "resolved": {"ran", "reason", "version", "gpu", "driver",
+                  "cases": [{"error", "backends"}]} | absent}
 
 ``resolve``: the env's own interpreter runs sglang's argument resolution on each argv
 (lib/in_target/server_args.py); it runs only for a local model directory with a config.json,
-since sglang's per-model overrides read it (a hub id would be downloaded).
+or a hub id whose config.json is in the host's Hugging Face cache, since sglang's per-model
+overrides read it (run offline: nothing is downloaded).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from typing import Any
 
+from sm120kit.remote.lib import driver_stub
 from sm120kit.remote.lib.fatbin import device_targets
 from sm120kit.remote.lib.targets import (
     INSPECT_SRC,
@@ -201,21 +207,108 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
         }
     out["modules"] = [module_files(info, w) for w in args.get("modules") or []]
     if args.get("resolve"):
-        out["resolved"] = resolve(python, args["resolve"], out.get("model") or {}, args)
+        site = ((info.get("packages") or {}).get("sglang") or {}).get("location")
+        out["resolved"] = resolve(python, args["resolve"], out.get("model") or {}, args, site)
     return out
 
 
+def hub_cache() -> str:
+    """The Hugging Face hub cache directory as huggingface_hub finds it (HF_HUB_CACHE, else
+    HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(home, "hub")
+
+
+def hub_config(model_id: str) -> str | None:
+    """The cached config.json of hub model `model_id` (``org/name``), or None: huggingface_hub's
+    layout, ``models--org--name/snapshots/<revision>/config.json``, the revision ``refs/main``
+    names first. sglang, run offline, reads the same file."""
+    if model_id.count("/") != 1:
+        return None
+    root = os.path.join(hub_cache(), "models--" + model_id.replace("/", "--"))
+    snaps = os.path.join(root, "snapshots")
+    revs = []
+    try:
+        with open(os.path.join(root, "refs", "main")) as fh:
+            revs.append(fh.read().strip())
+    except OSError:
+        pass
+    try:
+        revs += sorted(os.listdir(snaps))
+    except OSError:
+        return None
+    for rev in revs:
+        path = os.path.join(snaps, rev, "config.json")
+        if rev and os.path.isfile(path):
+            return path
+    return None
+
+
+def has_driver() -> bool:
+    """Whether this host's dynamic loader finds a CUDA driver (``libcuda.so.1``)."""
+    try:
+        ctypes.CDLL(driver_stub.SONAME)
+        return True
+    except OSError:
+        return False
+
+
 def resolve(
-    python: str, request: dict[str, Any], model: dict[str, Any], args: dict[str, Any]
+    python: str,
+    request: dict[str, Any],
+    model: dict[str, Any],
+    args: dict[str, Any],
+    site: str | None = None,
 ) -> dict[str, Any]:
-    """sglang's own resolution of each argv in the env, or why it could not run."""
+    """sglang's own resolution of each argv in the env, or why it could not run.
+
+    On a host without a CUDA driver, the env's interpreter runs with a ``libcuda.so.1`` stub
+    first on LD_LIBRARY_PATH (lib/driver_stub.py), defining the driver entry points the
+    env's modules (`site`: its site-packages) import, in a temporary directory removed after.
+    """
     if not model.get("local"):
-        return {"ran": False, "reason": "the model is a hub id with no local config.json"}
-    if model.get("form") != "hf" or not model.get("config"):
+        cached = hub_config(str(model.get("path") or ""))
+        if cached is None:
+            return {
+                "ran": False,
+                "reason": "the model is a hub id with no config.json in this host's Hugging Face "
+                "cache (%s): preflight does not download" % hub_cache(),
+            }
+    elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
-    doc, err = run_target(python, SERVER_ARGS_SRC, request, float(args.get("timeout") or 120))
+    env = None
+    stub_dir = None
+    driver = "the host's libcuda.so.1"
+    if not has_driver():
+        names = driver_stub.needed_symbols(driver_stub.shared_objects(site)) if site else set()
+        try:
+            stub_dir = tempfile.mkdtemp(prefix="sm120kit-libcuda-")
+            driver_stub.write_stub(stub_dir, names)
+        except (OSError, ValueError) as exc:
+            driver = "no driver and no stub (%s)" % exc
+        else:
+            env = dict(os.environ)
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (stub_dir, env.get("LD_LIBRARY_PATH")) if p
+            )
+            driver = (
+                "no driver: a libcuda.so.1 stub defining the %d entry points the env's "
+                "modules import, each returning CUDA_ERROR_STUB_LIBRARY" % len(names)
+            )
+    try:
+        doc, err = run_target(
+            python, SERVER_ARGS_SRC, request, float(args.get("timeout") or 120), env=env
+        )
+    finally:
+        if stub_dir:
+            shutil.rmtree(stub_dir, ignore_errors=True)
     if doc is None:
-        return {"ran": False, "reason": "the resolution script failed: %s" % err}
+        return {"ran": False, "reason": "the resolution script failed: %s" % err, "driver": driver}
+    doc["driver"] = driver
     return doc
 
 

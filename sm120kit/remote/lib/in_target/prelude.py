@@ -16,17 +16,21 @@ def _emit(obj):
     sys.stdout.flush()
 
 
-def _fake_gpu(major, minor):
+def _fake_gpu(major, minor, memory_mib=None):
     """Without a GPU, make torch.cuda answer as one device of capability major.minor (the
-    driver stub): what the loader and import-time code ask, nothing that runs a kernel."""
+    driver stub): what the loader and import-time code ask, nothing that runs a kernel.
+    `memory_mib`: the total memory it reports (mem_get_info, get_device_properties; sglang's
+    memory defaults read it when nvidia-smi is absent), 1 GiB when not given."""
     import torch
+
+    total = int(memory_mib or 1024) << 20
 
     class _Props(object):
         pass
 
     props = _Props()
     props.major, props.minor, props.name = major, minor, "sm120kit fake GPU %d.%d" % (major, minor)
-    props.multi_processor_count, props.total_memory = 1, 1 << 30
+    props.multi_processor_count, props.total_memory = 1, total
     c = torch.cuda
     c.is_available = lambda: True
     c.device_count = lambda: 1
@@ -35,3 +39,4 @@ def _fake_gpu(major, minor):
     c.get_device_capability = lambda *a, **k: (major, minor)
     c.get_device_properties = lambda *a, **k: props
     c.get_device_name = lambda *a, **k: props.name
+    c.mem_get_info = lambda *a, **k: (total, total)

@@ -6,9 +6,12 @@
 # ServerArgs.add_cli_args; ServerArgs.resolve_once() runs arg_groups/pipeline.py
 # run_resolution_pipeline, the per-model overrides from the model's config.json included;
 # resolved_dict() reads the result). Without a GPU, torch.cuda first answers as one GPU of
-# ARGS["cc"] (_fake_gpu, the driver stub smoke uses): nothing runs on it.
+# ARGS["cc"] (_fake_gpu, the driver stub smoke uses) with ARGS["memory_mib"] of memory (sglang's
+# memory hook asks nvidia-smi, then torch.cuda.mem_get_info): nothing runs on it. On a host
+# without a driver the probe puts a libcuda.so.1 stub on LD_LIBRARY_PATH (lib/driver_stub.py):
+# the resolution imports sgl_kernel, whose common_ops needs one to load.
 #
-# ARGS: {"cases": [[argv...], ...], "fields": [name, ...], "cc": [12, 0]}
+# ARGS: {"cases": [[argv...], ...], "fields": [name, ...], "cc": [12, 0], "memory_mib": int}
 # Prints: {"ran": bool, "reason": str|None, "version": str|None, "gpu": str|None,
 #          "cases": [{"error": str|None, "backends": {field: value}}]}
 import contextlib
@@ -24,9 +27,11 @@ try:
 
     if not torch.cuda.is_available():
         if ARGS.get("cc"):
-            _fake_gpu(*ARGS["cc"])
-            out["gpu"] = "no GPU: torch.cuda faked as one GPU of capability %d.%d" % tuple(
-                ARGS["cc"]
+            _fake_gpu(ARGS["cc"][0], ARGS["cc"][1], ARGS.get("memory_mib"))
+            out["gpu"] = "no GPU: torch.cuda faked as one GPU of capability %d.%d, %s MiB" % (
+                ARGS["cc"][0],
+                ARGS["cc"][1],
+                ARGS.get("memory_mib") or 1024,
             )
         else:
             out["gpu"] = "no GPU and no target arch: sglang sees no CUDA device"
