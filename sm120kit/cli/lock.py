@@ -15,6 +15,7 @@ from ..errors import RecipeError
 from ..output import stack as stack_out
 from ..output.console import show_document
 from ..preflight.recheck import recheck_rules
+from ..remote.lib.names import dist_name
 from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
 from ..stack.catalogue_read import lock_entries, make_catalogue
 from ..stack.draft import (
@@ -274,7 +275,7 @@ def _lock_doc(lock: Lock, out: Path, recipe: Any, changes: dict[str, Any]) -> di
     sources = {}
     if recipe is not None:
         for pkg in recipe.packages:
-            sources[pkg.name.lower().replace("_", "-")] = f"{pkg.name} {pkg.version}"
+            sources[dist_name(pkg.name)] = f"{pkg.name} {pkg.version}"
     return {
         "lock": str(out),
         "python": lock.python,

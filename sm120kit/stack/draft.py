@@ -31,6 +31,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from ..drivers import CudaVersion
 from ..errors import RecipeError
 from ..remote.lib.download import DownloadFailed, download
 from ..remote.lib.files import sha256_file
@@ -75,7 +76,7 @@ def torch_cuda(requires: list[str]) -> str:
         if canonicalize_name(req.name) in _CUDA_PINS:
             for spec in req.specifier:
                 if spec.operator == "==":
-                    return ".".join(spec.version.split(".")[:2])
+                    return CudaVersion.parse(spec.version).xy
     return "cpu"
 
 
