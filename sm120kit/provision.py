@@ -16,11 +16,10 @@ from .errors import HostFailed, RecipeError
 from .ops.build import ensure_package
 from .ops.host_python import ensure_python
 from .ops.pyenv import ensure_env
-from .ops.smoke_check import smoke_stack
 from .ops.toolkit import ensure_toolkit
 from .plan import PlanOptions, package_names, prepare
 from .runner.pool import HostContext, HostOp
-from .smoke.memo import smoke_or_reuse
+from .smoke.memo import smoke_or_reuse, stack_smoke_or_reuse
 from .stack.choice import provision_parts, stack_build_names
 
 
@@ -66,7 +65,7 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             if not ctx.check_mode:
                 step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
                 fresh = step.status == "changed" or opts.flags.recheck
-                smoke_stack(ctx, state, str(doc["env"]), fresh=fresh)
+                stack_smoke_or_reuse(ctx, state, str(doc["env"]), fresh=fresh)
         if not ctx.check_mode:
             smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
         ctx.set(

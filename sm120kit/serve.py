@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import Sm120Error
-from .remote import ScriptHost
+
+if TYPE_CHECKING:
+    from .runner.host_context import HostContext
 
 READY = "ready"
 WARMING_UP = "warming_up"
@@ -37,7 +39,7 @@ _COMMAND_SLACK = 30.0
 
 
 def serve_check(
-    conn: ScriptHost,
+    ctx: HostContext,
     url: str,
     timeout: float,
     interval: float = 2.0,
@@ -83,7 +85,7 @@ def serve_check(
     def attempt() -> dict[str, Any]:
         nonlocal attempts
         attempts += 1
-        return poll(conn, url, request_timeout)
+        return poll(ctx, url, request_timeout)
 
     retrying = Retrying(
         stop=stop_after_delay(timeout),
@@ -97,7 +99,7 @@ def serve_check(
         return _result(url, last, waited, attempts, READY, _ready_reason(last, waited), None, None)
 
     diag = diagnose(
-        conn,
+        ctx,
         url,
         request_timeout=request_timeout,
         pid=pid,
@@ -121,9 +123,9 @@ def check_arguments(url: str, timeout: float) -> None:
     _validate(url, timeout, 2.0, 3.0)
 
 
-def poll(conn: ScriptHost, url: str, request_timeout: float = 3.0) -> dict[str, Any]:
+def poll(ctx: HostContext, url: str, request_timeout: float = 3.0) -> dict[str, Any]:
     """One GET of /health and /v1/models on the host (the probe's raw "poll" JSON)."""
-    return conn.script(
+    return ctx.script(
         "serve_probe",
         {"mode": "poll", "url": url, "request_timeout": request_timeout},
         timeout=2 * request_timeout + _COMMAND_SLACK,
@@ -131,7 +133,7 @@ def poll(conn: ScriptHost, url: str, request_timeout: float = 3.0) -> dict[str, 
 
 
 def diagnose(
-    conn: ScriptHost,
+    ctx: HostContext,
     url: str,
     *,
     request_timeout: float = 3.0,
@@ -159,7 +161,7 @@ def diagnose(
     args.update({k: v for k, v in optional.items() if v is not None})
     # py-spy may run once per rank (20 s cap each) after a 1 s CPU sample and a poll.
     budget = 2 * request_timeout + sample_s + 20 * 17 + 20 + _COMMAND_SLACK
-    return conn.script("serve_probe", args, timeout=budget)
+    return ctx.script("serve_probe", args, timeout=budget)
 
 
 def judge(diag: dict[str, Any]) -> tuple[str, str, str | None]:

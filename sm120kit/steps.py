@@ -24,7 +24,7 @@ remove          path
 verify          nvcc, release, nvcc_version, toolkit, compile, output (install_cuda)
 select          attempts, want (make_env: pip's dry run picks torch's file)
 install_torch   argv, requirement, sources (make_env)
-inspect         argv (make_env: the env's facts as JSON)
+inspect         python (make_env: the env's facts as JSON, remote/lib/in_target/env_facts.py)
 marker          path, spec, tools (make_env: the env's completeness marker)
 patch           tree, patches (patch_tree: apply the patches, all or none)
 fetch           name, url, dest, sha256 (the stack: run by the controller, the stores first)
@@ -36,8 +36,9 @@ requirements    path, files ([name, path, sha256]: uv's requirements file)
 record          path, lock, packages (install_lock: what the env holds, by sha256)
 pth             env, cuda_home (install_lock: the env's CUDA_HOME .pth file, or none)
 upload          src, dest (run by the controller: a file of its own onto the host)
-script          name, python, args (run by the controller: a remote script with its JSON
-                arguments, `sm120kit.remote`; an answer without ``ok`` fails the step)
+script          name, python, args, path? (run by the controller: a remote script with its
+                JSON arguments, `sm120kit.remote`, `path` in front of the host's PATH; an
+                answer without ``ok`` fails the step)
 build           args (build_wheel.py's arguments: the build front end run in args["src"])
 =============== ============================================================================
 """
@@ -49,6 +50,8 @@ import posixpath
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from .remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE
 
 
 class Step(dict[str, Any]):
@@ -132,18 +135,19 @@ def _requirements(step: Mapping[str, Any]) -> list[str]:
 
 
 def _pth(step: Mapping[str, Any]) -> list[str]:
-    pth = f"{step['env']}/lib/python*/site-packages/sm120kit_cuda_home.pth"
+    pth = f"{step['env']}/lib/python*/site-packages/{CUDA_HOME_PTH}"
     if not step["cuda_home"]:
         return [f"rm -f {pth}"]
-    line = f"import os; os.environ.setdefault('CUDA_HOME', {str(step['cuda_home'])!r})"
+    line = (CUDA_HOME_PTH_LINE % str(step["cuda_home"])).rstrip("\n")
     return [f"printf '%s\\n' {_q(line)} > {pth}"]
 
 
 def _script(step: Mapping[str, Any]) -> list[str]:
     # As `sm120kit.remote.script_command` shows a script run, with the script's name.
     shown = json.dumps(step["args"], sort_keys=True)
+    path = f'PATH={_q(":".join(step["path"]))}:"$PATH" ' if step.get("path") else ""
     return [
-        f"{_q(step['python'])} - {_q(shown)}  # remote/{step['name']}.py, program and "
+        f"{path}{_q(step['python'])} - {_q(shown)}  # remote/{step['name']}.py, program and "
         "arguments on stdin"
     ]
 
@@ -172,7 +176,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "verify": lambda s: [f"{_q(s['nvcc'])} --version", shlex.join(s["compile"])],
     "select": _select,
     "install_torch": _install_torch,
-    "inspect": lambda s: [f"{_q(s['argv'][0])} -c '<print interpreter and torch facts as JSON>'"],
+    "inspect": lambda s: [f"{_q(s['python'])} -c '<print interpreter and torch facts as JSON>'"],
     "marker": lambda s: [f"write {s['path']} (spec {s['spec']}, tools {s['tools']})"],
     "patch": lambda s: [f"patch_tree {s['tree']}: {', '.join(p['name'] for p in s['patches'])}"],
     "fetch": lambda s: [f"fetch {s['url']} -> {s['dest']} (sha256 {s['sha256']})"],

@@ -36,7 +36,7 @@ import pytest
 from sm120kit.builds.patching import ALREADY_APPLIED, APPLIES, check_and_apply, load_patch, select
 from sm120kit.errors import PatchError
 from sm120kit.remote import fetch_source
-from tests.support.sample_wheel import cache_root, local_connection
+from tests.support.sample_wheel import cache_root, local_context
 
 REPO = Path(__file__).resolve().parent.parent
 PATCH = REPO / "patches" / "flash-attn" / "0001-cxx-standard-from-torch.patch"
@@ -112,7 +112,7 @@ def _patched_copy(tree: Path, dest: Path) -> Path:
     assert patch.files == ["setup.py"]
     dest.mkdir()
     shutil.copy2(tree / "setup.py", dest / "setup.py")
-    report = check_and_apply(local_connection(), str(dest), [patch])
+    report = check_and_apply(local_context(), str(dest), [patch])
     assert report.applied and report.state(PATCH.name) == APPLIES
     return dest
 
@@ -232,7 +232,7 @@ def test_patch_is_detected_as_applied_and_refused_where_it_does_not_fit(
 ) -> None:
     patch = load_patch(PATCH)
     tree = _patched_copy(post2_tree, tmp_path / "patched")
-    again = check_and_apply(local_connection(), str(tree), [patch], apply=False)
+    again = check_and_apply(local_context(), str(tree), [patch], apply=False)
     assert again.state(PATCH.name) == ALREADY_APPLIED
     other = tmp_path / "other"
     other.mkdir()
@@ -245,7 +245,7 @@ def test_patch_is_detected_as_applied_and_refused_where_it_does_not_fit(
     )
     before = setup.read_text()
     with pytest.raises(PatchError) as err:
-        check_and_apply(local_connection(), str(other), [patch])
+        check_and_apply(local_context(), str(other), [patch])
     first = str(err.value).splitlines()[0]
     assert first.startswith(f"patch {PATCH.name} does not apply to setup.py in {other} on ")
     assert first.endswith("(tree left unchanged)")

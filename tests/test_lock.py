@@ -249,6 +249,26 @@ _CU13 = r"shared/stacks\.toml:\d+: stacks\.cu13"
             r"r580\.toml:\d+: packages\[0\]\.knobs: an entry with 'use' is the shared entry whole",
         ),
         (
+            "shared/stacks",
+            'torch = { version = "2.14.1"',
+            'torch = { version = "2.14.0"',
+            _CU13 + r"\.torch\.version: '2\.14\.0' differs from locks/sglang-0\.5\.23/.*'s torch "
+            r"2\.14\.1: a recipe has one torch, its lock's \(stack of .*r580\.toml\)",
+        ),
+        (
+            "shared/stacks",
+            'cuda = "13.0" }',
+            'cuda = "13.0", indx = "pypi" }',
+            _CU13 + r"\.torch\.indx: unknown key",
+        ),
+        (
+            "r580",
+            '[stack]\nuse = "cu13"\n',
+            "",
+            r"r580\.toml: missing \[torch\]: a recipe whose \[stack\] does not use a shared "
+            r"stack with a torch",
+        ),
+        (
             "shared/packages",
             'version = "2.8.3.post2"',
             'version = "2.8.3"',
@@ -275,13 +295,13 @@ def test_bad_stack_tables_name_file_line_and_key(
 
 def test_a_build_candidate_must_admit_the_locks_torch(tmp_path: Path) -> None:
     """r570 pins sgl-kernel 0.3.21's source for torch 2.9.1, the torch its lock holds; a pin
-    for another torch (with the recipe's [torch] moved along) cannot build for this lock."""
+    for another torch (with the stack's torch, recipes/shared/stacks.toml's cu12 line, moved
+    along) cannot build for this lock."""
     folder = _recipes_with(tmp_path, "shared/packages", ('torch = "==2.9.1"', 'torch = "==2.9.0"'))
-    for name in ("r570", "r575"):
-        path = folder / f"{name}.toml"
-        path.write_text(
-            path.read_text().replace('version = "2.9.1"\nindex', 'version = "2.9.0"\nindex', 1)
-        )
+    path = folder / "shared" / "stacks.toml"
+    old = 'torch = { version = "2.9.1"'
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, 'torch = { version = "2.9.0"', 1))
     with pytest.raises(
         RecipeError,
         match=r"stacks\.toml:\d+: stacks\.cu12\.locks: the recipe's sgl-kernel 0\.3\.21 entry "

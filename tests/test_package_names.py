@@ -14,6 +14,7 @@ import pytest
 
 from sm120kit.packages import registry
 from sm120kit.packages import stack as serving
+from sm120kit.remote.lib.names import dist_name
 
 
 def _published() -> list[tuple[str, str]]:
@@ -33,8 +34,8 @@ def test_every_published_name_finds_the_same_facts(package: str, other: str) -> 
         assert serving.package_name(name) == package, name
         assert serving.loader(name) == serving.loader(package), name
         assert serving.smoke_facts(name) == serving.smoke_facts(package), name
-        names = {serving._norm(n) for n in [name, *serving.distributions(name)]}
-        assert names == {serving._norm(n) for n in [package, *serving.distributions(package)]}
+        names = {dist_name(n) for n in [name, *serving.distributions(name)]}
+        assert names == {dist_name(n) for n in [package, *serving.distributions(package)]}
 
 
 def test_sglang_kernel_is_published_and_known() -> None:

@@ -29,6 +29,8 @@ from sm120kit.errors import PatchError, RecipeError
 from sm120kit.inventory.host import Host
 from sm120kit.remote import patch_tree, run_script, script_bundle
 from sm120kit.runner.connection import LocalConnection
+from sm120kit.runner.host_context import HostContext
+from sm120kit.runner.pool import outside_run
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "sglkernel_tree"
@@ -38,6 +40,11 @@ LOADER = Path("python/sgl_kernel/load_utils.py")
 
 def conn() -> LocalConnection:
     return LocalConnection(Host("local", vars={"ansible_connection": "local"}))
+
+
+def ctx() -> HostContext:
+    """The local host's context outside a run: scripts go through the logged run API."""
+    return outside_run(Host("local", vars={"ansible_connection": "local"}))
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -75,7 +82,7 @@ def test_sm120_patch_header():
 
 def test_sm120_patch_applies_then_is_already_applied(tree: Path):
     patch = load_patch(SM120_PATCH)
-    report = check_and_apply(conn(), str(tree), [patch], apply=False)
+    report = check_and_apply(ctx(), str(tree), [patch], apply=False)
     assert report.state(patch.name) == APPLIES
     assert not report.applied
     assert (
@@ -83,13 +90,13 @@ def test_sm120_patch_applies_then_is_already_applied(tree: Path):
         not in (tree / LOADER).read_text()
     )
 
-    report = check_and_apply(conn(), str(tree), [patch])
+    report = check_and_apply(ctx(), str(tree), [patch])
     assert report.state(patch.name) == APPLIES and report.applied
     text = (tree / LOADER).read_text()
     assert "compute_capability // 10 == 12" in text
 
     after = snapshot(tree)
-    report = check_and_apply(conn(), str(tree), [patch])
+    report = check_and_apply(ctx(), str(tree), [patch])
     assert report.state(patch.name) == ALREADY_APPLIED
     assert not report.applied
     assert snapshot(tree) == after
@@ -100,7 +107,7 @@ def test_sm120_patch_found_at_an_offset(tree: Path):
     at 50. An exact-context match at another line is accepted."""
     lines = (tree / LOADER).read_text().splitlines()
     assert lines.index("    if compute_capability == 90:") + 1 != 60
-    assert check_and_apply(conn(), str(tree), [load_patch(SM120_PATCH)]).applied
+    assert check_and_apply(ctx(), str(tree), [load_patch(SM120_PATCH)]).applied
 
 
 def test_sm120_patch_does_not_apply_to_a_fork(tree: Path):
@@ -114,7 +121,7 @@ def test_sm120_patch_does_not_apply_to_a_fork(tree: Path):
     )
     before = snapshot(tree)
     with pytest.raises(PatchError) as err:
-        check_and_apply(conn(), str(tree), [load_patch(SM120_PATCH)])
+        check_and_apply(ctx(), str(tree), [load_patch(SM120_PATCH)])
     message = str(err.value)
     first = message.splitlines()[0]
     assert "0001-load-utils-sm120.patch does not apply to python/sgl_kernel/load_utils.py" in first
@@ -157,7 +164,7 @@ def test_patched_loader_picks_the_sm120_build(tree: Path, capability, before, af
     unpatched._get_compute_capability = lambda: capability
     assert unpatched._load_architecture_specific_ops().BUILD == before
 
-    check_and_apply(conn(), str(tree), [load_patch(SM120_PATCH)])
+    check_and_apply(ctx(), str(tree), [load_patch(SM120_PATCH)])
     patched = _load_module(tree / LOADER)
     patched._get_compute_capability = lambda: capability
     assert patched._load_architecture_specific_ops().BUILD == after
@@ -167,7 +174,7 @@ def test_patched_loader_without_sm120_dir_uses_sm100(tree: Path):
     """Upstream's dual build has no sm120/: its sm100/ build carries the sm_120a code."""
     _ops_dirs(tree)
     shutil.rmtree(tree / "python" / "sgl_kernel" / "sm120")
-    check_and_apply(conn(), str(tree), [load_patch(SM120_PATCH)])
+    check_and_apply(ctx(), str(tree), [load_patch(SM120_PATCH)])
     patched = _load_module(tree / LOADER)
     patched._get_compute_capability = lambda: 120
     module = patched._load_architecture_specific_ops()
@@ -231,12 +238,12 @@ def test_sgl_kernel_from_git_commit_then_patched(tmp_path: Path):
     loader_only = load_patches(REPO / "patches" / "sgl-kernel", [SM120_PATCH.name])
     patches, skipped = select(loader_only, "0.3.21")
     assert [p.name for p in patches] == [SM120_PATCH.name] and not skipped
-    assert check_and_apply(conn(), str(dest), patches).applied
+    assert check_and_apply(ctx(), str(dest), patches).applied
 
     # Fetching again is a no-op (marker matches), and the patch is then "already applied".
     again = run_script(conn(), "fetch_source", args)
     assert again["ok"] and not again["changed"]
-    assert check_and_apply(conn(), str(dest), patches).state(SM120_PATCH.name) == ALREADY_APPLIED
+    assert check_and_apply(ctx(), str(dest), patches).state(SM120_PATCH.name) == ALREADY_APPLIED
 
 
 # -- the applier in general ----------------------------------------------------------------
@@ -354,7 +361,7 @@ def test_matches_gnu_patch_on_the_fixture(tree: Path, tmp_path: Path):
     other = tmp_path / "gnu"
     shutil.copytree(tree, other)
     subprocess.run(["patch", "-s", "-p1", "-d", str(other), "-i", str(SM120_PATCH)], check=True)
-    check_and_apply(conn(), str(tree), [load_patch(SM120_PATCH)])
+    check_and_apply(ctx(), str(tree), [load_patch(SM120_PATCH)])
     assert (tree / LOADER).read_bytes() == (other / LOADER).read_bytes()
 
 

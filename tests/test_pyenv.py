@@ -20,6 +20,7 @@ from sm120kit.inventory.host import Host
 from sm120kit.ops import pyenv
 from sm120kit.plan import PlanOptions
 from sm120kit.remote import make_env
+from sm120kit.remote.lib.names import ENV_MARKER
 from sm120kit.runner.connection import ConnectOptions
 from sm120kit.runner.pool import Runner, RunOptions
 from sm120kit.runner.results import RunResult
@@ -274,7 +275,7 @@ def test_env_is_built_with_its_own_torch(built: dict[str, Any]) -> None:
     assert "from torch-2.13.0+cpu-cp311-cp311-" in step.message
     assert env["cxx11_abi"] is True  # docs/stack-facts.md section 3: torch 2.7+ uses the C++11 ABI
     assert env["python_abi"] == "cp311" and env["platform"] == "linux_x86_64"
-    assert (built["env_path"] / pyenv.MARKER).is_file()
+    assert (built["env_path"] / ENV_MARKER).is_file()
     assert (built["env_path"] / "bin" / "ninja").exists()
     assert not (built["env_path"] / "bin" / "cmake").exists()  # minikernel needs no CMake
     assert host.data["toolkit"]["release"] == "13.0"

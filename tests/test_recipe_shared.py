@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.cli.lock import _shared_stack
+from sm120kit.cli.lock import _shared_stack, _stack_torch_index
 from sm120kit.recipes.select import load_recipes
 from sm120kit.stack.draft import stack_table
 from tests.support.recipe_snapshot import REPO, snapshot
@@ -81,3 +81,31 @@ def test_lock_draft_prints_the_shared_stack_line() -> None:
         'cu13 = { top = "sglang==0.5.23", locks = "locks/sglang-0.5.23", reason = "why" }'
     )
     assert stack_table(lock, "locks/x/pylock.cp311.toml", "why").startswith("[stack]\n")
+    # The line carries the lock's torch, which r580/r590/r595 (no [torch]) take.
+    line = stack_table(lock, "locks/sglang-0.5.23/pylock.cp311.toml", "why", "cu13", "pypi")
+    assert line.splitlines()[-1] == (
+        'cu13 = { top = "sglang==0.5.23", locks = "locks/sglang-0.5.23", torch = { version = '
+        '"2.14.1", index = "pypi", cuda = "13.0" }, reason = "why" }'
+    )
+    assert _stack_torch_index(recipes["r570"]) == "https://download.pytorch.org/whl/cu128"
+
+
+def test_a_recipe_without_torch_takes_its_stacks_and_its_own_wins(tmp_path: Path) -> None:
+    """No [torch]: the shared stack's torch, and `plan` names stacks.toml as its source; a
+    recipe's own [torch] (here r580's, PyTorch's cu130 index) wins and is named instead."""
+    recipes = load_recipes(REPO / "recipes")
+    for name, line in {"r570": "cu12", "r580": "cu13"}.items():
+        r = recipes[name]
+        assert "torch" not in r.raw and r.lock is not None
+        assert (r.torch.version, r.torch.cuda) == (r.lock.torch, r.lock.torch_cuda)
+        assert r.torch_from == f"recipes/shared/stacks.toml (stack {line})"
+    folder = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", folder)
+    path = folder / "r580.toml"
+    own = '[torch]\nversion = "2.14.1"\nindex = "https://download.pytorch.org/whl/cu130"\n'
+    path.write_text(
+        path.read_text().replace("[stack]\n", own + 'cuda = "13.0"\n\n[stack]\n', 1),
+        encoding="utf-8",
+    )
+    r = load_recipes(folder, patches_dir=REPO / "patches")["r580"]
+    assert r.torch.index == "https://download.pytorch.org/whl/cu130" and r.torch_from == ""

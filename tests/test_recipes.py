@@ -85,9 +85,11 @@ def test_each_recipe_has_one_torch_its_locks(recipes: dict[str, Recipe]) -> None
 
 
 def test_a_torch_other_than_the_locks_is_refused_at_load(tmp_path: Path) -> None:
-    """The repo's r580 with January's torch: one line naming the file and key."""
+    """The repo's r580 with a [torch] of its own, January's torch (it wins over the shared
+    stack's, and is still checked against the lock): one line naming the file and key."""
     text = (REPO / "recipes" / "r580.toml").read_text()
-    folder = write(tmp_path, {"r580.toml": text.replace('version = "2.14.1"', 'version = "2.9.1"')})
+    own = '[torch]\nversion = "2.9.1"\nindex = "pypi"\ncuda = "13.0"\n\n[stack]\nuse = "cu13"'
+    folder = write(tmp_path, {"r580.toml": text.replace('[stack]\nuse = "cu13"', own)})
     with pytest.raises(RecipeError) as err:
         load_recipes(folder, patches_dir=REPO / "patches")
     msg = str(err.value)
@@ -275,7 +277,7 @@ def test_resolve_from_facts(recipes: dict[str, Recipe]) -> None:
     assert res.values["cuda.version"] == "13.0.2"
     assert res.values["cuda.method"] == "pip"
     assert res.sources["cuda.version"] == f"{res.recipe.source} (cuda.choices[0])"
-    assert res.sources["torch.index"] == res.recipe.source
+    assert res.sources["torch.index"] == "recipes/shared/stacks.toml (stack cu13)"
     assert res.values["target.driver"] == "580.95.05"
     assert res.sources["target.driver"].startswith("facts")
     assert res.values["target.arch"] == "12.0"

@@ -48,3 +48,11 @@ def test_the_context_has_no_public_connection() -> None:
     from sm120kit.runner.host_context import HostContext
 
     assert not hasattr(HostContext, "conn")
+
+
+def test_a_connection_runs_no_scripts_of_its_own() -> None:
+    """Remote scripts run through `HostContext.script` (logged), never a connection's own
+    method; outside a run, `runner.pool.outside_run` gives the same logged context."""
+    from sm120kit.runner.connection import Connection
+
+    assert not hasattr(Connection, "script")

@@ -26,8 +26,8 @@ import pytest
 from sm120kit.errors import Sm120Error
 from sm120kit.inventory.host import Host
 from sm120kit.output.checks import render_serve_result
-from sm120kit.remote import run_script
-from sm120kit.runner.connection import Connection, LocalConnection
+from sm120kit.runner.host_context import HostContext
+from sm120kit.runner.pool import outside_run
 from sm120kit.serve import (
     HANG_HINT,
     HUNG,
@@ -50,11 +50,11 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(params=["local"])
-def conn(request: pytest.FixtureRequest) -> Iterator[Connection]:
-    """The connection the probes run through (the lead adds SSH-fleet params)."""
-    connection = LocalConnection(Host("local", vars={"ansible_connection": "local"}))
-    yield connection
-    connection.close()
+def conn(request: pytest.FixtureRequest) -> Iterator[HostContext]:
+    """The host context the probes run through, outside a run (the lead adds SSH-fleet params)."""
+    ctx = outside_run(Host("local", vars={"ansible_connection": "local"}))
+    yield ctx
+    ctx.close()
 
 
 def free_port() -> int:
@@ -127,7 +127,7 @@ def tag() -> str:
 
 
 @pytest.mark.parametrize("listen_early", [False, True], ids=["port-closed", "answers-503"])
-def test_ready_after_warmup(conn: Connection, spawn: Spawn, listen_early: bool) -> None:
+def test_ready_after_warmup(conn: HostContext, spawn: Spawn, listen_early: bool) -> None:
     port = free_port()
     extra = ["--listen-early"] if listen_early else []
     spawn("--mode", "ready", "--port", str(port), "--delay", "2", "--model", "org/m-7b", *extra)
@@ -141,7 +141,7 @@ def test_ready_after_warmup(conn: Connection, spawn: Spawn, listen_early: bool) 
     assert result["evidence"] is None
 
 
-def test_silent_server_is_hung(conn: Connection, spawn: Spawn) -> None:
+def test_silent_server_is_hung(conn: HostContext, spawn: Spawn) -> None:
     """Accepts connections, never answers, blocked in accept(): hung, not warming up."""
     port = free_port()
     proc = spawn("--mode", "silent", "--port", str(port))
@@ -173,7 +173,7 @@ def test_silent_server_is_hung(conn: Connection, spawn: Spawn) -> None:
     assert "HUNG" in text and str(proc.pid) in text and "NCCL_P2P_DISABLE=1" in text
 
 
-def test_nothing_running_is_not_listening(conn: Connection) -> None:
+def test_nothing_running_is_not_listening(conn: HostContext) -> None:
     port = free_port()
     marker = f"no-such-server-{tag()}"  # also appears in the probe's own argv: must be skipped
     result = serve_check(
@@ -187,7 +187,7 @@ def test_nothing_running_is_not_listening(conn: Connection) -> None:
     assert f"nothing listens on port {port}" in result["reason"]
 
 
-def test_exited_pid_is_not_listening(conn: Connection) -> None:
+def test_exited_pid_is_not_listening(conn: HostContext) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=30)
     diag = diagnose(conn, f"http://127.0.0.1:{free_port()}", pid=proc.pid, sample_s=0.2)
@@ -202,7 +202,7 @@ def test_exited_pid_is_not_listening(conn: Connection) -> None:
     [("busy", WARMING_UP, True), ("sleep", HUNG, False)],
 )
 def test_busy_is_warming_up_idle_is_hung(
-    conn: Connection, spawn: Spawn, mode: str, verdict: str, advancing: bool
+    conn: HostContext, spawn: Spawn, mode: str, verdict: str, advancing: bool
 ) -> None:
     """No port in either; CPU time advancing is what separates loading from a hang."""
     port = free_port()
@@ -229,7 +229,7 @@ def test_busy_is_warming_up_idle_is_hung(
         assert result["hint"] is None
 
 
-def test_default_patterns_find_launch_server(conn: Connection, spawn: Spawn) -> None:
+def test_default_patterns_find_launch_server(conn: HostContext, spawn: Spawn) -> None:
     """Without pid or pattern, `python -m sglang.launch_server` is a candidate server."""
     proc = spawn("--mode", "sleep", as_sglang=True)
     wait_started(proc)
@@ -238,7 +238,7 @@ def test_default_patterns_find_launch_server(conn: Connection, spawn: Spawn) -> 
     assert diag["found_by"].startswith("launches a program or module matching")
 
 
-def test_a_command_that_only_mentions_sglang_is_no_server(conn: Connection, spawn: Spawn) -> None:
+def test_a_command_that_only_mentions_sglang_is_no_server(conn: HostContext, spawn: Spawn) -> None:
     """The default search judges what a command launches, not every word of it: a process
     whose arguments merely name sglang (as a running sgl-kernel build's JSON argument names
     sglang's repository) is not taken for a server, while `--process-match` still sees the
@@ -293,7 +293,7 @@ def test_launch_words(argv: list[str], words: str) -> None:
     assert launch_words(argv) == words
 
 
-def test_server_on_another_port_is_named(conn: Connection, spawn: Spawn) -> None:
+def test_server_on_another_port_is_named(conn: HostContext, spawn: Spawn) -> None:
     """A server up on port A while the URL says B: the reason names A."""
     port_a, port_b = free_port(), free_port()
     mark = tag()
@@ -307,7 +307,7 @@ def test_server_on_another_port_is_named(conn: Connection, spawn: Spawn) -> None
     assert f"listens on {port_a}, not {port_b}" in reason
 
 
-def test_py_spy_dumps_server_and_children(conn: Connection, spawn: Spawn) -> None:
+def test_py_spy_dumps_server_and_children(conn: HostContext, spawn: Spawn) -> None:
     proc = spawn("--mode", "sleep", "--child", "--tag", (mark := tag()))
     wait_started(proc, children=1)
     diag = diagnose(
@@ -324,7 +324,7 @@ def test_py_spy_dumps_server_and_children(conn: Connection, spawn: Spawn) -> Non
         assert "Thread" in dump and "fake_llm_server.py" in dump
 
 
-def test_gpu_evidence_from_nvidia_smi(conn: Connection, spawn: Spawn, tmp_path: Path) -> None:
+def test_gpu_evidence_from_nvidia_smi(conn: HostContext, spawn: Spawn, tmp_path: Path) -> None:
     """SIMULATED: no GPU here, so a stand-in nvidia-smi prints what a 2-GPU host at 0% shows."""
     if not conn.host.is_local:
         pytest.skip("the stand-in nvidia-smi lives on the controller")
@@ -378,7 +378,7 @@ def test_unknown_when_port_owner_invisible() -> None:
     ("url", "timeout"),
     [("127.0.0.1:8000", 5), ("ftp://127.0.0.1:8000", 5), ("http://h:port", 5), ("http://h:1", 0)],
 )
-def test_bad_arguments_are_one_line_errors(conn: Connection, url: str, timeout: float) -> None:
+def test_bad_arguments_are_one_line_errors(conn: HostContext, url: str, timeout: float) -> None:
     with pytest.raises(Sm120Error) as info:
         serve_check(conn, url, timeout=timeout)
     assert "\n" not in str(info.value)
@@ -390,7 +390,7 @@ def _python38() -> str | None:
     return next((c for c in candidates if os.access(c, os.X_OK)), None)
 
 
-def test_probe_runs_on_python38(conn: Connection, spawn: Spawn) -> None:
+def test_probe_runs_on_python38(conn: HostContext, spawn: Spawn) -> None:
     """Hosts may only have an old system Python: the probe must stay 3.8-compatible."""
     py38 = _python38()
     if py38 is None or not conn.host.is_local:
@@ -399,9 +399,9 @@ def test_probe_runs_on_python38(conn: Connection, spawn: Spawn) -> None:
     proc = spawn("--mode", "ready", "--port", str(port), "--delay", "0")
     wait_listening(port, proc)
     url = f"http://127.0.0.1:{port}"
-    ready = run_script(conn, "serve_probe", {"mode": "poll", "url": url}, python=py38)
+    ready = conn.script("serve_probe", {"mode": "poll", "url": url}, python=py38)
     assert ready["ready"] is True and ready["models"]["ids"] == ["fake/model-1"]
-    diag = run_script(
-        conn, "serve_probe", {"mode": "diagnose", "url": url, "sample_s": 0.2}, python=py38
+    diag = conn.script(
+        "serve_probe", {"mode": "diagnose", "url": url, "sample_s": 0.2}, python=py38
     )
     assert [p["pid"] for p in diag["processes"]] == [proc.pid]

@@ -20,6 +20,7 @@ from sm120kit.builds import sources as src
 from sm120kit.errors import HostFailed, RecipeError
 from sm120kit.packages import sgl_kernel_cmake as sglkernel
 from sm120kit.recipes.checks import _Bad, _dependencies
+from sm120kit.recipes.model import PackageSpec
 from sm120kit.remote import fetch_source as fs
 
 
@@ -44,9 +45,11 @@ def test_git_fetch_with_subdir_and_submodule(tmp_path: Path) -> None:
     mono = git_repo(tmp_path / "mono", {"pkg/CMakeLists.txt": "project(x)\n", "README": "r\n"})
     sub = git_repo(tmp_path / "sub", {"include/s.h": "// s\n"})
     dep = git_repo(tmp_path / "dep", {"include/d.h": "// d\n"})
-    pkg = {
-        "source": {"kind": "git", "url": str(tmp_path / "mono"), "ref": mono, "subdir": "pkg"},
-        "dependencies": [
+    pkg = PackageSpec(
+        "demo",
+        "1.0",
+        source={"kind": "git", "url": str(tmp_path / "mono"), "ref": mono, "subdir": "pkg"},
+        dependencies=[
             {
                 "name": "repo-dep",
                 "dir": "dep",
@@ -55,7 +58,7 @@ def test_git_fetch_with_subdir_and_submodule(tmp_path: Path) -> None:
                 "submodules": [{"path": "ext/sub", "url": str(tmp_path / "sub"), "ref": sub}],
             }
         ],
-    }
+    )
     assert src.is_managed(pkg)
     entries = src.entries("demo", pkg)
     assert [e.dir for e in entries] == ["pkg", "dep"]
@@ -137,10 +140,9 @@ def test_git_fetch_over_the_network_by_sha_or_by_branches(
     monkeypatch.setenv("GIT_CONFIG_VALUE_0", protocol)
     entries = src.entries(
         "demo",
-        {
-            "source": {"kind": "git", "url": f"{url}/dep", "ref": pinned, "subdir": ""},
-            "dependencies": [],
-        },
+        PackageSpec(
+            "demo", "1.0", source={"kind": "git", "url": f"{url}/dep", "ref": pinned, "subdir": ""}
+        ),
     )
     [(record, changed)] = src.fetch_all(tmp_path / "store", entries)
     assert changed and record["origin"] == f"git {url}/dep@{pinned}"
@@ -157,7 +159,7 @@ def test_git_fetch_over_the_network_by_sha_or_by_branches(
     ghost = "0" * 39 + "1"
     entries = src.entries(
         "demo",
-        {"source": {"kind": "git", "url": f"{url}/dep", "ref": ghost}, "dependencies": []},
+        PackageSpec("demo", "1.0", source={"kind": "git", "url": f"{url}/dep", "ref": ghost}),
     )
     with pytest.raises(HostFailed) as err:
         src.fetch_all(tmp_path / "store2", entries)
@@ -224,7 +226,12 @@ def test_recipe_dependencies_are_validated() -> None:
     with pytest.raises(_Bad, match="not a unique name"):
         _dependencies(good + good)
     with pytest.raises(RecipeError, match="needs a pinned git source"):
-        src.entries("x", {"source": {"kind": "git", "url": "u", "ref": ""}, "dependencies": good})
+        src.entries(
+            "x",
+            PackageSpec(
+                "x", "1.0", source={"kind": "git", "url": "u", "ref": ""}, dependencies=good
+            ),
+        )
 
 
 def test_predicted_targets_follow_the_0321_cmake() -> None:

@@ -1,7 +1,8 @@
 """Planners as tables: the env Step planner (sm120kit/ops/pyenv.env_steps, torch_sources), the
 stack Step planner (sm120kit/ops/stack_steps.plan_stack: a probe of the host in, Steps out), the
 source and dependency uploads (ops/build_source.source_steps, ops/deps.deps_steps), a build's
-Steps (ops/compile.build_steps) and
+Steps (ops/compile.build_steps), the libnuma install (ops/cmake_check.numa_steps), the wheel
+install and its record (ops/install.install_steps) and
 build parallelism (packages/base.plan_parallelism). The env planner: what a
 host's env needs in, the ops in order out. No host: the steps are what remote/make_env.py
 would be sent, and what `plan` would show (sm120kit.steps.commands)."""
@@ -285,3 +286,113 @@ def test_build_steps(
     # The front end exactly as build_wheel.py runs it (its temp out dir named by pattern).
     assert lines[-1].startswith("cd /w/build/p/work && MAX_JOBS=2 /w/env/bin/python -m pip wheel ")
     assert lines[-1].endswith("  # remote/build_wheel.py") and " ".join(given) in lines[-1]
+
+
+#: (case, os id, host vars, sudo prefix, the package and the shell lines; None: no install)
+NUMA_ROWS = [
+    ("Ubuntu as root", "ubuntu", {}, "", ("libnuma-dev", [
+        "env DEBIAN_FRONTEND=noninteractive apt-get update -qq",
+        "env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libnuma-dev",
+    ])),
+    ("Debian through sudo -S", "debian", {}, "sudo -S -p '' ", ("libnuma-dev", [
+        "sudo -S -p '' env DEBIAN_FRONTEND=noninteractive apt-get update -qq",
+        "sudo -S -p '' env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libnuma-dev",
+    ])),
+    ("Rocky through sudo -n", "rocky", {}, "sudo -n ", ("numactl-devel", ["sudo -n dnf install -y numactl-devel"])),
+    ("install_prerequisites: false", "ubuntu", {"install_prerequisites": False}, "", None),
+    ("an unknown package manager", "arch", {}, "", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("os_id", "host_vars", "sudo", "want"),
+    [r[1:] for r in NUMA_ROWS],
+    ids=[r[0] for r in NUMA_ROWS],
+)
+def test_numa_steps(
+    os_id: str, host_vars: dict[str, object], sudo: str, want: tuple[str, list[str]] | None
+) -> None:
+    from sm120kit.ops import cmake_check
+
+    planned = cmake_check.numa_steps({"os": {"id": os_id}}, host_vars, sudo)
+    if want is None:
+        assert planned is None
+        return
+    assert planned is not None
+    package, steps = planned
+    assert {s.op for s in steps} == {"run"}
+    # The lines plan shows are the lines provision runs, one per command.
+    assert (package, commands(steps)) == want
+
+
+#: (case, wheel, the installed distribution the record is written for)
+INSTALL_ROWS = [
+    ("a built wheel", "/w/b/minikernel-0.1-cp311-cp311-linux_x86_64.whl", "minikernel"),
+    ("a dashed distribution", "/w/b/flash_attn-2.8.3-cp311-cp311-linux_x86_64.whl", "flash-attn"),
+    ("no wheel yet (plan)", "<minikernel wheel>", "minikernel"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("wheel", "dist"), [r[1:] for r in INSTALL_ROWS], ids=[r[0] for r in INSTALL_ROWS]
+)
+def test_install_steps(wheel: str, dist: str) -> None:
+    from sm120kit.ops.install import install_steps
+
+    doc = {"package": "minikernel", "key": "k" * 64}
+    steps = install_steps(
+        "/w/env/bin/python",
+        "/w/env",
+        wheel,
+        "/w/env/.sm120kit/installed/minikernel.json",
+        doc,
+        "python3",
+    )
+    assert [s.op for s in steps] == ["run", "script"]
+    lines = commands(steps)
+    assert lines[0].startswith(
+        "/w/env/bin/python -m pip install --no-deps --force-reinstall --no-index "
+    )
+    # The install record is written on the host, by the script plan names, right after pip.
+    assert steps[1]["name"] == "installed_dist" and steps[1]["args"]["name"] == dist
+    assert steps[1]["args"]["record"].endswith("/installed/minikernel.json")
+    assert "remote/installed_dist.py" in lines[1]
+
+
+#: (case, toolkit and env there, torch CUDA: the configure Steps' ops)
+CONFIGURE_ROWS = [
+    ("a new host in plan: no toolkit or env yet", False, "13.0", []),
+    ("a CUDA torch env", True, "13.0", ["script"]),
+    ("a CPU torch env (a cross-build host)", True, None, ["script"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ready", "torch_cuda", "ops"),
+    [r[1:] for r in CONFIGURE_ROWS],
+    ids=[r[0] for r in CONFIGURE_ROWS],
+)
+def test_configure_steps(ready: bool, torch_cuda: str | None, ops: list[str]) -> None:
+    from sm120kit.inventory.host import Host
+    from sm120kit.ops import cmake_check
+    from sm120kit.packages.base import Knobs
+    from sm120kit.state import ProvisionState, PyEnv, Toolkit
+
+    state = ProvisionState(Host("h", vars={}), {}, None)  # type: ignore[arg-type]
+    if ready:
+        state.toolkit = Toolkit("13.0.2", "13.0", "13.0.88", "/cuda", "/cuda/bin/nvcc", "system")
+        state.env = PyEnv("/w/env", "/w/env/bin/python", "3.11.9", "cp311", "linux_x86_64",
+                          "2.9.1", torch_cuda, True)  # fmt: skip
+    steps = cmake_check.configure_steps(state, Knobs({}), "/w/src/sgl-kernel")
+    assert [s.op for s in steps] == ops
+    if not steps:
+        return
+    [probe] = steps
+    args = probe["args"]
+    # No scratch directory and no Torch_DIR from the controller: the script makes (and
+    # removes) its own and asks the env's torch, so plan shows exactly what runs.
+    assert "build_dir" not in args and "Torch_DIR" not in args["defines"]
+    assert args["torch_of"] == "/w/env/bin/python" and args["src"] == "/w/src/sgl-kernel"
+    assert args["defines"]["CMAKE_CUDA_COMPILER"] == "/cuda/bin/nvcc"
+    [line] = commands(steps)
+    assert line.startswith('PATH=/cuda/bin:/w/env/bin:"$PATH" ') and "remote/cmake_probe.py" in line

@@ -26,8 +26,7 @@ from sm120kit.ops import toolkit as tk
 from sm120kit.ops.build import PATCHED_MARKER, ensure_patched, ensure_source, patch_steps
 from sm120kit.plan import PlanOptions, prepare
 from sm120kit.remote import lib_closure, script_bundle, script_source
-from sm120kit.runner.connection import LocalConnection
-from sm120kit.runner.pool import HostContext
+from sm120kit.runner.pool import HostContext, outside_run
 from sm120kit.steps import RENDERERS, Step, commands, render
 from tests.support.fleet import Fleet
 from tests.test_build_op import SGL_TREE, git_repo, host, run_op, sgl_recipes, sgl_vars, steps
@@ -261,7 +260,7 @@ def test_the_interpreter_cleans_up_after_a_failed_step(tmp_path: Path) -> None:
 def test_patch_steps_apply_all_or_leave_the_tree(tmp_path: Path) -> None:
     """The patch operation's steps through patch_tree's interpreter: a copy is patched and
     renamed over the tree; a patch that does not apply removes the copy and names the hunk."""
-    conn = LocalConnection(Host(name="local", vars={"ansible_connection": "local"}))
+    conn = outside_run(Host(name="local", vars={"ansible_connection": "local"}))
     src = tmp_path / "src"
     loader = src / "python" / "sgl_kernel" / "load_utils.py"
     loader.parent.mkdir(parents=True)
@@ -289,6 +288,7 @@ def test_bundles_carry_the_library_they_import() -> None:
     assert lib_closure(script_source("make_env")) == [
         "sm120kit.remote.lib.download",
         "sm120kit.remote.lib.files",
+        "sm120kit.remote.lib.in_target.env_facts",  # its inspect step's program, as text
         "sm120kit.remote.lib.proc",
         "sm120kit.remote.lib.steps",
     ]

@@ -23,14 +23,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import PatchError, RecipeError
-from ..remote import ScriptHost
 from ..steps import Step
+
+if TYPE_CHECKING:
+    from ..runner.host_context import HostContext
 
 APPLIES = "applies"
 ALREADY_APPLIED = "already applied"
@@ -218,7 +220,7 @@ def patch_step(tree: str, patches: list[Patch]) -> Step:
 
 
 def run_patch_steps(
-    conn: ScriptHost, steps: list[Step], cleanup: list[str], *, python: str | None = None
+    ctx: HostContext, steps: list[Step], cleanup: list[str], *, python: str | None = None
 ) -> PatchReport:
     """Run steps holding a ``patch`` step on the host (remote/patch_tree.py's interpreter).
 
@@ -226,18 +228,18 @@ def run_patch_steps(
     paths are removed then, and the tree the patches were for is unchanged.
     """
     [patch] = [s for s in steps if s["op"] == "patch"]
-    result = conn.script("patch_tree", {"steps": steps, "cleanup": cleanup}, python=python)
+    result = ctx.script("patch_tree", {"steps": steps, "cleanup": cleanup}, python=python)
     states = list(result.get("patches") or [])
     for entry in states:
         if entry["state"] == DOES_NOT_APPLY:
-            raise PatchError(rejection_message(conn.host.name, patch["tree"], entry))
+            raise PatchError(rejection_message(ctx.host.name, patch["tree"], entry))
     if not result.get("ok"):
-        raise PatchError(f"{conn.host.name}: patching {patch['tree']} failed: {result['error']}")
+        raise PatchError(f"{ctx.host.name}: patching {patch['tree']} failed: {result['error']}")
     return PatchReport(tree=str(patch["tree"]), applied=bool(result.get("applied")), states=states)
 
 
 def check_and_apply(
-    conn: ScriptHost,
+    ctx: HostContext,
     tree: str,
     patches: list[Patch],
     *,
@@ -249,13 +251,13 @@ def check_and_apply(
     Raises PatchError (one line, then the rejected hunk) when a patch does not apply; the
     tree is unchanged then.
     """
-    result = conn.script("patch_tree", patch_args(tree, patches, apply), python=python)
+    result = ctx.script("patch_tree", patch_args(tree, patches, apply), python=python)
     if result.get("error"):
-        raise PatchError(f"{conn.host.name}: patching {tree} failed: {result['error']}")
+        raise PatchError(f"{ctx.host.name}: patching {tree} failed: {result['error']}")
     states = list(result.get("patches") or [])
     for entry in states:
         if entry["state"] == DOES_NOT_APPLY:
-            raise PatchError(rejection_message(conn.host.name, tree, entry))
+            raise PatchError(rejection_message(ctx.host.name, tree, entry))
     return PatchReport(
         tree=str(result.get("tree", tree)), applied=bool(result.get("applied")), states=states
     )

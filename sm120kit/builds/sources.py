@@ -30,10 +30,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import HostFailed, RecipeError
 from ..remote.lib import sourcetree as fs
@@ -78,14 +78,26 @@ def store_dir(settings: dict[str, Any] | None) -> Path:
     return Path(os.path.expanduser(str(value))) if value else default_store()
 
 
-def is_managed(pkg: dict[str, Any]) -> bool:
+class PackageSources(Protocol):
+    """What the store reads of a recipe package: its source and its FetchContent dependencies
+    (a host's resolved `recipe_resolved.PackageValues`, or a recipe file's
+    `recipe_model.PackageSpec`)."""
+
+    @property
+    def source(self) -> Mapping[str, str]: ...
+
+    @property
+    def dependencies(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+def is_managed(pkg: PackageSources) -> bool:
     """Whether the package's sources go through the store (it lists dependencies)."""
-    return bool(pkg.get("dependencies")) and (pkg.get("source") or {}).get("kind") == "git"
+    return bool(pkg.dependencies) and pkg.source.get("kind") == "git"
 
 
-def entries(name: str, pkg: dict[str, Any]) -> list[SourceEntry]:
-    """The package's own source, then each dependency, from its resolved recipe values."""
-    source = pkg["source"]
+def entries(name: str, pkg: PackageSources) -> list[SourceEntry]:
+    """The package's own source, then each dependency, from its recipe values."""
+    source = pkg.source
     if source.get("kind") != "git" or not source.get("ref"):
         raise RecipeError(f"package {name}: the source store needs a pinned git source")
     subdir = source.get("subdir") or ""
@@ -93,15 +105,21 @@ def entries(name: str, pkg: dict[str, Any]) -> list[SourceEntry]:
     deps = [
         SourceEntry(
             name,
-            d["dir"],
-            d["url"],
-            d["ref"],
-            fetchcontent=d["name"],
-            submodules=tuple((s["path"], s["url"], s["ref"]) for s in d.get("submodules") or []),
+            str(d["dir"]),
+            str(d["url"]),
+            str(d["ref"]),
+            fetchcontent=str(d["name"]),
+            submodules=tuple(
+                (str(s["path"]), str(s["url"]), str(s["ref"])) for s in _submodules(d)
+            ),
         )
-        for d in pkg.get("dependencies") or []
+        for d in pkg.dependencies
     ]
     return [own, *deps]
+
+
+def _submodules(dependency: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list(dependency.get("submodules") or [])
 
 
 def read_record(store: Path, entry: SourceEntry) -> dict[str, Any] | None:

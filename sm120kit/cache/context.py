@@ -2,8 +2,8 @@
 
 The run API's ``HostContext`` satisfies it, and so does any stand-in with the same members
 (a check-mode view, a test double): the cache reads the host and its vars, logs, runs
-commands and moves files over the host's connection, shows progress, and records events in
-the host's result.
+commands and remote scripts and moves files over the host's connection, shows progress, and
+records events in the host's result.
 """
 
 from __future__ import annotations
@@ -73,3 +73,13 @@ class CacheHost(Protocol):
         timeout: float | None = None,
         what: str | None = None,
     ) -> CommandResult: ...
+
+    def script(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        python: str | None = None,
+        timeout: float | None = None,
+        path: list[str] | None = None,
+    ) -> dict[str, Any]: ...

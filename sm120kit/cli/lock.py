@@ -15,6 +15,7 @@ from ..errors import RecipeError
 from ..output import stack as stack_out
 from ..output.console import show_document
 from ..preflight.recheck import recheck_rules
+from ..remote.lib.names import dist_name
 from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
 from ..stack.catalogue_read import lock_entries, make_catalogue
 from ..stack.draft import (
@@ -152,7 +153,7 @@ def draft_command(c: Any, **f: Any) -> None:
         "pythons": [d["python"] for d in docs],
         "locks": docs,
         "skipped": skipped,
-        "stack": stack_table(lock, rel, reason, _shared_stack(recipe)),
+        "stack": stack_table(lock, rel, reason, _shared_stack(recipe), _stack_torch_index(recipe)),
         "recipe": recipe.name if recipe else None,
         "catalogue": catalogue,
         # Preflight's hand-written rules checked against this release (issue 32).
@@ -168,6 +169,11 @@ def _shared_stack(recipe: Any) -> str | None:
     table = recipe.raw.get("stack") if recipe is not None else None
     use = table.get("use") if isinstance(table, dict) else None
     return use if isinstance(use, str) else None
+
+
+def _stack_torch_index(recipe: Any) -> str:
+    """The torch index of the shared stack line the recipe takes its torch from, else ""."""
+    return str(recipe.torch.index) if recipe is not None and recipe.torch_from else ""
 
 
 def save_catalogue(
@@ -269,7 +275,7 @@ def _lock_doc(lock: Lock, out: Path, recipe: Any, changes: dict[str, Any]) -> di
     sources = {}
     if recipe is not None:
         for pkg in recipe.packages:
-            sources[pkg.name.lower().replace("_", "-")] = f"{pkg.name} {pkg.version}"
+            sources[dist_name(pkg.name)] = f"{pkg.name} {pkg.version}"
     return {
         "lock": str(out),
         "python": lock.python,

@@ -30,13 +30,12 @@ def package_entries(
             if pkg.name != package:
                 continue
             found = True
-            values = {"source": pkg.source, "dependencies": pkg.dependencies}
-            if not src.is_managed(values):
+            if not src.is_managed(pkg):
                 raise RecipeError(
                     f"--package {package}: recipe {name} lists no dependencies for it; only "
                     "packages with `dependencies` use the source store"
                 )
-            for entry in src.entries(package, values):
+            for entry in src.entries(package, pkg):
                 seen.setdefault((entry.dir, entry.ref, entry.url), entry)
     if not found:
         raise RecipeError(f"--package {package}: no recipe has this package")

@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Where everything the tool keeps on a host lives, unless the host var `work_root` says otherwise.
-DEFAULT_WORK_ROOT = "~/.sm120kit"
+# DEFAULT_WORK_ROOT: where everything the tool keeps on a host lives, unless the host var
+# `work_root` says otherwise (shared with remote/facts_probe.py).
+from ..remote.lib.names import DEFAULT_WORK_ROOT
 
 
 @dataclass

@@ -215,7 +215,10 @@ def _obtain(
         if obtained.wheel_from.startswith("cache:"):
             ctx.may_act(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
         else:
-            shown = commands(plan_build(state, name, tree, knobs, key))
+            from .cmake_check import cmake_checked, configure_steps
+
+            configure = configure_steps(state, knobs, tree) if cmake_checked(state, name) else []
+            shown = commands([*configure, *plan_build(state, name, tree, knobs, key)])
             ctx.may_act(step, f"build {name} ({key[:12]})", shown)
         return
     step.commands = commands(ran)  # what the build ran; none when the cache had the wheel
@@ -264,7 +267,7 @@ def key_op(opts: PlanOptions, package: str) -> HostOp:
             digest = plan.digest
             if not digest and plan.kind == "git":
                 digest = "git:" + git_resolve(plan.args["repo"], plan.args["commit"])
-            pkg = state.resolved.package(package)
+            pkg = state.resolved.packages[package]
             dep_digests: list[tuple[str, str]] = []
             if srcstore.is_managed(pkg):
                 for entry in srcstore.entries(package, pkg)[1:]:

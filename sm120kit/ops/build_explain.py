@@ -59,7 +59,7 @@ def source_rows(
 
 def dependency_rows(state: ProvisionState, name: str) -> list[dict[str, str]]:
     """--explain rows from the recipe alone: each FetchContent dependency and its pin."""
-    pkg = state.resolved.package(name)
+    pkg = state.resolved.packages[name]
     if not srcstore.is_managed(pkg):
         return []
     return [

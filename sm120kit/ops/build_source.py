@@ -92,10 +92,8 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
     pkg = state.resolved.packages[name]
     source, version = pkg.source, pkg.version
     kind = source.get("kind")
-    if kind == "git" and srcstore.is_managed(pkg.as_dict()):
-        return _store_plan(
-            ctx, state, srcstore.entries(name, pkg.as_dict())[0], f"{name} {version}"
-        )
+    if kind == "git" and srcstore.is_managed(pkg):
+        return _store_plan(ctx, state, srcstore.entries(name, pkg)[0], f"{name} {version}")
     if kind == "pypi":
         index = source.get("index") or "pypi"
         index_url = fs.DEFAULT_INDEX if index in ("pypi", "") else index

@@ -4,9 +4,11 @@
 - step ``prereqs:<pkg>``: the libnuma headers/library (mscclpp's ``find_package(NUMA
   REQUIRED)``) and a ``libcuda.so`` for ``CUDA::cuda_driver`` (mscclpp links it; the toolkit's
   ``lib64/stubs`` stub is enough). Missing ones stop the run with their names, in plan too.
-- `configure_targets`: ``cmake -S <tree> -B <dir>`` with the exact defines the wheel build
-  passes through scikit-build-core (plus what scikit-build-core adds itself, and, with a CPU
-  torch, what a CUDA torch would have defined), then the compile commands per target
+  A missing libnuma is installed by the Steps of `numa_steps` (a pure planner).
+- `configure_targets`: runs `configure_steps` (a pure planner: what plan shows for the build is
+  what runs): ``cmake -S <tree> -B <scratch>`` with the exact defines the wheel build passes
+  through scikit-build-core (plus what scikit-build-core adds itself, and, with a CPU torch,
+  what a CUDA torch would have defined), then the compile commands per target
   (``remote/cmake_probe.py``). `require_arch` refuses a build whose main targets carry no code
   for the recipe's arch.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from ..builds import cmake_defines
@@ -24,6 +27,8 @@ from ..errors import HostFailed
 from ..packages import registry
 from ..runner.pool import HostContext
 from ..state import ProvisionState
+from ..steps import Step, commands
+from .step_run import run_steps
 
 
 def cmake_checked(state: ProvisionState, name: str) -> bool:
@@ -33,7 +38,7 @@ def cmake_checked(state: ProvisionState, name: str) -> bool:
     from ..builds import sources as srcstore
 
     return registry.descriptor(name).cmake_checked and srcstore.is_managed(
-        state.resolved.package(name)
+        state.resolved.packages[name]
     )
 
 
@@ -66,24 +71,39 @@ def numa_install_commands(facts: dict[str, Any], sudo: str) -> tuple[str, list[s
     return None
 
 
+def numa_steps(
+    facts: dict[str, Any], host_vars: Mapping[str, Any], sudo: str
+) -> tuple[str, list[Step]] | None:
+    """The libnuma install as Steps (a pure planner: facts and host vars in): (package, one
+    ``run`` Step per command), or None when the tool may not install it (host var
+    ``install_prerequisites: false``) or does not know the host's package manager."""
+    if host_vars.get("install_prerequisites") is False:
+        return None
+    planned = numa_install_commands(facts, sudo)
+    if planned is None:
+        return None
+    package, lines = planned
+    return package, [Step("run", argv=shlex.split(line)) for line in lines]
+
+
 def _install_numa(ctx: HostContext, state: ProvisionState, step: Any, name: str) -> bool:
     """Install libnuma's headers where the host allows it (host var install_prerequisites,
-    default true; a known distro); False when it was not installed (check mode included)."""
+    default true; a known distro); False when it was not installed (check mode included).
+    What plan shows is `numa_steps`' lines, and each is what runs."""
     from .toolkit import sudo_prefix, sudo_stdin
 
-    if state.host.vars.get("install_prerequisites") is False:
-        return False
     password = ctx.runner.options.connect.sudo_password
     sudo = sudo_prefix(state.facts, bool(password))
-    planned = numa_install_commands(state.facts, sudo)
+    planned = numa_steps(state.facts, state.host.vars, sudo)
     if planned is None:
         return False
-    package, commands = planned
-    if not ctx.may_act(step, f"install {package} (mscclpp needs libnuma)", commands):
+    package, steps = planned
+    lines = commands(steps)
+    if not ctx.may_act(step, f"install {package} (mscclpp needs libnuma)", lines):
         return False
-    step.commands = list(commands)
+    step.commands = list(lines)
     stdin = sudo_stdin(sudo, password)
-    for command in commands:
+    for command in lines:
         res = ctx.run(command, check=False, stdin=stdin, timeout=1800)
         if res.exit_code != 0:
             tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or [""]
@@ -216,14 +236,20 @@ def wanted_codes(arch_list: list[str]) -> list[list[str]]:
 
 
 def configure_defines(
-    state: ProvisionState, knobs: Knobs, torch_dir: str, extra: dict[str, str] | None = None
+    state: ProvisionState,
+    knobs: Knobs,
+    torch_dir: str | None,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The defines of a configure equal to the wheel build's."""
+    """The defines of a configure equal to the wheel build's (`torch_dir` None: no
+    ``Torch_DIR``, which remote/cmake_probe.py then asks the env's torch for)."""
     assert state.toolkit is not None and state.env is not None
     defines = cmake_defines.defines_from_pip_args(knobs.pip_args)
     defines.update(
-        cmake_defines.skbuild_defines(state.env.python, torch_dir, state.toolkit.cuda_home)
+        cmake_defines.skbuild_defines(state.env.python, torch_dir or "", state.toolkit.cuda_home)
     )
+    if torch_dir is None:
+        del defines["Torch_DIR"]
     if not state.env.torch_cuda:
         cuda = CudaVersion.parse(state.toolkit.version).xy
         defines.update(cmake_defines.cpu_torch_defines(cuda, state.toolkit.cuda_home))
@@ -231,49 +257,53 @@ def configure_defines(
     return defines
 
 
-def configure_targets(
-    ctx: HostContext, state: ProvisionState, name: str, tree: str, knobs: Knobs
-) -> dict[str, Any]:
-    """Configure `tree` on the host (in a temporary dir, removed after) and return
-    ``{"targets": {target: {"units", "sass", "ptx"}}, "seconds"}``."""
-    assert state.toolkit is not None and state.env is not None
-    py = shlex.quote(state.env.python)
-    res = ctx.run(
-        f"{py} -c 'import os, torch; "
-        'print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))\'',
-        check=False,
-    )
-    torch_dir = (res.stdout.strip().splitlines() or [""])[-1]
-    if res.exit_code != 0 or not torch_dir:
-        raise HostFailed(f"{name}: cannot locate torch's CMake files in {state.env.python}")
-    # A scratch dir outside work_root: plan (check mode) leaves nothing behind.
-    made = ctx.run("mktemp -d -t sm120kit-configure-XXXXXX", check=False)
-    scratch = made.stdout.strip().splitlines()[-1] if made.exit_code == 0 else ""
-    if not scratch:
-        raise HostFailed(f"{name}: cannot create a scratch directory for the configure")
+def configure_steps(state: ProvisionState, knobs: Knobs, tree: str) -> list[Step]:
+    """The configure probe as Steps (a pure planner: the host's toolkit, env and the build's
+    knobs in): one run of remote/cmake_probe.py's ``configure`` of `tree`, with the wheel
+    build's defines, in a scratch directory the script makes and removes (outside work_root:
+    plan leaves nothing behind), ``Torch_DIR`` from the env's torch. [] before the toolkit
+    and the env exist (a plan on a new host)."""
+    if state.toolkit is None or state.env is None:
+        return []
+    env_bin = posixpath.dirname(state.env.python)
     args = {
         "op": "configure",
         "src": tree,
-        "build_dir": scratch,
-        "cmake": posixpath.join(posixpath.dirname(state.env.python), "cmake"),
-        "defines": configure_defines(state, knobs, torch_dir),
+        "torch_of": state.env.python,
+        "cmake": posixpath.join(env_bin, "cmake"),
+        "defines": configure_defines(state, knobs, None),
         "env": dict(knobs.env),
         "timeout": 900,
     }
-    path = [posixpath.join(state.toolkit.cuda_home, "bin"), posixpath.dirname(state.env.python)]
+    path = [posixpath.join(state.toolkit.cuda_home, "bin"), env_bin]
+    return [Step("script", name="cmake_probe", python=state.host.python, args=args, path=path)]
+
+
+def configure_targets(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    tree: str,
+    knobs: Knobs,
+    ran: list[Step] | None = None,
+) -> dict[str, Any]:
+    """Run `configure_steps` on the host and return ``{"targets": {target: {"units", "sass",
+    "ptx"}}, "seconds"}``; the Steps are appended to `ran` (what the step shows it ran)."""
+    assert state.toolkit is not None and state.env is not None
+    steps = configure_steps(state, knobs, tree)
+    if ran is not None:
+        ran += steps
+
+    def failed(_step: Step, doc: dict[str, Any]) -> str:
+        ctx.log.error("configure of %s failed:\n%s", name, "\n".join(doc.get("log_tail") or []))
+        return f"{name}: configuring {tree} failed: {doc.get('error') or 'no error reported'}"
+
     try:
-        doc = ctx.script("cmake_probe", args, path=path, timeout=1200)
+        return run_steps(ctx, steps, failed=failed, timeout=1200)
     except HostFailed as exc:
+        if str(exc).startswith(f"{name}: configuring "):
+            raise
         raise HostFailed(f"{name}: configuring {tree} failed: {exc}") from None
-    finally:
-        ctx.run(f"rm -rf {shlex.quote(scratch)}", check=False)
-    if not doc.get("ok"):
-        tail = "\n".join(doc.get("log_tail") or [])
-        ctx.log.error("configure of %s failed:\n%s", name, tail)
-        raise HostFailed(
-            f"{name}: configuring {tree} failed: {doc.get('error') or 'no error reported'}"
-        )
-    return doc
 
 
 def require_arch(name: str, targets: dict[str, Any], arch_list: list[str]) -> None:

@@ -170,7 +170,7 @@ def make_builder(
         if cmake_checked(state, name):
             # A few seconds of configure before hours of compiling: the compile commands
             # must carry code for the recipe's arch.
-            configured = configure_targets(ctx, state, name, tree, knobs)
+            configured = configure_targets(ctx, state, name, tree, knobs, done)
             require_arch(name, configured.get("targets") or {}, list(state.arch_list))
         cache_spec = compile_cache_spec(ctx, state, name)
         retries = int(state.host.vars.get("oom_retries", DEFAULT_OOM_RETRIES))

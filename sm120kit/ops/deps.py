@@ -78,7 +78,7 @@ def store_record(
 
 def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> Dependencies | None:
     """The package's dependency trees on the host; None for a package without any."""
-    pkg = state.resolved.package(name)
+    pkg = state.resolved.packages[name]
     if not srcstore.is_managed(pkg):
         return None
     wanted = srcstore.entries(name, pkg)[1:]

@@ -8,23 +8,21 @@ recorded version); otherwise the wheel is fetched again and reinstalled, and the
 
 from __future__ import annotations
 
-import json
 import os
-import posixpath
-import shlex
-import time
 from typing import Any
 
+from ..remote.lib.names import install_record
 from ..runner.host_context import HostContext
 from ..runner.results import StepResult
 from ..state import ProvisionState
-from ..steps import Step, render
+from ..steps import Step, commands
+from .step_run import run_steps
 
 
 def installed_marker(state: ProvisionState, name: str) -> str | None:
     if state.env is None:
         return None
-    return posixpath.join(state.env.path, ".sm120kit", "installed", f"{name}.json")
+    return install_record(state.env.path, name)
 
 
 def env_drift(ctx: HostContext, state: ProvisionState, name: str, installed: dict[str, Any]) -> str:
@@ -80,49 +78,45 @@ def install(
     step: StepResult,
     why: str = "",
 ) -> None:
+    """Step ``install:<pkg>``: run `install_steps` (what check mode shows is what runs)."""
     assert state.env is not None
-    wheel = record.get("wheel") or f"<{name} wheel>"
-    # One Step: what check mode shows is the very command the install runs.
-    [pip] = render(install_step(state.env.python, wheel))
-    verb = f"reinstall ({why}):" if why else "install"
-    if not ctx.may_act(step, f"{verb} {os.path.basename(wheel)} into {state.env.path}", [pip]):
-        return
-    doc = {
-        "package": name,
-        "version": record["version"],
-        "key": record["key"],
-        "sha256": record["sha256"],
-        "wheel": record["wheel"],
-        "wheel_from": record["wheel_from"],
-        "log": record.get("log"),
-        "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    ctx.run(pip, timeout=1800, what=f"pip install {os.path.basename(wheel)}")
-    # What pip left in the env, for the next run's drift check (env_drift).
-    dist = _wheel_name(str(wheel))[0] or name
-    found = ctx.script("installed_dist", {"env": state.env.path, "name": dist}, timeout=120)
-    doc.update(
-        dist=dist,
-        dist_present=bool(found.get("present")),
-        dist_version=found.get("version"),
-        dist_record=found.get("record"),
+    wheel = str(record.get("wheel") or f"<{name} wheel>")
+    doc = {k: record.get(k) for k in ("version", "key", "sha256", "wheel", "wheel_from", "log")}
+    steps = install_steps(
+        state.env.python,
+        state.env.path,
+        wheel,
+        marker_path,
+        {"package": name, **doc},
+        state.host.python,
     )
-    ctx.run(
-        f"mkdir -p {_q(posixpath.dirname(marker_path))} && "
-        f"printf '%s' {_q(json.dumps(doc, sort_keys=True))} > {_q(marker_path)}",
-        what=f"record the {name} install",
+    verb = f"reinstall ({why}):" if why else "install"
+    what = f"{verb} {os.path.basename(wheel)} into {state.env.path}"
+    if not ctx.may_act(step, what, commands(steps)):
+        return
+    step.commands = commands(steps)
+    run_steps(
+        ctx,
+        steps,
+        failed=lambda s, answer: f"recording the {name} install failed: {answer.get('error')}",
+        timeout=1800,
     )
     record["installed"] = "now"
 
 
-def install_step(python: str, wheel: str) -> Step:
-    """The install as a Step: pip puts exactly this wheel in the env, nothing else."""
+def install_steps(
+    python: str, env: str, wheel: str, marker_path: str, doc: dict[str, Any], host_python: str
+) -> list[Step]:
+    """The install as Steps (a pure planner): pip puts exactly this wheel in the env, nothing
+    else; then remote/installed_dist.py writes the install record at `marker_path`: `doc` plus
+    what pip left in the env (the next run's drift check, `env_drift`)."""
     argv = [python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-index"]
-    return Step("run", argv=[*argv, wheel])
+    dist = _wheel_name(wheel)[0] or str(doc.get("package") or "")
+    args = {"env": env, "name": dist, "record": marker_path, "doc": doc}
+    return [
+        Step("run", argv=[*argv, wheel]),
+        Step("script", name="installed_dist", python=host_python, args=args),
+    ]
 
 
-def _q(text: str) -> str:
-    return shlex.quote(text)
-
-
-__all__ = ["env_drift", "install", "install_step", "installed_marker"]
+__all__ = ["env_drift", "install", "install_steps", "installed_marker"]

@@ -36,6 +36,7 @@ from .. import drivers as drv
 from ..builds import compile_cache as compile_cache_ops
 from ..errors import HostFailed
 from ..packages import registry
+from ..remote.lib.names import ENV_MARKER
 from ..state import ProvisionState, PyEnv
 from ..steps import Step
 from ..steps import commands as render_commands
@@ -46,31 +47,12 @@ if TYPE_CHECKING:
     from ..plan import PlanOptions
     from ..runner.pool import HostContext, HostOp
 
-MARKER = ".sm120kit-env.json"
 BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
 #: The scikit-build-core front end (>=0.10, what the CMake-built packages' pyprojects ask) and
 #: the CMake minor of their upstream release images (3.31).
 CMAKE_TOOLS = ("cmake==3.31.1", "scikit-build-core>=0.10")
 ENV_TIMEOUT = 2 * 3600.0
 PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-
-#: Printed by the env's python: what the build and the cache key need to know about it.
-INSPECT = """\
-import json, sys, sysconfig
-info = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
-        "python_abi": "cp%d%d" % sys.version_info[:2],
-        "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_")}
-try:
-    import torch
-    info["torch_version"] = torch.__version__
-    info["torch_cuda"] = torch.version.cuda
-    info["cxx11_abi"] = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
-    flags = getattr(torch._C, "_cuda_getArchFlags", None)
-    info["torch_arch_list"] = (flags() or "").split() if flags and torch.version.cuda else []
-except Exception as exc:
-    info["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps(info, sort_keys=True))
-"""
 
 
 def flavour(torch_cuda: str) -> str:
@@ -124,7 +106,7 @@ class EnvSpec:
 
     @property
     def marker(self) -> str:
-        return posixpath.join(self.path, MARKER)
+        return posixpath.join(self.path, ENV_MARKER)
 
     def identity(self) -> dict[str, str]:
         """What must equal the marker's spec for the env to be reused."""
@@ -300,7 +282,7 @@ def env_steps(
     if torch:
         steps.append(torch[1])
     steps += [
-        Step("inspect", argv=[py, "-c", INSPECT]),
+        Step("inspect", python=py),
         Step("marker", path=spec.marker, spec=spec.identity(), tools=list(spec.tools)),
     ]
     return steps
@@ -410,7 +392,7 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
             if state.python is not None and state.python.version == spec.python
             else choose_python(state.facts, spec.python, name)
         )
-        probe = ctx.script("make_env", {"action": "probe", "env": spec.path, "marker": MARKER})
+        probe = ctx.script("make_env", {"action": "probe", "env": spec.path, "marker": ENV_MARKER})
         plan = plan_env(spec, probe, python, state.host.vars)
         if plan is None:
             env = _check(probe["marker"].get("info") or {}, spec, state, cpu_reason)
@@ -428,7 +410,7 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
             {
                 "action": "apply",
                 "env": spec.path,
-                "marker": MARKER,
+                "marker": ENV_MARKER,
                 "steps": plan.steps,
                 "cleanup": plan.cleanup,
             },

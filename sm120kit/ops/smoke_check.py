@@ -17,6 +17,8 @@ installed" instead of a bare ok.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import time
 from collections.abc import Iterable, Mapping
@@ -535,25 +537,35 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
         raise_on_failure(ctx, target, run)
 
 
-#: Beside the serving env: its last passing smoke, reused while the stack step changes nothing.
-STACK_MEMO = ".sm120kit-smoke.json"
+def stack_verdict_context(state: ProvisionState) -> dict[str, Any]:
+    """What besides the serving env's files decides its smoke verdict (`smoke.memo` keys a
+    remembered verdict by it): the target arch, whether the host has a GPU (on a GPU-less
+    host what needs the NVIDIA driver only warns), the recipe's declarations and what the
+    probe is told about the stack's packages (their descriptors' data)."""
+    names = tuple(state.resolved.package_names())
+    knowledge = json.dumps(serving.probe_knowledge(names), sort_keys=True).encode()
+    return {
+        "of": "the serving env",
+        "arch": choose_arch(state.host, state.facts, None, state.resolved).cc,
+        "gpu": gpu_capability(state.facts) is not None,
+        "declarations": declarations(state),
+        "knowledge": hashlib.sha256(knowledge).hexdigest(),
+    }
 
 
-def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
+def smoke_stack(
+    ctx: HostContext, state: ProvisionState, env: str, *, memo: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """`provision --stack`'s last step: smoke the serving env as ``invoke smoke --python ENV``
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
     package's toolchain), judged for the host's target arch (`choose_arch`: the arch the
-    stack was verified for). `fresh` (the stack changed, or ``--recheck``): run it; otherwise
-    the last passing verdict (kept beside the env) is reused, unless the host has gained or
-    lost its GPU since (on a GPU-less host what needs the NVIDIA driver only warns) or its
-    target arch changed. A fail raises HostFailed and keeps no verdict."""
-    memo_path = posixpath.join(env, STACK_MEMO)
-    memo = None if fresh else ctx.read_json(memo_path)
+    stack was verified for), or, given a remembered passing verdict (`memo`, found by
+    `smoke.memo.stack_smoke_or_reuse`), reuse it. Returns the verdict to remember after a run
+    that passed (None after a reuse); a fail raises HostFailed."""
     gpu = gpu_capability(state.facts) is not None
     chosen = choose_arch(state.host, state.facts, None, state.resolved)
     cc, cc_source = chosen.cc, chosen.label
-    if memo is not None and (memo.get("gpu") is not gpu or memo.get("arch") != cc):
-        memo = None  # judged without a GPU (what needs the driver only warned), or with one
+    names = tuple(state.resolved.package_names())
     with ctx.step("stack smoke") as step:
         if memo is not None:
             step.message = (
@@ -561,8 +573,7 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
                 "the serving env is unchanged"
             )
             ctx.set(stack_smoke={**memo, "reused": True})
-            return
-        names = tuple(state.resolved.package_names())
+            return None
         target = Target(
             posixpath.join(env, "bin", "python"),
             "the serving env",
@@ -590,7 +601,7 @@ def smoke_stack(ctx: HostContext, state: ProvisionState, env: str, *, fresh: boo
         memo = {k: doc[k] for k in ("checked", "summary", "arch")}
         memo["gpu"] = gpu
         memo["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        ctx.script("install_lock", {"action": "memo", "env": env, "memo": memo})
+        return memo
 
 
 def __getattr__(name: str) -> Any:

@@ -20,16 +20,13 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from ..remote.lib.names import STACK_RECORD
 from ..steps import Step
 
 #: Where a new env is made before it is moved into place (whole: never half at the final path).
 NEW = ".sm120kit-new"
 #: Beside the env while it is synced: uv's requirements file.
 SCRATCH = ".sm120kit-scratch"
-#: What the env holds, by sha256, written once uv synced it (the next run's probe reads it).
-RECORD = ".sm120kit-lock.json"
-#: The env's .pth file that gives its JIT packages the toolkit step's CUDA_HOME.
-PTH = "sm120kit_cuda_home.pth"
 #: uv's sync: offline, from the listed files only, every hash required, byte-compiled.
 SYNC = ("pip", "sync", "--offline", "--no-index", "--require-hashes", "--compile-bytecode")
 #: Seconds uv may take to make a venv (a sync gets the install's whole timeout).
@@ -83,7 +80,7 @@ class StackFacts:
 
     @property
     def record(self) -> str:
-        return posixpath.join(self.env, RECORD)
+        return posixpath.join(self.env, STACK_RECORD)
 
     @property
     def uv_bin(self) -> str:
@@ -252,8 +249,6 @@ def plan_stack(facts: StackFacts, probe: Mapping[str, Any]) -> StackPlan:
 
 __all__ = [
     "NEW",
-    "PTH",
-    "RECORD",
     "StackFacts",
     "StackFile",
     "StackPlan",

@@ -3,7 +3,7 @@
 Most operations send their Steps to a host script that interprets them (`remote/lib/steps.py`).
 The source and dependency operations move files of the controller's onto the host, so their
 Steps run from here: ``upload`` through the connection's file copy, ``script`` as that remote
-script with its arguments, and every other op as the very shell line `plan` shows for it
+script with its arguments (and its ``path`` in front of the host's PATH), and every other op as the very shell line `plan` shows for it
 (`sm120kit.steps.render`; shell lines in a row go as one command, joined by ``&&``).
 """
 
@@ -41,7 +41,10 @@ def run_steps(
         elif step.op == "script":
             flush()
             args = dict(step["args"])
-            last = ctx.script(str(step["name"]), args, python=str(step["python"]), timeout=timeout)
+            path = [str(p) for p in step.get("path") or []] or None
+            last = ctx.script(
+                str(step["name"]), args, python=str(step["python"]), timeout=timeout, path=path
+            )
             if not last.get("ok"):
                 raise HostFailed(failed(step, last))
         else:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..builds import cuda_libraries as cudalibs
 from ..errors import HostFailed
+from ..remote.lib.names import CUDA_VERSION_JSON
 from ..steps import Step
 from ..steps import commands as render_commands
 from .toolkit_spec import ToolkitSpec, pip_args, sm_code
@@ -146,7 +147,7 @@ def install_plan(
             Step("remove", path=dest),
             Step(
                 "write",
-                path=posixpath.join(tmp, "version.json"),
+                path=posixpath.join(tmp, CUDA_VERSION_JSON),
                 text=version_json(spec, url=spec.url),
                 if_missing=True,
             ),
@@ -202,7 +203,7 @@ def _pip_steps(
     steps.append(
         Step(
             "write",
-            path=posixpath.join(tmp, "version.json"),
+            path=posixpath.join(tmp, CUDA_VERSION_JSON),
             text=version_json(spec, pip_packages=packages),
         )
     )

@@ -15,9 +15,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..remote.lib.names import dist_name
 from ..stack.catalogue import Catalogue, load_beside
 from . import registry
 from .base import LoaderChoice
@@ -27,11 +27,6 @@ LOCKS = Path(__file__).resolve().parent.parent.parent / "locks"
 
 #: The package a serving env is for; smoke imports it.
 TOP_LEVEL = "sglang"
-
-
-def _norm(name: str) -> str:
-    """A distribution name as PEP 503 compares them (`SGLang_Kernel` is `sglang-kernel`)."""
-    return str(canonicalize_name(name))
 
 
 def package_name(name: str) -> str:
@@ -61,7 +56,7 @@ def distributions(name: str) -> list[str]:
     desc = registry.find(name)
     if desc is None:
         return []
-    return [n for n in registry.published_names(desc) if _norm(n) != _norm(name)]
+    return [n for n in registry.published_names(desc) if dist_name(n) != dist_name(name)]
 
 
 @functools.lru_cache(maxsize=1)

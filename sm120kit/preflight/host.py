@@ -16,7 +16,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..drivers import MINOR_COMPAT_MIN_DRIVER, SM120_MIN_DRIVER, min_driver, parse_driver_version
+from ..drivers import (
+    MINOR_COMPAT_MIN_DRIVER,
+    SM120_MIN_DRIVER,
+    CudaVersion,
+    min_driver,
+    parse_driver_version,
+)
 from .launch import Launch
 
 Check = dict[str, Any]
@@ -281,8 +287,7 @@ def _torch_cuda(version: str) -> str | None:
     if local == "cpu":
         return "cpu"
     if local.startswith("cu") and local[2:].isdigit() and len(local) >= 5:
-        digits = local[2:]
-        return f"{int(digits[:-1])}.{digits[-1]}"
+        return CudaVersion.from_cu(local).xy
     return None
 
 
@@ -314,7 +319,7 @@ def stack_check(probe: Mapping[str, Any], facts: Mapping[str, Any], cc: CC | Non
     if cuda == "cpu":
         problems.append(("fail", f"torch {torch} is a CPU build: no CUDA at all"))
     elif cuda and driver:
-        major = int(cuda.split(".")[0])
+        major = CudaVersion.parse(cuda).major
         floor = MINOR_COMPAT_MIN_DRIVER.get(major)
         if cc is not None and cc[0] == 12:
             floor = max(floor or SM120_MIN_DRIVER, SM120_MIN_DRIVER, key=parse_driver_version)

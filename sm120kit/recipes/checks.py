@@ -23,8 +23,8 @@ SOURCE_KINDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 _SOURCE_KEYS = frozenset({"kind", "path", "url", "ref", "subdir", "index", "sha256"})
 
-_TOP_REQUIRED = {"name", "description", "drivers", "arch", "python", "cuda", "torch"}
-_TOP_OPTIONAL = {"packages", "stack"}
+_TOP_REQUIRED = {"name", "description", "drivers", "arch", "python", "cuda"}
+_TOP_OPTIONAL = {"packages", "stack", "torch"}  # torch: else the shared stack's (files.py)
 _CUDA_REQUIRED = {"version", "method", "gcc_max"}
 _CUDA_OPTIONAL = {"mirror", "runfile", "sha256", "pip_packages", "choices"}
 _CHOICE_REQUIRED = {"drivers", "version"}

@@ -349,7 +349,8 @@ def _stack_table(f: _File, data: dict[str, Any], shared: _Shared) -> tuple[Any, 
             problem = f"{name!r} in {shared.stacks_file.where} is not a table of [stack] keys"
         raise f.error(("stack", "use"), problem)
     own = {k: v for k, v in table.items() if k != "use"}
-    merged = {**found, **own}
+    # The line's torch is the recipe's [torch] unless it has its own (`_stack_torch`).
+    merged = {**{k: v for k, v in found.items() if k != "torch"}, **own}
 
     def error(keypath: Any, problem: str) -> RecipeError:
         parts = tuple(keypath)
@@ -360,6 +361,38 @@ def _stack_table(f: _File, data: dict[str, Any], shared: _Shared) -> tuple[Any, 
         return f.error(parts, problem)
 
     return merged, error
+
+
+def _parse_torch(f: _File, table: Any, key: tuple[str, ...]) -> TorchSpec:
+    """A ``[torch]`` table (a recipe's, or a shared stack's ``torch``) at `key` of file `f`."""
+    f.table(table, key, _TORCH_KEYS, set())
+    return TorchSpec(
+        version=f.get(table, (*key, "version"), _version),
+        index=f.get(table, (*key, "index"), _index),
+        cuda=f.get(table, (*key, "cuda"), _torch_cuda),
+    )
+
+
+def _stack_torch(
+    f: _File, data: dict[str, Any], shared: _Shared
+) -> tuple[TorchSpec, str, Any] | None:
+    """The ``torch`` of the shared stack the recipe's ``[stack]`` uses, if it has one: the
+    torch, where `plan` says it came from, and an error function naming the shared line (a
+    recipe's keypath ``torch.x`` becomes ``stacks.<name>.torch.x`` of stacks.toml)."""
+    table = data.get("stack")
+    name = table.get("use") if isinstance(table, dict) else None
+    if not isinstance(name, str):
+        return None
+    found = shared.tables.stack_table(name)
+    if not isinstance(found, dict) or "torch" not in found:
+        return None
+    sf = shared.stacks_file
+
+    def error(keypath: Any, problem: str) -> RecipeError:
+        return sf.error(("stacks", name, *tuple(keypath)), f"{problem} (stack of {f.where})")
+
+    torch = _parse_torch(sf, found["torch"], ("stacks", name, "torch"))
+    return torch, f"{sf.where} (stack {name})", error
 
 
 def _parse_smoke(f: _File, value: Any, key: tuple[str, ...]) -> dict[str, str]:
@@ -407,15 +440,23 @@ def _parse_recipe(path: Path, patches_dir: Path, shared: _Shared) -> Recipe:
         raise f.error(("name",), f"{name!r} must equal the file name stem {path.stem!r}")
     drivers = SpecifierSet(f.get(data, ("drivers",), _driver_spec))
     cuda = _parse_cuda(f, data["cuda"])
-    f.table(data["torch"], ("torch",), _TORCH_KEYS, set())
-    torch = TorchSpec(
-        version=f.get(data["torch"], ("torch", "version"), _version),
-        index=f.get(data["torch"], ("torch", "index"), _index),
-        cuda=f.get(data["torch"], ("torch", "cuda"), _torch_cuda),
-    )
+    stack_torch = _stack_torch(f, data, shared)
+    if "torch" in data:
+        torch = _parse_torch(f, data["torch"], ("torch",))
+        torch_error, torch_from = f.error, ""
+    elif stack_torch is not None:
+        torch, torch_from, torch_error = stack_torch
+    else:
+        if "stack" in data:
+            _stack_table(f, data, shared)  # a `use` of no stack is named as such first
+        raise f.error(
+            (),
+            "missing [torch]: a recipe whose [stack] does not use a shared stack with a torch "
+            f"({shared.stacks_file.where}) needs its own [torch] (version, index, cuda)",
+        )
     problem = _torch_problem(torch.cuda, torch.index, [c.version for c in cuda.all()])
     if problem:
-        raise f.error(("torch", "cuda"), problem)
+        raise torch_error(("torch", "cuda"), problem)
     raw_packages = data.get("packages", [])
     if not isinstance(raw_packages, list):
         raise f.error(("packages",), "expected an array of tables ([[packages]])")
@@ -425,7 +466,11 @@ def _parse_recipe(path: Path, patches_dir: Path, shared: _Shared) -> Recipe:
     pythons = f.get(data, ("python",), _python_list)  # checked before the locks use it
     stack, lock, locks = _parse_stack(f, data, packages, patches_dir, shared)
     if stack is not None and lock is not None and lock.torch:
-        _check_torch_is_the_locks(f, torch, lock, stack.lock)
+        # The shared line's torch must agree with its lock even where a recipe's own [torch]
+        # wins, unless the recipe's [stack] points at other locks than the line's.
+        if stack_torch is not None and "locks" not in data["stack"]:
+            _check_torch_is_the_locks(stack_torch[2], stack_torch[0], lock, stack.lock)
+        _check_torch_is_the_locks(torch_error, torch, lock, stack.lock)
     return Recipe(
         name=name,
         path=path,
@@ -436,6 +481,7 @@ def _parse_recipe(path: Path, patches_dir: Path, shared: _Shared) -> Recipe:
         pythons=tuple(pythons),
         cuda=cuda,
         torch=torch,
+        torch_from=torch_from,
         packages=packages,
         raw=data,
         patches_dir=patches_dir,
@@ -465,17 +511,17 @@ def _parse_stack(
     return stack, lock, stack_locks(stack, root)
 
 
-def _check_torch_is_the_locks(f: _File, torch: TorchSpec, lock: Lock, name: str) -> None:
+def _check_torch_is_the_locks(error: Any, torch: TorchSpec, lock: Lock, name: str) -> None:
     """One torch per recipe: [torch] is the serving stack's, that of `lock` (`recipe.lock`,
     the lock for the recipe's preferred Python, named `name`): every build is against it."""
     if Version(torch.version).public != Version(lock.torch).public:
-        raise f.error(
+        raise error(
             ("torch", "version"),
             f"{torch.version!r} differs from {name}'s torch {lock.torch}: a recipe has one "
             "torch, its lock's",
         )
     if torch.cuda != lock.torch_cuda:
-        raise f.error(
+        raise error(
             ("torch", "cuda"),
             f"{torch.cuda!r} differs from {name}'s torch_cuda {lock.torch_cuda}: a recipe has "
             "one torch, its lock's",

@@ -105,6 +105,9 @@ class Recipe:
     #: each Python it has one for (sm120kit/ops/host_python.py picks one per host).
     pythons: tuple[str, ...] = ()
     locks: dict[str, Lock] = field(default_factory=dict)
+    #: Where `torch` came from when not the recipe's own [torch]: the shared stack's line,
+    #: e.g. "recipes/shared/stacks.toml (stack cu13)"; "" for the recipe file.
+    torch_from: str = ""
 
     @property
     def source(self) -> str:

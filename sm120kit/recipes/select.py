@@ -15,7 +15,7 @@ One TOML file per NVIDIA driver branch lives in the repo's ``recipes/`` director
     mirror = "https://..."; runfile = "..."; sha256 = ""; pip_packages = [...]   # optional
     [[cuda.choices]]                   # first whose `drivers` admits the exact driver wins
     drivers = "<580.82.07"; version = "13.0.0"; method = "runfile"; runfile = "..."
-    [torch]
+    [torch]                            # optional with a shared [stack]: else its line's torch
     version = "2.9.1"; index = "https://download.pytorch.org/whl/cu130"; cuda = "13.0"  # or "cpu"
     [[packages]]
     name = "mypkg"; version = "2.8.3"; source = { kind = "pypi" }
@@ -294,9 +294,10 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
             continue  # derived again after overrides, from the final cuda.version
         value = getattr(choice, name)
         put(f"cuda.{name}", list(value) if isinstance(value, tuple) else value, origin)
-    put("torch.version", recipe.torch.version)
-    put("torch.index", recipe.torch.index)
-    put("torch.cuda", recipe.torch.cuda)
+    for key in ("version", "index", "cuda"):
+        put(f"torch.{key}", getattr(recipe.torch, key))
+        if recipe.torch_from:  # the shared stack's torch (recipes/shared/stacks.toml)
+            sources[f"torch.{key}"] = recipe.torch_from
     for pkg in specs:
         where = f"packages[{next(i for i, p in enumerate(recipe.packages) if p is pkg)}]"
         base = f"packages.{pkg.name}."

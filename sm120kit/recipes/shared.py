@@ -6,7 +6,8 @@ stacks.
 - ``shared/stacks.toml`` holds ``[stacks]``, one serving stack per line (an inline table of
   ``[stack]`` keys, ``cu13 = { top = "sglang==0.5.23", locks = "...", reason = "..." }``);
   a recipe's ``[stack]`` with ``use = "cu13"`` is that stack, and any other key the recipe's
-  ``[stack]`` sets replaces the shared one.
+  ``[stack]`` sets replaces the shared one. A line's ``torch`` (``{ version, index, cuda }``)
+  is the ``[torch]`` of a recipe using it that has none of its own (files.py `_stack_torch`).
 
 So adding a release to the recipes that share a stack is ``invoke lock.draft`` plus one line
 here. The tables are read from the recipes directory's ``shared/``; a directory without one

@@ -20,13 +20,13 @@ import threading
 import zlib
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HostFailed
 
 if TYPE_CHECKING:
-    # The connection runs scripts too (Connection.script imports this module).
-    from ..inventory.host import Host
+    # Only the run API (runner.host_context.HostContext.script) hands run_script its
+    # connection.
     from ..runner.connection import Connection
 
 LIB = f"{__package__}.lib"
@@ -181,24 +181,6 @@ def script_program(name: str, args: dict[str, Any] | None = None) -> str:
         "program": script_bundle(name),
         "origin": f"<sm120kit>/{__package__.replace('.', '/')}/{name}.py",
     }
-
-
-class ScriptHost(Protocol):
-    """Where a remote script can run: a host op's `HostContext` (logged, the way every op
-    runs one) or a bare `Connection` (a test, code outside a run)."""
-
-    @property
-    def host(self) -> Host: ...
-
-    def script(
-        self,
-        name: str,
-        args: dict[str, Any] | None = None,
-        *,
-        python: str | None = None,
-        timeout: float | None = None,
-        path: list[str] | None = None,
-    ) -> dict[str, Any]: ...
 
 
 def run_script(

@@ -39,6 +39,7 @@ from sm120kit.remote.lib.elf import Elf, ElfError
 from sm120kit.remote.lib.fatbin import elf_targets
 from sm120kit.remote.lib.files import sha256_file
 from sm120kit.remote.lib.frontend import build_command
+from sm120kit.remote.lib.names import PROVENANCE_FILE
 
 # -- progress -----------------------------------------------------------------------------
 
@@ -105,8 +106,8 @@ def _write_json_atomic(path, doc):
 
 # -- build provenance ---------------------------------------------------------------------
 
-#: The build record written into the dist-info of every wheel this script builds.
-PROVENANCE_FILE = "sm120kit-build.json"
+#: The schema of the build record (`names.PROVENANCE_FILE`) written into the dist-info of every
+#: wheel this script builds.
 PROVENANCE_SCHEMA = 1
 
 _TORCH_INFO = (

@@ -9,11 +9,13 @@ Operations (``"op"``):
   driver's ``libcuda.so`` / ``libcuda.so.1``), each null when missing; for the library found,
   ``cuda_driver_lacks``: the driver API entry points it does not define (a stub that defines
   too few links without error, and ``--as-needed`` then drops ``libcuda.so.1`` from the module).
-- ``configure``: ``{"src", "build_dir", "cmake", "generator", "defines": {...}, "env": {...},
-  "timeout"}`` -> runs ``cmake -S src -B build_dir -G Ninja -DX=Y ...`` (the build dir is
-  emptied first) and reads ``compile_commands.json``: per target (from each output path
-  ``CMakeFiles/<target>.dir/...``) the number of units and the SASS (``sm_*``) and PTX
-  (``compute_*``) targets its commands carry.
+- ``configure``: ``{"src", "build_dir"?, "torch_of"?, "cmake", "generator", "defines": {...},
+  "env": {...}, "timeout"}`` -> runs ``cmake -S src -B build_dir -G Ninja -DX=Y ...`` (the
+  build dir is emptied first; without one, a scratch directory under $TMPDIR is made and
+  removed after, so a plan leaves nothing behind) and reads ``compile_commands.json``: per
+  target (from each output path ``CMakeFiles/<target>.dir/...``) the number of units and the
+  SASS (``sm_*``) and PTX (``compute_*``) targets its commands carry. ``torch_of``: a Python
+  whose torch's CMake files give ``Torch_DIR`` when the defines lack it.
 - ``compile``: ``{"build_dir", "target", "source", "output", "timeout"}`` -> runs the compile
   command of the unit of `target` whose file ends with `source`, writing the object to
   `output`; reports the wall time and the peak RSS of the children.
@@ -30,6 +32,7 @@ import resource
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 
 from sm120kit.remote.lib.elf import open_elf
@@ -128,9 +131,41 @@ def _run(argv, env, timeout, cwd=None):
     return code, text, round(time.time() - start, 3)
 
 
+#: Printed by the env's python: where its torch keeps TorchConfig.cmake.
+_TORCH_DIR = (
+    "import os, torch; "
+    'print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))'
+)
+
+
 def configure(args):
+    if args.get("build_dir"):
+        return _configure(args, os.path.abspath(os.path.expanduser(args["build_dir"])))
+    scratch = tempfile.mkdtemp(prefix="sm120kit-configure-")
+    try:
+        return _configure(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def torch_cmake_dir(python):
+    """Torch_DIR of `python`'s torch, or None when it cannot tell."""
+    code, out, _err = run([python, "-c", _TORCH_DIR], merge=False, timeout=300)
+    lines = out.strip().splitlines()
+    return lines[-1] if code == 0 and lines else None
+
+
+def _configure(args, build):
     src = os.path.abspath(os.path.expanduser(args["src"]))
-    build = os.path.abspath(os.path.expanduser(args["build_dir"]))
+    defines = dict(args.get("defines") or {})
+    if args.get("torch_of") and "Torch_DIR" not in defines:
+        found = torch_cmake_dir(args["torch_of"])
+        if not found:
+            return {
+                "ok": False,
+                "error": "cannot locate torch's CMake files in %s" % args["torch_of"],
+            }
+        defines["Torch_DIR"] = found
     shutil.rmtree(build, ignore_errors=True)
     os.makedirs(build)
     env = dict(os.environ)
@@ -148,7 +183,7 @@ def configure(args):
         "-G",
         args.get("generator") or "Ninja",
     ]
-    for name, value in sorted((args.get("defines") or {}).items()):
+    for name, value in sorted(defines.items()):
         argv.append(f"-D{name}={value}")
     code, text, seconds = _run(argv, env, float(args.get("timeout") or 600))
     with open(os.path.join(build, "configure.log"), "w") as fh:

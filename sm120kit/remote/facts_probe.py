@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from sm120kit.remote.lib.cudalibs import toolkit_components
+from sm120kit.remote.lib.names import CUDA_VERSION_JSON, DEFAULT_WORK_ROOT, cuda_xy
 
 
 def sh(argv, timeout=20):
@@ -389,7 +390,7 @@ def toolkit(root, source):
     }
     recorded_nvcc = None
     try:
-        with open(os.path.join(root, "version.json")) as fh:
+        with open(os.path.join(root, CUDA_VERSION_JSON)) as fh:
             info = json.load(fh)
         entry["version"] = info.get("cuda", {}).get("version")
         recorded_nvcc = info.get("cuda_nvcc", {}).get("version")
@@ -400,7 +401,7 @@ def toolkit(root, source):
         if recorded_nvcc and re.match(r"^\d+\.\d+\.\d+$", recorded_nvcc):
             # version.json records nvcc's version: no need to run nvcc (slow to start).
             entry["nvcc_version"] = recorded_nvcc
-            entry["nvcc_release"] = ".".join(recorded_nvcc.split(".")[:2])
+            entry["nvcc_release"] = cuda_xy(recorded_nvcc)
         else:
             entry["nvcc_release"], entry["nvcc_version"] = nvcc_version(nvcc)
         if not entry["version"]:
@@ -451,7 +452,7 @@ def toolkits(work_root):
 
 def main():
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    work_root = os.path.abspath(os.path.expanduser(args.get("work_root") or "~/.sm120kit"))
+    work_root = os.path.abspath(os.path.expanduser(args.get("work_root") or DEFAULT_WORK_ROOT))
     facts = {
         "hostname": socket.gethostname(),
         "user": pwd.getpwuid(os.getuid()).pw_name,

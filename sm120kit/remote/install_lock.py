@@ -3,7 +3,7 @@
 Runs on the host with any Python >= 3.8 and the standard library only. Argument (argv[1],
 JSON)::
 
-    {"action": "probe" | "fetch" | "apply" | "memo", "env": path, "record": path,
+    {"action": "probe" | "fetch" | "apply", "env": path, "record": path,
      "entries": [{"name", "version", "filename", "url", "sha256", "compiled", "dest",
      "checked"?}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
      "not_for_arch": {}, "loaders": {dist: {cc: dir}}, "digest"} | null, "indexes": [URL
@@ -12,8 +12,8 @@ JSON)::
 
 ``probe`` changes nothing: ``{"exists", "works": the env works, "record", "installed": {name:
 version}, "present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's
-.pth file sets or null, "memo": the env's last passing smoke or null}``. ``memo`` writes the
-smoke memo.
+.pth file sets or null}``. (The env's smoke verdicts are remembered by remote/smoke_memo.py,
+keyed by the record.)
 
 ``fetch`` downloads the given entries (files the wheel stores did not have, fetched by the
 one host elected to download each), hashing each as it arrives, and verifies each compiled
@@ -53,10 +53,10 @@ import time
 from sm120kit.remote.lib import steps, uv_sync
 from sm120kit.remote.lib.download import DownloadFailed, download
 from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
+from sm120kit.remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE, dist_name
 from sm120kit.remote.lib.proc import StepFailed
 from sm120kit.remote.lib.wheel_check import loaded_modules, shared_objects, verify_wheel
 
-normalize = uv_sync.normalize
 installed = uv_sync.installed
 
 
@@ -74,15 +74,10 @@ def read_record(path):
         return None
 
 
-PTH = "sm120kit_cuda_home.pth"
-PTH_LINE = "import os; os.environ.setdefault('CUDA_HOME', %r)\n"
-MEMO = ".sm120kit-smoke.json"
-
-
 def pth_cuda_home(env):
     site = site_packages(env)
     try:
-        with open(os.path.join(site or "", PTH)) as fh:
+        with open(os.path.join(site or "", CUDA_HOME_PTH)) as fh:
             text = fh.read()
     except OSError:
         return None
@@ -100,7 +95,6 @@ def probe(args):
         "installed": installed(args["env"]),
         "present": [e["dest"] for e in entries if os.path.isfile(e["dest"])],
         "cuda_home": pth_cuda_home(args["env"]),
-        "memo": read_record(os.path.join(args["env"], MEMO)),
     }
 
 
@@ -108,16 +102,11 @@ def set_cuda_home(args):
     site = site_packages(args["env"])
     if site is None:
         return {"ok": False, "error": "no site-packages under %s" % args["env"]}
-    path = os.path.join(site, PTH)
+    path = os.path.join(site, CUDA_HOME_PTH)
     if args.get("cuda_home"):
-        write_atomic(path, PTH_LINE % str(args["cuda_home"]))
+        write_atomic(path, CUDA_HOME_PTH_LINE % str(args["cuda_home"]))
     else:
         remove(path)
-    return {"ok": True, "error": None}
-
-
-def write_memo(args):
-    write_atomic(os.path.join(args["env"], MEMO), json.dumps(args["memo"], sort_keys=True))
     return {"ok": True, "error": None}
 
 
@@ -249,7 +238,7 @@ def verify(entry, target):
             return doc
     cc = tuple(target["cc"])
     path = entry["dest"]
-    variants = (target.get("loaders") or {}).get(normalize(entry["name"]))
+    variants = (target.get("loaders") or {}).get(dist_name(entry["name"]))
     loaded = loaded_modules(shared_objects(path), cc, target["python"], variants)
     doc = verify_wheel(
         path,
@@ -361,7 +350,6 @@ ACTIONS = {
     "probe": probe,
     "fetch": fetch,
     "apply": apply,
-    "memo": write_memo,
 }
 
 

@@ -14,8 +14,9 @@ runs. ``apply`` runs the controller's steps in order through the hosts' step int
 want: the torch build asked for; the first source that offers torch wins, and a build other
 than the one wanted is refused, naming the file, before anything is installed),
 ``install_torch`` (argv, requirement: installs from the source ``select`` chose),
-``inspect`` (argv printing one JSON document: interpreter and torch facts), ``marker`` (path,
-spec, tools: writes {"spec", "tools", "info"} atomically). A venv cannot be moved (its scripts
+``inspect`` (python: runs ``lib/in_target/env_facts.py`` in it, one JSON document of
+interpreter and torch facts), ``marker`` (path, spec, tools: writes {"spec", "tools", "info"}
+atomically). A venv cannot be moved (its scripts
 carry absolute paths), so it is built in place and the marker is the completeness signal; on a
 failure or SIGTERM/SIGHUP/SIGINT the ``cleanup`` paths are removed, and after SIGKILL the next
 run finds no marker and rebuilds. Prints one JSON document: ``{"ok", "error", "done", "info",
@@ -29,10 +30,13 @@ import re
 import sys
 from urllib.parse import unquote, urlparse
 
-from sm120kit.remote.lib.files import write_atomic
+from sm120kit.remote.lib.files import module_text, write_atomic
 from sm120kit.remote.lib.proc import StepFailed, run, tail_of
 from sm120kit.remote.lib.steps import apply as apply_steps
 from sm120kit.remote.lib.steps import trap_signals
+
+#: The program the ``inspect`` step runs in the env (listed so the hosts' bundle carries it).
+__bundle__ = ("sm120kit.remote.lib.in_target.env_facts",)
 
 
 def read_marker(path):
@@ -168,7 +172,9 @@ def _install_torch(step, result):
 
 
 def _inspect(step, result):
-    code, out, err = run(step["argv"], merge=False, timeout=600)
+    # The program is the hosts' library's (lib/in_target/env_facts.py), not the step's.
+    program = module_text(__bundle__[0])
+    code, out, err = run([step["python"], "-c", program], merge=False, timeout=600)
     lines = [line for line in out.strip().splitlines() if line.startswith("{")]
     if code != 0 or not lines:
         raise StepFailed(

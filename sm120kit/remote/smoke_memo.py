@@ -10,7 +10,9 @@ JSON), one of::
 ``check`` changes nothing. Per package it hashes the installed distribution's ``RECORD`` (pip
 writes the sha256 of every installed file there, so another build of the same version
 differs) and reads the install record's wheel sha256 (``<env>/.sm120kit/installed/<pkg>.json``);
-it hashes the env's marker file. The key is a sha256 over those and the controller's context
+it hashes the env's marker file (the managed env's ``.sm120kit-env.json``, or the serving
+env's record ``.sm120kit-lock.json``, which already names every file by sha256: no packages
+are given then). The key is a sha256 over those and the controller's context
 (probe version, arch, GPU presence). It prints ``{"key", "fingerprints", "memo"}``: ``memo`` is
 the stored verdict for that key, or null. ``store`` writes ``<memo_dir>/<key>.json``
 atomically and prints ``{"ok": true}``.
@@ -20,16 +22,11 @@ import glob
 import hashlib
 import json
 import os
-import re
 import sys
 import tempfile
 
 from sm120kit.remote.lib.files import sha256_file
-
-
-def normalize(name):
-    """A distribution name as its .dist-info directory spells it (PEP 503, with _)."""
-    return re.sub(r"[-_.]+", "_", name).lower()
+from sm120kit.remote.lib.names import dist_stem, install_record
 
 
 def file_sha256(path):
@@ -41,18 +38,18 @@ def file_sha256(path):
 
 def dist_record(env, name):
     """sha256 of the installed distribution's RECORD (None: not installed)."""
-    want = normalize(name)
+    want = dist_stem(name)
     pattern = os.path.join(env, "lib", "python*", "site-packages", "*.dist-info")
     for info in sorted(glob.glob(pattern)):
         base = os.path.basename(info)[: -len(".dist-info")]
-        if normalize(base.split("-", 1)[0]) == want:
+        if dist_stem(base.split("-", 1)[0]) == want:
             return file_sha256(os.path.join(info, "RECORD"))
     return None
 
 
 def installed_wheel(env, name):
     try:
-        with open(os.path.join(env, ".sm120kit", "installed", name + ".json")) as fh:
+        with open(install_record(env, name)) as fh:
             return json.load(fh).get("sha256")
     except (OSError, ValueError, AttributeError):
         return None

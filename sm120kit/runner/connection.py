@@ -192,21 +192,6 @@ class Connection:
         """Copy an absolute path on the host to a controller file."""
         raise NotImplementedError
 
-    def script(
-        self,
-        name: str,
-        args: dict[str, Any] | None = None,
-        *,
-        python: str | None = None,
-        timeout: float | None = None,
-        path: list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Run remote script `name` and return its JSON, unlogged: for code outside a run (a
-        test, a one-off check). A host op uses its `HostContext.script`, which logs."""
-        from ..remote import run_script  # the scripts' package imports this module
-
-        return run_script(self, name, args, python=python, timeout=timeout, path=path)
-
     def close(self) -> None:
         """Release the connection."""
 

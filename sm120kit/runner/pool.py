@@ -350,3 +350,13 @@ def _restore_signals(previous: dict[int, Any] | None) -> None:
     if previous is not None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def outside_run(
+    host: Host, options: RunOptions | None = None, log: logging.Logger | None = None
+) -> HostContext:
+    """A context for one host outside a run (a test, a one-off check): the same logged and
+    counted way to run things as a host op's, with no run directory and no host lock. Its log
+    is `log`, or the logger ``sm120kit.host.<name>`` (silent unless configured)."""
+    logger = log or logging.getLogger(f"sm120kit.host.{host.name}")
+    return HostContext(host, Runner(options or RunOptions()), HostResult(host.name), logger)

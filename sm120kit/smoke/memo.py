@@ -15,6 +15,12 @@ run without failures; a later run with the same key reuses it (one remote comman
 ``"smoke": {"reused": true, ...}`` in the JSON, ``"reused": true`` in each package's verdict.
 `provision --recheck` always runs the checks (and refreshes the memo); the `smoke` task never
 reads it.
+
+`provision --stack`'s ``stack smoke`` (`stack_smoke_or_reuse`) uses the same mechanism
+(`look_up`, `remember`) for the serving env: its marker is the env's record of what it holds
+by sha256 (`names.STACK_RECORD`), and its context the checks' code, the recipe's declarations,
+the stack knowledge the probe is given, the target arch and whether the host has a GPU
+(`ops/smoke_check.stack_verdict_context`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..remote import script_bundle
+from ..remote.lib.names import ENV_MARKER, STACK_RECORD
 from ..runner.pool import HostContext
 from ..state import ProvisionState
 
@@ -66,27 +73,51 @@ def memo_dir(state: ProvisionState) -> str:
     return state.paths.join("state", "smoke")
 
 
+def look_up(
+    ctx: HostContext,
+    state: ProvisionState,
+    *,
+    env: str,
+    marker: str,
+    packages: list[str],
+    context: dict[str, Any],
+) -> tuple[str | None, dict[str, Any] | None]:
+    """One remote command: the key of a verdict's inputs (the sha256 of `env`'s `marker` file,
+    of each package's RECORD and install record, and of `context`), and the verdict remembered
+    under it (None: none). The key is None when something is not fingerprintable (no marker,
+    a package not installed): such a verdict is never remembered."""
+    args = {
+        "action": "check",
+        "env": env,
+        "marker": marker,
+        "packages": list(packages),
+        "memo_dir": memo_dir(state),
+        "context": context,
+    }
+    found = ctx.script(SCRIPT, args)
+    key, memo = found.get("key"), found.get("memo")
+    return (str(key) if key else None), (memo if isinstance(memo, dict) else None)
+
+
+def remember(ctx: HostContext, state: ProvisionState, key: str, doc: dict[str, Any]) -> None:
+    """Store a passing verdict under `key` (from `look_up`) on the host."""
+    ctx.script(SCRIPT, {"action": "store", "memo_dir": memo_dir(state), "key": key, "doc": doc})
+
+
 def smoke_or_reuse(
     ctx: HostContext, state: ProvisionState, names: list[str], *, recheck: bool = False
 ) -> None:
     """`provision`'s smoke step: reuse the remembered verdict when nothing changed, else run it."""
-    from ..ops import pyenv, smoke_check
+    from ..ops import smoke_check
 
     if not names:
         return
     env = smoke_check.managed_env_path(state)
-    args = {
-        "action": "check",
-        "env": env,
-        "marker": pyenv.MARKER,
-        "packages": list(names),
-        "memo_dir": memo_dir(state),
-        "context": context(state),
-    }
     start = time.monotonic()
-    found = ctx.script(SCRIPT, args)
+    key, memo = look_up(
+        ctx, state, env=env, marker=ENV_MARKER, packages=names, context=context(state)
+    )
     looked_up = time.monotonic() - start  # counted in the smoke step's time below
-    key, memo = found.get("key"), found.get("memo")
     if memo and not recheck:
         with ctx.step("smoke") as step:
             verdicts = memo.get("packages") or {}
@@ -122,24 +153,34 @@ def smoke_or_reuse(
     if not key:
         return  # something not fingerprintable (no marker or RECORD): never remembered
     last = ctx.result.steps[-1] if ctx.result.steps else None
-    ctx.script(
-        SCRIPT,
+    remember(
+        ctx,
+        state,
+        key,
         {
-            "action": "store",
-            "memo_dir": memo_dir(state),
-            "key": key,
-            "doc": {
-                "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "summary": last.message if last is not None else "",
-                "run_dir": str(ctx.runner.run_dir) if ctx.runner.run_dir else None,
-                "packages": {
-                    n: {k: v for k, v in state.packages[n]["smoke"].items() if k != "reused"}
-                    for n in names
-                    if isinstance(state.packages.get(n, {}).get("smoke"), dict)
-                },
+            "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "summary": last.message if last is not None else "",
+            "run_dir": str(ctx.runner.run_dir) if ctx.runner.run_dir else None,
+            "packages": {
+                n: {k: v for k, v in state.packages[n]["smoke"].items() if k != "reused"}
+                for n in names
+                if isinstance(state.packages.get(n, {}).get("smoke"), dict)
             },
         },
     )
+
+
+def stack_smoke_or_reuse(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
+    """`provision --stack`'s ``stack smoke``: reuse the serving env's remembered passing verdict
+    while nothing it depends on changed, else run it (`ops/smoke_check.smoke_stack`) and
+    remember a pass. `fresh` (the stack step changed the env, or ``--recheck``): always run."""
+    from ..ops import smoke_check
+
+    context = {**smoke_check.stack_verdict_context(state), "code": code_digest()}
+    key, memo = look_up(ctx, state, env=env, marker=STACK_RECORD, packages=[], context=context)
+    passed = smoke_check.smoke_stack(ctx, state, env, memo=None if fresh else memo)
+    if passed is not None and key:
+        remember(ctx, state, key, passed)
 
 
 def _add_seconds(ctx: HostContext, seconds: float) -> None:

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
+from ..remote.lib.names import dist_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,7 +48,7 @@ YES, NO = "yes", "no"
 
 def norm(name: str) -> str:
     """A distribution name as PEP 503 compares them (``Foo_Bar.baz`` is ``foo-bar-baz``)."""
-    return str(canonicalize_name(name))
+    return dist_name(name)
 
 
 def _public(version: str) -> str:

@@ -31,6 +31,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from ..drivers import CudaVersion
 from ..errors import RecipeError
 from ..remote.lib.download import DownloadFailed, download
 from ..remote.lib.files import sha256_file
@@ -75,7 +76,7 @@ def torch_cuda(requires: list[str]) -> str:
         if canonicalize_name(req.name) in _CUDA_PINS:
             for spec in req.specifier:
                 if spec.operator == "==":
-                    return ".".join(spec.version.split(".")[:2])
+                    return CudaVersion.parse(spec.version).xy
     return "cpu"
 
 
@@ -324,12 +325,21 @@ def review(lock: Lock, recipe_torch: str | None, build_sources: dict[str, str]) 
     return lines
 
 
-def stack_table(lock: Lock, lock_path: str, reason: str, shared: str | None = None) -> str:
+def stack_table(
+    lock: Lock, lock_path: str, reason: str, shared: str | None = None, torch_index: str = ""
+) -> str:
     """The recipe's ``[stack]`` table for this lock, as TOML to paste; for a recipe whose
     ``[stack]`` uses a shared stack (`shared`), that stack's line of
-    ``recipes/shared/stacks.toml`` instead (every recipe using it follows)."""
+    ``recipes/shared/stacks.toml`` instead (every recipe using it follows). With
+    `torch_index` (the line's torch index today) the line carries the lock's torch, which
+    the recipes without a ``[torch]`` of their own take."""
     if shared:
         fields = f'top = "{lock.top}", locks = "{posixpath.dirname(lock_path)}"'
+        if torch_index and lock.torch:
+            fields += (
+                f', torch = {{ version = "{Version(lock.torch).public}", index = "{torch_index}",'
+                f' cuda = "{lock.torch_cuda}" }}'
+            )
         return (
             f"# recipes/shared/stacks.toml, [stacks] {shared}:\n"
             f'{shared} = {{ {fields}, reason = "{reason}" }}'

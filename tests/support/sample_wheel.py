@@ -27,6 +27,8 @@ from sm120kit.inventory.host import Host
 from sm120kit.remote import run_script
 from sm120kit.remote.build_wheel import PROVENANCE_FILE, PROVENANCE_SCHEMA
 from sm120kit.runner.connection import LocalConnection
+from sm120kit.runner.host_context import HostContext
+from sm120kit.runner.pool import outside_run
 from tests.support.venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +55,11 @@ def cache_root() -> Path:
 
 def local_connection() -> LocalConnection:
     return LocalConnection(Host("local", vars={"ansible_connection": "local"}))
+
+
+def local_context() -> HostContext:
+    """The local host's context outside a run (the logged run API, as a host op has it)."""
+    return outside_run(Host("local", vars={"ansible_connection": "local"}))
 
 
 def nvcc_available() -> bool:

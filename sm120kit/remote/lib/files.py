@@ -1,6 +1,8 @@
-"""Files on the host: remove anything, hash a file, write one atomically."""
+"""Files on the host: remove anything, hash a file, write one atomically, read the text of a
+library module that is a program (not imported)."""
 
 import hashlib
+import importlib.util
 import os
 import shutil
 
@@ -41,3 +43,14 @@ def size_of(root):
             if not os.path.islink(path):
                 total += os.path.getsize(path)
     return total
+
+
+def module_text(module):
+    """The source text of module `module` of the hosts' library, found but never executed:
+    from the package's files on the controller, from the bundle on a host (a module the
+    script's ``__bundle__`` lists)."""
+    spec = importlib.util.find_spec(module)
+    source = spec.loader.get_source(module) if spec and spec.loader else None
+    if source is None:
+        raise ImportError("no source for %s" % module)
+    return str(source)

@@ -62,6 +62,8 @@ import shutil
 import subprocess
 from typing import Any, Callable
 
+from sm120kit.remote.lib.names import CUDA_VERSION_JSON, dist_stem
+
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 _CUDART = re.compile(r"#define\s+CUDART_VERSION\s+(\d+)")
 _CCCL = re.compile(r"#define\s+CCCL_VERSION\s+(\d+)")
@@ -125,11 +127,11 @@ def cccl_version(include: str | None) -> str | None:
 
 def _dist_info(sys_path: list[str], name: str) -> tuple[str, str] | None:
     """(the sys.path entry, the .dist-info directory) of distribution `name`, or None."""
-    stem = re.sub(r"[-_.]+", "_", name).lower()
+    stem = dist_stem(name)
     for entry in sys_path:
         for info in sorted(glob.glob(os.path.join(entry, "*.dist-info"))):
             dist = os.path.basename(info)[: -len(".dist-info")].partition("-")[0]
-            if re.sub(r"[-_.]+", "_", dist).lower() == stem:
+            if dist_stem(dist) == stem:
                 return entry, info
     return None
 
@@ -224,7 +226,7 @@ def _flashinfer(
 
 def _humming_system_version(path: str, env: dict[str, str]) -> tuple[int, int] | None:
     try:
-        with open(os.path.join(path, "version.json")) as fh:
+        with open(os.path.join(path, CUDA_VERSION_JSON)) as fh:
             v = _mm((json.load(fh).get("cuda") or {}).get("version"))
         if v:
             return v

@@ -15,15 +15,12 @@ from typing import Any
 from sm120kit.remote.lib.cuda_pieces import installed_pieces, judge_pieces
 from sm120kit.remote.lib.cudaarch import cc_text, sass_runs_on
 from sm120kit.remote.lib.jit_toolchain import check_jit
+from sm120kit.remote.lib.names import dist_name
 from sm120kit.remote.lib.probe_env import Context
 from sm120kit.remote.lib.targets import IMPORT_TOP_SRC
 from sm120kit.remote.lib.version_spec import any_contains
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?\s*==\s*([^;,)\s]+)")
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _public(version: Any) -> str:
@@ -92,7 +89,7 @@ def pins(requires: list[str]) -> dict[str, str]:
             continue
         m = _PIN.match(req)
         if m:
-            out[_norm(m.group(1))] = m.group(2)
+            out[dist_name(m.group(1))] = m.group(2)
     return out
 
 
@@ -131,8 +128,8 @@ def check_pins(
         if not ok:
             wrong.append(f"torch {torch} (pinned =={wanted['torch']})")
     for name, pkg in sorted(installed.items()):
-        dist = _norm(pkg.get("distribution") or name)
-        if dist not in wanted or dist == _norm(top):
+        dist = dist_name(pkg.get("distribution") or name)
+        if dist not in wanted or dist == dist_name(top):
             continue
         ok = _public(pkg.get("version")) == _public(wanted[dist])
         rows.append(

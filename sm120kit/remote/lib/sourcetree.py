@@ -20,6 +20,7 @@ import urllib.request
 import zipfile
 
 from sm120kit.remote.lib.files import sha256_file
+from sm120kit.remote.lib.names import dist_name
 
 MARKER = ".sm120kit-source.json"
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -62,14 +63,10 @@ def tree_hash(root):
 # -- the index ----------------------------------------------------------------------------
 
 
-def _normalize(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def sdist_links(index_url, package, version):
     """[(filename, url, sha256 or None)] of `package`'s sdists for `version` on a simple index
     (PEP 691 JSON or PEP 503 HTML). The controller uses this too, to pin a hash before a run."""
-    page = index_url.rstrip("/") + "/" + _normalize(package) + "/"
+    page = index_url.rstrip("/") + "/" + dist_name(package) + "/"
     request = urllib.request.Request(
         page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
     )
@@ -101,7 +98,7 @@ def sdist_links(index_url, package, version):
         for link in links:
             if link[0].endswith(ext):
                 name, _, found = link[0][: -len(ext)].rpartition("-")
-                if _normalize(name) == _normalize(package) and found == version:
+                if dist_name(name) == dist_name(package) and found == version:
                     sdists.append(link)
     if not sdists:
         raise FetchError("no sdist of %s %s on %s" % (package, version, page))

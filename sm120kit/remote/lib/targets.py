@@ -6,7 +6,6 @@ Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,10 +14,10 @@ import sys
 from typing import Any
 
 from sm120kit.remote.lib.diagnosis import short_error
+from sm120kit.remote.lib.files import module_text
+from sm120kit.remote.lib.names import PROVENANCE_FILE
 
 MARK = "@@SM120KIT-SMOKE@@"
-#: The build record sm120kit writes into the dist-info of every wheel it builds.
-PROVENANCE_FILE = "sm120kit-build.json"
 
 #: The scripts in ``in_target/`` (listed so the hosts' bundle carries their text).
 __bundle__ = (
@@ -35,14 +34,7 @@ __bundle__ = (
 
 
 def _text(name: str) -> str:
-    # Through the import system: from the package's files on the controller, from the bundle
-    # on a host. The module is found, never executed.
-    module = "sm120kit.remote.lib.in_target." + name
-    spec = importlib.util.find_spec(module)
-    source = spec.loader.get_source(module) if spec and spec.loader else None  # type: ignore[attr-defined]
-    if source is None:
-        raise ImportError("no source for %s" % module)
-    return str(source)
+    return module_text("sm120kit.remote.lib.in_target." + name)
 
 
 def script_text(name: str) -> str:

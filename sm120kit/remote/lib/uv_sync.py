@@ -16,15 +16,11 @@ Stdlib only, Python >= 3.8.
 
 import glob
 import os
-import re
 import stat
 import subprocess
 import zipfile
 
-
-def normalize(name):
-    """PEP 503 name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+from sm120kit.remote.lib.names import dist_name
 
 
 def installed(env):
@@ -33,7 +29,7 @@ def installed(env):
     for info in glob.glob(os.path.join(env, "lib", "python*", "site-packages", "*.dist-info")):
         base = os.path.basename(info)[: -len(".dist-info")]
         name, _, version = base.partition("-")
-        out[normalize(name)] = version
+        out[dist_name(name)] = version
     return out
 
 
