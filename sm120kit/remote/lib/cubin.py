@@ -23,6 +23,8 @@ import re
 import struct
 from typing import Any
 
+from sm120kit.remote.lib.elf import Elf, ElfError
+
 EM_CUDA = 190
 ELFOSABI_CUDA = 0x41
 #: ELF ABI version 8 moved the SM number from bits 0-7 to bits 8-15 of e_flags.
@@ -35,28 +37,6 @@ _ARCH_ARG = re.compile(rb"-arch[ =]+sm_(\d+)([af]?)\b")
 
 class CubinError(ValueError):
     """The bytes are not a cubin this reader knows."""
-
-
-def _sections(data: Any, e: str, is64: bool) -> dict[str, tuple[int, int]]:
-    """{name: (offset, size)} of the file's sections (empty when the table is unreadable)."""
-    if is64:
-        (shoff,) = struct.unpack_from(e + "Q", data, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
-        fmt, off_i, size_i = e + "IIQQQQIIQQ", 4, 5
-    else:
-        (shoff,) = struct.unpack_from(e + "I", data, 0x20)
-        shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
-        fmt, off_i, size_i = e + "IIIIIIIIII", 4, 5
-    if shoff + shnum * shentsize > len(data) or shstrndx >= shnum:
-        return {}
-    raw = [struct.unpack_from(fmt, data, shoff + i * shentsize) for i in range(shnum)]
-    names = raw[shstrndx]
-    out: dict[str, tuple[int, int]] = {}
-    for sh in raw:
-        start = names[off_i] + sh[0]
-        end = data.find(b"\0", start)
-        out[bytes(data[start:end]).decode("latin-1")] = (sh[off_i], sh[size_i])
-    return out
 
 
 def cubin_sm(data: Any) -> int:
@@ -90,15 +70,14 @@ def cubin_target(data: Any) -> str:
     sm = cubin_sm(data)
     if _accelerated(data):
         return f"sm_{sm}a"
-    e = "<" if data[5] == 1 else ">"
     suffix = ""
     try:
-        where = _sections(data, e, data[4] == 2).get(_TKINFO)
-    except struct.error:
-        where = None
+        where = Elf("cubin", data=bytes(data)).section_ranges(_TKINFO)
+    except (ElfError, struct.error):
+        where = []
     if where:
-        start, size = where
-        for m in _ARCH_ARG.finditer(bytes(data[start : start + size])):
+        start, stop = where[0]
+        for m in _ARCH_ARG.finditer(bytes(data[start:stop])):
             if int(m.group(1)) == sm:
                 suffix = m.group(2).decode()
                 break
