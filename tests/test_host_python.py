@@ -37,6 +37,10 @@ UBUNTU = {"id": "ubuntu", "id_like": "debian", "pretty": "Ubuntu 22.04"}
 RHEL = {"id": "rocky", "id_like": "rhel centos fedora", "pretty": "Rocky 9"}
 
 
+# The recipe's own [torch]: this [stack] is not a shared stack line, so it has no torch.
+TINY_TORCH = '[torch]\nversion = "2.14.1"\nindex = "pypi"\ncuda = "13.0"\n\n'
+
+
 def facts(*pythons: str, os_: dict[str, Any] | None = None, user: str = "me") -> dict[str, Any]:
     return {
         "python": [{"path": f"/usr/bin/python{v}", "version": f"{v}.1"} for v in pythons],
@@ -294,7 +298,7 @@ def _tiny_stack(tmp: Path, url: str, files: Path) -> Path:
     body = recipe.read_text()
     start = body.index("\n[stack]\n") + 1
     end = body.find("\n[", start + 1)
-    table = '[stack]\ntop = "demo-app==1.0"\nlocks = "locks/demo"\nreason = "tiny"\n'
+    table = TINY_TORCH + '[stack]\ntop = "demo-app==1.0"\nlocks = "locks/demo"\nreason = "tiny"\n'
     recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
     return root / "recipes"
 

@@ -137,7 +137,7 @@ def _env(
     lib = tmp_path / "pkg" / "_C.so"
     lib.parent.mkdir(parents=True, exist_ok=True)
     lib.write_bytes(b"x" * 8)
-    marker = tmp_path / probe_env.ENV_MARKER
+    marker = tmp_path / probe_env.STACK_RECORD
     marker.write_text(json.dumps({"packages": {"Pkg_Kernel": {"sha256": "S1", "version": "1.0"}}}))
     if newer:
         os.utime(lib, (os.stat(marker).st_mtime + 60,) * 2)

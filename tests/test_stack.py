@@ -33,6 +33,10 @@ pytestmark = pytest.mark.timeout(1200)
 UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
 
 
+# The recipe's own [torch]: this [stack] is not a shared stack line, so it has no torch.
+TINY_TORCH = '[torch]\nversion = "2.14.1"\nindex = "pypi"\ncuda = "13.0"\n\n'
+
+
 @pytest.fixture(scope="session")
 def uv_wheel() -> Path:
     """uv's pinned wheel (`stack_files.UV`), fetched once per machine from its URL and checked
@@ -225,7 +229,7 @@ def _tiny_recipes(
     body = recipe.read_text()
     start = body.index("\n[stack]\n") + 1
     end = body.find("\n[", start + 1)
-    table = f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "tiny"\n'
+    table = TINY_TORCH + f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "tiny"\n'
     recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
     return root / "recipes"
 

@@ -26,6 +26,8 @@ import os
 import re
 from typing import Any
 
+from sm120kit.remote.lib.names import dist_name
+
 #: Distribution (suffix ``-cu12``/``-cu13`` dropped) -> what it is.
 PIECES = {
     "cuda-toolkit": "the CUDA toolkit metapackage",
@@ -52,13 +54,9 @@ COMPILER = "nvidia-cuda-nvcc"
 HEADERS = "nvidia-cuda-runtime"
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def piece_name(distribution: str) -> str | None:
     """The `PIECES` key of a distribution name (any spelling, ``-cu12`` suffix), or None."""
-    base = re.sub(r"-cu1\d$", "", _norm(distribution))
+    base = re.sub(r"-cu1\d$", "", dist_name(distribution))
     return base if base in PIECES else None
 
 
@@ -76,10 +74,10 @@ def installed_pieces(sys_path: list[str]) -> list[dict[str, Any]]:
         for info in sorted(glob.glob(os.path.join(entry, "*.dist-info"))):
             dist, _, version = os.path.basename(info)[: -len(".dist-info")].partition("-")
             key = piece_name(dist)
-            if key is None or _norm(dist) in found:
+            if key is None or dist_name(dist) in found:
                 continue
-            found[_norm(dist)] = {
-                "distribution": _norm(dist),
+            found[dist_name(dist)] = {
+                "distribution": dist_name(dist),
                 "version": version,
                 "cuda": minor_of(version),
                 "what": PIECES[key],

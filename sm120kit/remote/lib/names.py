@@ -44,13 +44,13 @@ _CUDA_XY = re.compile(r"^\s*[vV]?(\d+)\.(\d+)")
 
 
 def dist_name(name: str) -> str:
-    """A distribution's normalised name (PEP 503): ``Flash_Attn`` -> ``flash-attn``."""
+    """A distribution's normalised name (PEP 503): ``Foo_Bar.baz`` -> ``foo-bar-baz``."""
     return _SEPARATORS.sub("-", str(name)).lower()
 
 
 def dist_stem(name: str) -> str:
     """A distribution's name as a ``.dist-info`` directory or a wheel file spells it:
-    ``flash-attn`` -> ``flash_attn``."""
+    ``foo-bar`` -> ``foo_bar``."""
     return _SEPARATORS.sub("_", str(name)).lower()
 
 

@@ -19,6 +19,7 @@ from sm120kit.remote.lib.diagnosis import close_variant, expected_from
 from sm120kit.remote.lib.elf import open_elf
 from sm120kit.remote.lib.fatbin import device_targets, relocatable_targets
 from sm120kit.remote.lib.loader import Resolver, system_lib_dirs
+from sm120kit.remote.lib.names import STACK_RECORD, dist_name
 from sm120kit.remote.lib.targets import run_target
 
 PROBE_VERSION = 1
@@ -157,21 +158,12 @@ class Context:
         return self._variants[symbol["name"]]
 
 
-#: The serving env's install marker (ops/stack_steps.py RECORD): the lock it was installed
-#: from and, per distribution, the sha256 of the wheel installed.
-ENV_MARKER = ".sm120kit-lock.json"
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def env_marker(prefix: str | None) -> dict[str, Any]:
     """``{"path", "mtime", "packages": {name: {"sha256", "version"}}}`` of the env's install
     marker; ``{}`` when the env has none (not installed by the tool from a lock)."""
     if not prefix:
         return {}
-    path = os.path.join(prefix, ENV_MARKER)
+    path = os.path.join(prefix, STACK_RECORD)
     try:
         with open(path) as fh:
             doc = json.load(fh)
@@ -181,7 +173,11 @@ def env_marker(prefix: str | None) -> dict[str, Any]:
     packages = doc.get("packages") if isinstance(doc, dict) else None
     if not isinstance(packages, dict):
         return {}
-    return {"path": path, "mtime": mtime, "packages": {_norm(k): v for k, v in packages.items()}}
+    return {
+        "path": path,
+        "mtime": mtime,
+        "packages": {dist_name(k): v for k, v in packages.items()},
+    }
 
 
 def catalogued(
@@ -193,7 +189,7 @@ def catalogued(
     the catalogue read the wheel of sha256 S (``facts["wheels"]``), the file is a module of it,
     and the file still is what the install recorded: its RECORD row (sha256 and size) is
     there, its size is that size, and it is not newer than the marker. Anything else is read."""
-    pkg = (marker.get("packages") or {}).get(_norm(str(info.get("distribution") or "")))
+    pkg = (marker.get("packages") or {}).get(dist_name(str(info.get("distribution") or "")))
     sha = pkg.get("sha256") if isinstance(pkg, dict) else None
     wheel = (facts.get("wheels") or {}).get(sha) if sha else None
     if not wheel:
