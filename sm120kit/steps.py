@@ -121,6 +121,17 @@ def _check(step: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _stage(step: Mapping[str, Any]) -> list[str]:
+    env = f"env -u VIRTUAL_ENV UV_CACHE_DIR={_q(step['cache'])} UV_NO_CONFIG=1 UV_NO_PROGRESS=1"
+    batch = posixpath.join(step["scratch"], "stage-N.txt")
+    return [
+        f"as each of the {step['files']} files arrives: check its sha256 against the lock (and "
+        f"verify each of the {step['compiled']} compiled ones for driver {step['driver']}, arch "
+        f"{step['arch']}), then {env} {shlex.join(step['argv'])} -r {batch} and byte-compile "
+        "its modules"
+    ]
+
+
 def _unpack(step: Mapping[str, Any]) -> list[str]:
     dest = _q(step["dest"])
     return [
@@ -181,6 +192,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "patch": lambda s: [f"patch_tree {s['tree']}: {', '.join(p['name'] for p in s['patches'])}"],
     "fetch": lambda s: [f"fetch {s['url']} -> {s['dest']} (sha256 {s['sha256']})"],
     "check": _check,
+    "stage": _stage,
     "unpack": _unpack,
     "uv": _uv,
     "requirements": _requirements,

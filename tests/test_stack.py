@@ -437,7 +437,9 @@ def test_a_lock_whose_sha256_differs_is_refused_before_install(
     assert host["status"] == "failed"
     assert f"demo-native 0.1: sha256 {real} differs from the lock's {'f' * 64}" in host["error"]
     work = tmp_path / "work" / "gpu5"
-    assert not (work / "envs").exists()  # nothing installed, no env made
+    # Nothing installed, no env left: the new env, made beside its final place and filled as
+    # the files arrived, is removed with its scratch dir when the fetch fails.
+    assert not list((work / "envs").glob("stack-*"))
     assert not list((work / "releases").rglob("demo_native-*.whl"))  # the bad file is gone
 
 

@@ -112,7 +112,8 @@ AS_LOCKED = {
     "present": ALL, "cuda_home": "/w/cuda-13.0",
 }  # fmt: skip
 SYNC = ["check", "unpack", "remove", "mkdir", "requirements", "uv", "remove", "record", "pth"]
-NEW_ENV = ["check", "unpack", "remove", "uv", "remove", "mkdir", "requirements", "uv", "rename"]
+# A new env is filled as the files arrive (stage), then synced (an audit) and moved in whole.
+NEW_ENV = ["unpack", "remove", "uv", "remove", "mkdir", "stage", "requirements", "uv", "rename"]
 NEW_ENV += ["remove", "record", "pth"]
 
 #: (case, probe, the ops in order, the drift)
@@ -131,7 +132,7 @@ STACK_ROWS = [
     ("drifted env, one file missing in the store: that file is fetched",
      {**AS_LOCKED, "installed": {}, "present": ALL[1:]}, ["fetch", *SYNC], ["missing: a, b"]),
     ("half-made env: removed, made again", {**AS_LOCKED, "works": False},
-     ["check", "unpack", "remove", *NEW_ENV[2:]], ["the env does not work (half-made?): made again"]),
+     ["unpack", "remove", *NEW_ENV[1:]], ["the env does not work (half-made?): made again"]),
     ("only the CUDA_HOME .pth differs", {**AS_LOCKED, "cuda_home": None}, ["pth"], []),
 ]  # fmt: skip
 
@@ -162,10 +163,16 @@ def test_stack_steps_render_the_exact_uv_command_lines() -> None:
     uv += "/w/tools/uv-0.13.9/uv"
     assert lines[0] == f"fetch https://idx/a.whl -> {STACK_FILES[0].dest} (sha256 {'1' * 64})"
     assert lines[2] == f"fetch https://idx/uv.whl -> /w/releases/uv/uv.whl (sha256 {'9' * 64})"
-    assert lines[3] == (
-        "check the sha256 of the 2 files against the lock, then verify the 1 compiled ones for "
-        "driver 580.95.05, arch 12.0"
+    new = "/w/envs/stack-a.sm120kit-new"
+    assert lines[8] == (
+        "as each of the 2 files arrives: check its sha256 against the lock (and verify each of "
+        f"the 1 compiled ones for driver 580.95.05, arch 12.0), then {uv} pip install --offline "
+        "--no-index --require-hashes --no-deps --no-compile-bytecode --python "
+        f"{new}/bin/python -r /w/envs/stack-a.sm120kit-scratch/stage-N.txt and byte-compile its "
+        "modules"
     )
+    assert plan.streams
+    assert not stack_steps.plan_stack(STACK_FACTS, {**AS_LOCKED, "installed": {}}).streams
     assert (
         f"{uv} venv --relocatable --python /usr/bin/python3.11 /w/envs/stack-a.sm120kit-new"
         in lines

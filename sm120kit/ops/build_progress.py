@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import Interrupted
@@ -16,13 +16,16 @@ from ..runner.host_context import HostContext
 PROGRESS_POLL_SECONDS = 2.0
 
 
-def _progress_detail(text: str, seconds: float) -> str:
+def _progress_detail(text: str, seconds: float, extra: str = "") -> str:
     try:
         doc = json.loads(text) if text.strip() else {}
     except ValueError:
         doc = {}
     if doc.get("phase"):  # the stack step's install (install_lock): phase, files, bytes
         got = f" {doc['bytes'] / 1e9:.2f} GB downloaded" if doc.get("bytes") else ""
+        if "installed" in doc:  # a new env filled as the files arrive
+            got += f", {doc['installed']} installed"
+        got += f", {extra}" if extra else ""
         return f"{doc['phase']} [{doc.get('done', 0)}/{doc.get('total', 0)}]{got} {seconds:.0f}s"
     if doc.get("total"):
         return f"[{doc.get('done', 0)}/{doc['total']}] {seconds:.0f}s"
@@ -32,8 +35,11 @@ def _progress_detail(text: str, seconds: float) -> str:
 
 
 @contextmanager
-def poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
-    """While the block runs, show the remote build's progress file on the live display."""
+def poll_progress(
+    ctx: HostContext, step: str, path: str, extra: Callable[[], str] | None = None
+) -> Iterator[None]:
+    """While the block runs, show the remote build's progress file on the live display (with
+    `extra`'s words beside it: what the controller does meanwhile)."""
     stop = threading.Event()
     start = time.monotonic()
 
@@ -46,7 +52,9 @@ def poll_progress(ctx: HostContext, step: str, path: str) -> Iterator[None]:
                 # cancelled run is reported by the main thread, not by a traceback here.
                 return
             ctx.runner.progress.step(
-                ctx.host.name, step, _progress_detail(text, time.monotonic() - start)
+                ctx.host.name,
+                step,
+                _progress_detail(text, time.monotonic() - start, extra() if extra else ""),
             )
 
     thread = threading.Thread(target=poll, name=f"progress-{ctx.host.name}", daemon=True)

@@ -20,7 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import secrets
+import shlex
+import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -285,21 +289,30 @@ def _fetch(
     state: ProvisionState,
     lock: Lock,
     wanted: list[LockEntry],
-    target: dict[str, Any],
+    target: dict[str, Any] | None,
+    *,
+    done: list[int] | None = None,
+    show: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> list[tuple[str, int]]:
     """Obtain `wanted` on the host (`stack_files.obtain_release`), several at once, showing
-    files and bytes on the progress display as each arrives."""
+    files and bytes on the progress display as each arrives (with `show`; the sizes of those
+    placed are appended to `done`). Once `stop()` is true the files not yet started are
+    skipped (``("skipped", 0)``): the host's install has failed and needs no more."""
     total = len(wanted)
-    done: list[int] = []
+    done = [] if done is None else done
 
     def one(entry: LockEntry) -> tuple[str, int]:
+        if stop is not None and stop():
+            return "skipped", 0
         indexes = UV_INDEXES if entry == UV else lock.indexes
         got = obtain_release(ctx, entry, release_path(state, entry), target=target, indexes=indexes)
         done.append(entry.size or 0)
-        known = sum(done) / 1e9
-        ctx.runner.progress.step(
-            ctx.host.name, "stack", f"fetch [{len(done)}/{total}] {known:.2f} GB"
-        )
+        if show:
+            known = sum(done) / 1e9
+            ctx.runner.progress.step(
+                ctx.host.name, "stack", f"fetch [{len(done)}/{total}] {known:.2f} GB"
+            )
         return got
 
     # Several files at once: most of a lock's 200 files are small, where one file's lookup,
@@ -307,6 +320,84 @@ def _fetch(
     # (and are verified on the host) while the others go on.
     with ThreadPoolExecutor(FETCH_WORKERS) as pool:
         return list(pool.map(one, wanted))
+
+
+def _fetch_while_installing(
+    ctx: HostContext,
+    state: ProvisionState,
+    lock: Lock,
+    wanted: list[LockEntry],
+    args: dict[str, Any],
+) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """A new env's install: uv first (the host runs it), then the host's steps (`install_lock`
+    ``apply``, whose ``stage`` fills the env as files land) run while the controller fetches
+    the rest. A marker file tells the host when the fetches are over, and whether they
+    failed; a host that fails first stops the fetches not yet started. Returns (one
+    ``(origin, bytes)`` per `wanted` entry, the host's result)."""
+    first = [i for i, e in enumerate(wanted) if e == UV]
+    rest = [i for i, e in enumerate(wanted) if e != UV]
+    got: dict[int, tuple[str, int]] = dict(
+        zip(
+            first, _fetch(ctx, state, lock, [wanted[i] for i in first], args["verify"]), strict=True
+        )
+    )
+    env = str(args["env"])
+    marker = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.fetched")
+    token = secrets.token_hex(8)
+    args = {**args, "fetched": {"path": marker, "token": token}}
+    box: dict[str, Any] = {}
+    placed: list[int] = []
+
+    def shown() -> str:
+        return f"{len(placed)}/{len(rest)} files placed ({sum(placed) / 1e9:.2f} GB)"
+
+    def host() -> None:
+        try:
+            with poll_progress(ctx, "stack", str(args["progress"]), extra=shown):
+                box["result"] = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=host, name=f"stack-{ctx.host.name}", daemon=True)
+    thread.start()
+    status = "failed: the controller stopped"
+    try:
+        # Compiled files are verified by the host's stage as they land (not by the fetch).
+        fetched = _fetch(
+            ctx,
+            state,
+            lock,
+            [wanted[i] for i in rest],
+            None,
+            done=placed,
+            show=False,
+            stop=lambda: not thread.is_alive(),
+        )
+        status = "ok"
+    except Exception as exc:
+        status = "failed: " + " ".join(str(exc).split())[:400]
+        raise
+    finally:
+        quoted = shlex.quote(marker)
+        line = shlex.quote(f"{token} {status}")
+        # The host may not have made envs/ yet when a fetch fails at once.
+        told = ctx.run(
+            f"mkdir -p {shlex.quote(posixpath.dirname(marker))} && printf '%s\\n' {line} > {quoted}",
+            what="fetch marker",
+            quiet=True,
+            check=False,
+        ).ok
+        if told:  # else the host waits on, until its own timeout or the connection's end
+            thread.join()
+            ctx.run(f"rm -f {quoted}", what="fetch marker", quiet=True, check=False)
+        else:
+            ctx.log.warning("could not tell the host that the fetches are over (%s)", marker)
+            if status == "ok":
+                raise HostFailed(f"{ctx.host.name}: could not write {marker} on the host")
+    if "error" in box:
+        raise box["error"]
+    got.update(zip(rest, fetched, strict=True))
+    return [got[i] for i in range(len(wanted))], box["result"]
 
 
 def _install(
@@ -325,10 +416,7 @@ def _install(
     # A built wheel is on the host already (the build put it there): nothing to fetch.
     wanted = [entry_of[s["dest"]] for s in plan.fetches if s["dest"] in entry_of]
     target = _target(state, lock)
-    got = _fetch(ctx, state, lock, wanted, target)
     ran: list[Step] = list(plan.fetches)
-    origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
-    fetched = sum(n for _where, n in got)
     # Files placed in this run were hashed as they arrived: not read again before install.
     placed = {s["dest"] for s in plan.fetches}
     entries = [{**f.row(), "checked": f.dest in placed} for f in facts.files]
@@ -345,10 +433,19 @@ def _install(
         "progress": progress,
         "timeout": INSTALL_TIMEOUT,
     }
-    refetched: list[str] = []
-    for _attempt in range(2):
+    if plan.streams:
+        got, result = _fetch_while_installing(ctx, state, lock, wanted, args)
+    else:
+        got = _fetch(ctx, state, lock, wanted, target)
         with poll_progress(ctx, "stack", progress):
             result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
+    origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
+    fetched = sum(n for _where, n in got)
+    refetched: list[str] = []
+    for attempt in range(2):
+        if attempt:
+            with poll_progress(ctx, "stack", progress):
+                result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
         ran += plan.host_steps[: int(result.get("done") or 0)]
         corrupt = [by_dest[d] for d in result.get("corrupt") or [] if d in by_dest]
         if result.get("ok") or not corrupt or refetched:

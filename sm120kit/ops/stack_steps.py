@@ -29,6 +29,11 @@ NEW = ".sm120kit-new"
 SCRATCH = ".sm120kit-scratch"
 #: uv's sync: offline, from the listed files only, every hash required, byte-compiled.
 SYNC = ("pip", "sync", "--offline", "--no-index", "--require-hashes", "--compile-bytecode")
+#: uv's install of the files that have arrived, into a new env while the rest still arrive
+#: (`install_lock` ``stage``): no resolver, no compile (the host compiles each distribution's
+#: modules itself as it lands; the final sync's compile pass then finds them fresh).
+STAGE = ("pip", "install", "--offline", "--no-index", "--require-hashes", "--no-deps",
+         "--no-compile-bytecode")  # fmt: skip
 #: Seconds uv may take to make a venv (a sync gets the install's whole timeout).
 VENV_TIMEOUT = 600
 
@@ -110,6 +115,11 @@ class StackPlan:
         return [s for s in self.steps if s.op != "fetch"]
 
     @property
+    def streams(self) -> bool:
+        """Whether the host fills a new env while the controller still fetches (``stage``)."""
+        return any(s.op == "stage" for s in self.steps)
+
+    @property
     def remade(self) -> bool:
         """Whether a broken env at the final path is removed and made again."""
         return "the env does not work (half-made?): made again" in self.drift
@@ -152,26 +162,30 @@ def uv_step(facts: StackFacts, *args: str, timeout: float) -> Step:
 
 
 def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step], list[str]]:
-    """The host's steps that make the env hold exactly `facts.files` (the files are on the host
-    by then): check and verify them, unpack uv, make the env if it is absent or broken (beside,
-    then moved in whole), sync it, record it. Returns (steps, cleanup)."""
+    """The host's steps that make the env hold exactly `facts.files`, then record it. An
+    existing env: every file checked and verified first (they are on the host by then), then
+    synced in place. A new env (none, or a broken one removed): made beside its final place,
+    filled by ``stage`` while the controller's fetches still run (each file checked, verified,
+    installed and byte-compiled as it arrives), then synced (an audit, in effect) and moved in
+    whole. uv is unpacked first in both. Returns (steps, cleanup)."""
     env, scratch = facts.env, facts.env + SCRATCH
     member = f"uv-{facts.uv_version}.data/scripts/uv"
-    steps = [
-        Step(
-            "check",
-            files=len(facts.files),
-            compiled=sum(1 for f in facts.files if f.compiled),
-            driver=facts.driver,
-            arch=facts.arch,
-        ),
-        Step("unpack", wheel=facts.uv.dest, member=member, dest=facts.uv_bin),
-    ]
+    judged = {
+        "files": len(facts.files),
+        "compiled": sum(1 for f in facts.files if f.compiled),
+        "driver": facts.driver,
+        "arch": facts.arch,
+    }
+    new_env = not probe.get("exists") or not probe.get("works")
+    # A live env is changed only after every file was checked; a new one (beside its final
+    # place) is filled as the files arrive.
+    steps = [] if new_env else [Step("check", **judged)]
+    steps.append(Step("unpack", wheel=facts.uv.dest, member=member, dest=facts.uv_bin))
     cleanup = [scratch]
     target = env
     if probe.get("exists") and not probe.get("works"):
         steps.append(Step("remove", path=env))  # half-made: made again
-    if not probe.get("exists") or not probe.get("works"):
+    if new_env:
         target = env + NEW
         cleanup.append(target)
         steps += [
@@ -187,9 +201,21 @@ def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step],
             ),
         ]
     req = posixpath.join(scratch, "requirements.txt")
+    steps += [Step("remove", path=scratch), Step("mkdir", path=scratch)]
+    if new_env:
+        python = posixpath.join(target, "bin", "python")
+        steps.append(
+            Step(
+                "stage",
+                **judged,
+                argv=[facts.uv_bin, *STAGE, "--python", python],
+                cache=facts.cache,
+                scratch=scratch,
+                env=target,
+                timeout=int(facts.install_timeout),
+            )
+        )
     steps += [
-        Step("remove", path=scratch),
-        Step("mkdir", path=scratch),
         Step("requirements", path=req, files=[[f.name, f.dest, f.sha256] for f in facts.files]),
         uv_step(
             facts,

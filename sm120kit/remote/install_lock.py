@@ -50,7 +50,7 @@ import re
 import sys
 import time
 
-from sm120kit.remote.lib import steps, uv_sync
+from sm120kit.remote.lib import steps, stream_install, uv_sync
 from sm120kit.remote.lib.download import DownloadFailed, download
 from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
 from sm120kit.remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE, dist_name
@@ -124,6 +124,7 @@ class Progress:
     def __init__(self, path, total):
         self.path, self.total = path, total
         self.phase, self.done, self.bytes, self.last = "fetch", 0, 0, 0.0
+        self.extra = {}  # more counts to show (a streaming install's "installed")
 
     def set(self, phase=None, done=0, nbytes=0, force=False):
         if phase is not None and phase != self.phase:
@@ -133,8 +134,8 @@ class Progress:
         now = time.time()
         if self.path and (force or now - self.last >= 0.5):
             self.last = now
-            doc = {"phase": self.phase, "done": self.done, "total": self.total,
-                   "bytes": self.bytes}  # fmt: skip
+            doc = dict(self.extra, phase=self.phase, done=self.done, total=self.total,
+                       bytes=self.bytes)  # fmt: skip
             try:
                 write_atomic(self.path, json.dumps(doc))
             except OSError:
@@ -165,6 +166,11 @@ def obtain(entry, timeout, indexes):
         except DownloadFailed as exc:
             return "%s %s: %s" % (entry["name"], entry["version"], exc), 0, False
         fetched = os.path.getsize(part)
+        if got != want:
+            remove(part)  # never at its final name: a streaming install takes what is there
+            line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
+                entry["name"], entry["version"], got, want, entry["url"])  # fmt: skip
+            return line, fetched, False
         os.rename(part, dest)
     elif entry.get("checked"):
         got = want  # arrived in this run, hashed as it arrived (fetch, or the stores' placing)
@@ -178,11 +184,16 @@ def obtain(entry, timeout, indexes):
     return None, fetched, False
 
 
-def check(entries, target, timeout, indexes, progress):
+def check(entries, target, timeout, indexes, progress, marker=None, ready=None, stop=None):
     """Obtain every entry's file (downloads and hashing several at once) and verify each
     compiled one for `target` as soon as its file is there, in processes beside the
     downloads (reading the device code of 93 wheels is CPU work). Returns (errors in entry
-    order, bytes downloaded per entry, corrupt dests, {name: verdict})."""
+    order, bytes downloaded per entry, corrupt dests, {name: verdict}).
+
+    Streaming (`marker`, a `FetchMarker`): a file the controller is still placing (``checked``
+    and absent) is waited for rather than downloaded here, until the marker says the
+    controller's fetches are over; each entry that is there and judged fit is handed to
+    `ready` at once; the first error, or `stop()` turning true, ends it early."""
     errors, sizes, corrupt, verdicts = [None] * len(entries), [0] * len(entries), [], {}
     import multiprocessing
 
@@ -193,25 +204,56 @@ def check(entries, target, timeout, indexes, progress):
         max(1, min(cpus, 8)), mp_context=multiprocessing.get_context("fork")
     )
     threads = concurrent.futures.ThreadPoolExecutor(fetchers)
+    jobs = {}
+    waiting = set()
+    for i, e in enumerate(entries):
+        if marker is not None and e.get("checked") and not os.path.isfile(e["dest"]):
+            waiting.add(i)
+        else:
+            jobs[threads.submit(obtain, e, timeout, indexes)] = ("obtain", i)
     try:
-        got = {threads.submit(obtain, e, timeout, indexes): i for i, e in enumerate(entries)}
-        judged = {}
-        for fut in concurrent.futures.as_completed(got):
-            i = got[fut]
-            error, n, bad = fut.result()
-            errors[i], sizes[i] = error, n
-            progress.set(done=1, nbytes=n)
-            if bad:
-                corrupt.append(entries[i]["dest"])
-            if error is None and target and entries[i].get("compiled"):
-                judged[procs.submit(verify, entries[i], target)] = i
-        progress.set("verify", force=True)
-        for fut in concurrent.futures.as_completed(judged):
-            entry = entries[judged[fut]]
-            doc = fut.result()
-            progress.set(done=1)
-            verdicts[entry["name"]] = {k: doc[k] for k in ("ok", "refusal", "notes")}
+        while jobs or waiting:
+            if waiting:
+                arrived = set(i for i in waiting if os.path.isfile(entries[i]["dest"]))
+                state = marker.state()
+                if state is not None and state != "ok":
+                    raise StepFailed("the controller's fetches %s" % state)
+                if state == "ok":
+                    arrived = set(waiting)  # what is still absent is fetched here
+                for i in sorted(arrived):
+                    jobs[threads.submit(obtain, entries[i], timeout, indexes)] = ("obtain", i)
+                waiting -= arrived
+            if not jobs:
+                time.sleep(0.2)
+                continue
+            done, _ = concurrent.futures.wait(
+                list(jobs), timeout=0.2 if waiting else None,
+                return_when=concurrent.futures.FIRST_COMPLETED)  # fmt: skip
+            for fut in done:
+                kind, i = jobs.pop(fut)
+                entry = entries[i]
+                if kind == "obtain":
+                    error, n, bad = fut.result()
+                    errors[i], sizes[i] = error, n
+                    progress.set(done=1, nbytes=n)
+                    if bad:
+                        corrupt.append(entry["dest"])
+                    if error is None and target and entry.get("compiled"):
+                        jobs[procs.submit(verify, entry, target)] = ("verify", i)
+                    elif error is None and ready is not None:
+                        ready(entry)
+                    continue
+                doc = fut.result()
+                verdicts[entry["name"]] = {k: doc[k] for k in ("ok", "refusal", "notes")}
+                if doc["ok"] and ready is not None:
+                    ready(entry)
+            if marker is not None and (any(errors) or refused(entries, verdicts)):
+                break  # streaming: nothing more is installed after the first failure
+            if stop is not None and stop():
+                break
     finally:
+        for fut in jobs:
+            fut.cancel()
         threads.shutdown(wait=True)
         procs.shutdown(wait=True)
     return errors, sizes, corrupt, verdicts
@@ -289,6 +331,7 @@ def apply(args):
     start = time.time()
     sync = {"made": False, "added": [], "removed": [], "replaced": []}
     timings = {}
+    staged_into = {}
 
     def check_op(step, result):
         errors, sizes, corrupt, verdicts = check(
@@ -302,13 +345,69 @@ def apply(args):
             raise StepFailed(error)
         progress.total = len(entries)
 
+    def stage_op(step, result):
+        # A new env filled while the controller still places files: each file installed and
+        # its modules compiled as soon as it is there and judged fit (lib/stream_install).
+        site = site_packages(step["env"])
+        if site is None:
+            raise StepFailed("no site-packages under %s" % step["env"])
+        began = time.time()
+        staged_into["before"] = installed(step["env"])  # what the sync's report counts from
+        progress.set("fetch", force=True)
+        compiler = stream_install.Compiler(os.path.join(step["env"], "bin", "python"))
+        installer = stream_install.Installer(
+            step["argv"], step["cache"], step["scratch"], site, compiler, int(step["timeout"])
+        )
+        installer.start()
+
+        def ready(entry):
+            installer.add(entry)
+            progress.extra["installed"] = installer.installed
+
+        try:
+            errors, sizes, corrupt, verdicts = check(
+                entries, args.get("verify"), timeout, args.get("indexes"), progress,
+                marker=stream_install.FetchMarker(args.get("fetched")), ready=ready,
+                stop=lambda: installer.error is not None)  # fmt: skip
+        except BaseException:
+            installer.abort()
+            compiler.abort()
+            raise
+        result["downloaded"] = [[e["name"], n] for e, n in zip(entries, sizes) if n]
+        result["verdicts"], result["corrupt"] = verdicts, corrupt
+        timings["check_s"] = round(time.time() - began, 3)
+        error = next((x for x in errors if x), None) or refused(entries, verdicts)
+        if error or installer.error:
+            installer.abort()
+            compiler.abort()
+            raise StepFailed(error or installer.error)
+        progress.set("install", force=True)
+        error = installer.finish()
+        if error:
+            compiler.abort()
+            raise StepFailed(error)
+        timings["installed_s"] = round(time.time() - began, 3)
+        progress.set("compile", force=True)
+        compiled, lost = compiler.finish()
+        timings.update(
+            stage_s=round(time.time() - began, 3),
+            stage_batches=installer.batches,
+            stage_uv_s=round(installer.uv_s, 3),
+            compiled=compiled,
+            compile_lost=lost,
+            compile_busy_s=round(compiler.busy_s, 3),
+        )
+        progress.total = len(entries)
+
     def uv_op(step, result):
         argv = step["argv"]
         syncing = argv[1:3] == ["pip", "sync"]
         progress.set("install" if syncing else "venv", force=True)
         # A sync's env: the one whose python it is given (new or existing).
         target = os.path.dirname(os.path.dirname(argv[argv.index("--python") + 1]))
-        before = installed(target) if syncing else {}
+        before = staged_into.get("before") if syncing else {}
+        if before is None:
+            before = installed(target)
         began = time.time()
         error = uv_sync.run_uv(argv[0], argv[1:], step["cache"], int(step["timeout"]))
         if error:
@@ -336,7 +435,7 @@ def apply(args):
         if not done["ok"]:
             raise StepFailed(done["error"])
 
-    ops = {"check": check_op, "uv": uv_op, "unpack": unpack_op, "requirements": requirements_op,
+    ops = {"check": check_op, "stage": stage_op, "uv": uv_op, "unpack": unpack_op, "requirements": requirements_op,
            "record": record_op, "pth": pth_op}  # fmt: skip
     base = {"corrupt": [], "downloaded": [], "verdicts": {}, "installed": 0}
     result = steps.apply(args, ops, base)

@@ -82,13 +82,34 @@ def requirements(files):
     )
 
 
-def run_uv(uv, argv, cache, timeout):
-    """(error line or None) of ``uv <argv>`` with its cache at `cache`."""
+def uv_environ(cache):
+    """The environment uv runs with: its cache at `cache`, no config files, no progress bars,
+    no VIRTUAL_ENV (the env is always named by ``--python``)."""
     env = dict(os.environ, UV_CACHE_DIR=cache, UV_NO_CONFIG="1", UV_NO_PROGRESS="1")
     env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def start_uv(uv, argv, cache):
+    """``uv <argv>`` started (stdout and stderr piped, text), for a caller that may kill it."""
+    return subprocess.Popen(
+        [uv] + argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        env=uv_environ(cache),
+    )
+
+
+def run_uv(uv, argv, cache, timeout):
+    """(error line or None) of ``uv <argv>`` with its cache at `cache`."""
     try:
         done = subprocess.run(
-            [uv] + argv, capture_output=True, universal_newlines=True, timeout=timeout, env=env
+            [uv] + argv,
+            capture_output=True,
+            universal_newlines=True,
+            timeout=timeout,
+            env=uv_environ(cache),
         )
     except subprocess.TimeoutExpired:
         return "uv %s: timed out after %ds" % (argv[0], timeout)

@@ -1,0 +1,268 @@
+"""Install a lock's files into a new env while the rest are still arriving, and byte-compile
+each one's modules as soon as it is in.
+
+A cold stack install is three kinds of work: getting 4 GB of files (network, hashing),
+unpacking them (uv: mostly file-system time) and byte-compiling 35,000 modules (CPU). Done one
+after another, as a plain ``uv pip sync --compile-bytecode`` after the last download, they
+add up; uv's own cold install overlaps its downloads with its unpacking but still compiles only
+at the end. Here each file, once on the host with the lock's sha256 (and, if compiled,
+verified for the target), goes to an `Installer` that runs ``uv pip install --no-deps
+--offline --no-index --require-hashes --no-compile-bytecode`` on whatever has arrived since its
+last run, and the modules of every distribution it adds go to a `Compiler`: one worker per CPU
+in the env's own interpreter, compiling each file exactly as uv's own compile pass does
+(``compileall.compile_file``, the interpreter's default invalidation mode, ``force`` only for
+hash-based pycs, errors swallowed as pip and uv swallow them). The final ``uv pip sync
+--compile-bytecode`` that follows then finds every distribution installed and every pyc fresh:
+it audits the set, removes anything extra and compiles whatever this missed.
+
+Only for a new env (made beside its final place, moved in whole afterwards): nothing is
+installed into a live env before every file has been checked.
+
+Stdlib only, Python >= 3.8.
+"""
+
+import csv
+import glob
+import os
+import queue
+import subprocess
+import threading
+import time
+
+from sm120kit.remote.lib import uv_sync
+
+#: The compile worker, run by the env's own python: the same call as uv's ``pip_compileall.py``
+#: makes for each file (uv 0.13.9), one path per stdin line, the path echoed when done.
+WORKER = r"""
+import compileall, os, py_compile, sys, warnings
+warnings.filterwarnings("ignore")
+mode = os.environ.get("PYC_INVALIDATION_MODE")
+mode = py_compile.PycInvalidationMode[mode] if mode else None
+if mode is None:
+    try:
+        mode = py_compile._get_default_invalidation_mode()
+    except AttributeError:
+        mode = None
+force = mode is not None and mode != py_compile.PycInvalidationMode.TIMESTAMP
+for line in sys.stdin:
+    path = line.strip()
+    if path:
+        compileall.compile_file(path, invalidation_mode=mode, force=force, quiet=2)
+    sys.stdout.write(path + "\n")
+    sys.stdout.flush()
+"""
+
+
+def cpus():
+    """CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class Compiler:
+    """Byte-compile paths as they are submitted, `workers` at once, in the env's interpreter.
+
+    An optimisation only: uv's compile pass after the final sync is the authority, so a worker
+    that dies is counted in `lost` and its files are left to that pass."""
+
+    def __init__(self, python, workers=None):
+        self.queue = queue.Queue()
+        self.compiled = 0
+        self.lost = 0
+        self.busy_s = 0.0
+        self.procs = []
+        self.threads = []
+        self.lock = threading.Lock()
+        for _ in range(workers or cpus()):
+            try:
+                proc = subprocess.Popen(
+                    [python, "-c", WORKER],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    universal_newlines=True,
+                    bufsize=1,
+                )
+            except OSError:
+                continue
+            self.procs.append(proc)
+            thread = threading.Thread(target=self._feed, args=(proc,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _feed(self, proc):
+        while True:
+            path = self.queue.get()
+            if path is None:
+                break
+            began = time.time()
+            try:
+                proc.stdin.write(path + "\n")
+                proc.stdin.flush()
+                done = proc.stdout.readline()
+            except (OSError, ValueError):
+                done = ""
+            with self.lock:
+                self.busy_s += time.time() - began
+                if done:
+                    self.compiled += 1
+                else:
+                    self.lost += 1
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+    def submit(self, paths):
+        for path in paths:
+            self.queue.put(path)
+
+    def finish(self, timeout=None):
+        """Wait for every submitted path; (compiled, lost)."""
+        for _ in self.threads:
+            self.queue.put(None)
+        for thread in self.threads:
+            thread.join(timeout)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return self.compiled, self.lost
+
+    def abort(self):
+        for proc in self.procs:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        while True:  # release the feeders blocked on a dead worker's pipe or the queue
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self.threads:
+            self.queue.put(None)
+
+
+def dist_infos(site):
+    """The ``*.dist-info`` directory names in `site`."""
+    return set(os.path.basename(p) for p in glob.glob(os.path.join(site, "*.dist-info")))
+
+
+def modules_of(site, info):
+    """The ``.py`` files a distribution installed under `site` (its RECORD; scripts and data
+    outside site-packages are not compiled, as uv does not compile them either)."""
+    out = []
+    try:
+        with open(os.path.join(site, info, "RECORD"), newline="") as fh:
+            for row in csv.reader(fh):
+                path = row[0] if row else ""
+                if path.endswith(".py") and not path.startswith(("..", "/")):
+                    out.append(os.path.join(site, path))
+    except OSError:
+        pass
+    return out
+
+
+class Installer(threading.Thread):
+    """Runs `argv` (``uv pip install ... --python <env python>``) with ``-r <batch file>`` on
+    every file `add`ed since its last run, then submits the new distributions' modules to
+    `compiler`. The first uv failure stops it (`error`)."""
+
+    def __init__(self, argv, cache, scratch, site, compiler, timeout):
+        threading.Thread.__init__(self, daemon=True)
+        self.argv, self.cache, self.scratch, self.site = argv, cache, scratch, site
+        self.compiler, self.timeout = compiler, timeout
+        self.pending = []
+        self.closed = False
+        self.cond = threading.Condition()
+        self.error = None
+        self.installed = 0
+        self.batches = 0
+        self.uv_s = 0.0
+        self.proc = None
+
+    def add(self, entry):
+        with self.cond:
+            self.pending.append(entry)
+            self.cond.notify()
+
+    def run(self):
+        while True:
+            with self.cond:
+                while not self.pending and not self.closed:
+                    self.cond.wait()
+                if not self.pending:
+                    return
+                batch, self.pending = self.pending, []
+            if self.error is None:
+                self._install(batch)
+
+    def _install(self, batch):
+        self.batches += 1
+        req = os.path.join(self.scratch, "stage-%d.txt" % self.batches)
+        with open(req, "w") as fh:
+            fh.write(uv_sync.requirements([(e["name"], e["dest"], e["sha256"]) for e in batch]))
+        before = dist_infos(self.site)
+        began = time.time()
+        self.proc = uv_sync.start_uv(self.argv[0], self.argv[1:] + ["-r", req], self.cache)
+        try:
+            _out, err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            self.error = "uv pip install: timed out after %ds" % self.timeout
+            return
+        self.uv_s += time.time() - began
+        if self.proc.returncode != 0:
+            self.error = "uv pip install: %s" % uv_sync.error_line(err, self.proc.returncode)
+            return
+        self.installed += len(batch)
+        for info in sorted(dist_infos(self.site) - before):
+            self.compiler.submit(modules_of(self.site, info))
+
+    def finish(self):
+        """Wait for the last batch; the first uv error, or None."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+        self.join()
+        return self.error
+
+    def abort(self):
+        with self.cond:
+            self.closed, self.pending = True, []
+            self.cond.notify()
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        self.join(60)
+
+
+class FetchMarker:
+    """The controller's word on its fetches, in a file it writes when they are over:
+    ``<token> ok`` or ``<token> failed: <why>``. The token is this run's, so a marker left by
+    an earlier run is never read as this one's."""
+
+    def __init__(self, spec):
+        self.path = (spec or {}).get("path")
+        self.token = (spec or {}).get("token") or ""
+
+    def state(self):
+        """None while the controller still fetches; ``"ok"``; or the failure line."""
+        if not self.path:
+            return "ok"
+        try:
+            with open(self.path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            return None
+        if not text.startswith(self.token + " "):
+            return None
+        return text[len(self.token) + 1 :]

@@ -1,0 +1,189 @@
+"""A new stack env filled while its files still arrive (`install_lock` ``stage``,
+remote/lib/stream_install.py), run on this machine as a host runs it: the script bundle fed to
+``python3 -``, real uv 0.13.9 and real tiny wheels with modules to compile. A thread stands in
+for the controller: it places the files one after another (atomically, as the stores do) and
+then writes the fetch marker.
+
+Shown: every file installed, every module's pyc written by the stage is one uv's own compile
+pass takes as fresh (the final sync leaves its bytes and mtime alone), the sync reports the
+files as added; a controller whose fetches failed stops the host with its reason and leaves no
+env; a stale marker of another run is not taken for this one's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from sm120kit.ops.stack_files import UV
+from sm120kit.ops.stack_steps import StackFacts, StackFile, plan_stack
+from sm120kit.remote import script_program
+from sm120kit.remote.lib import stream_install
+from tests.support.tiny_index import make_wheel, sha256_of
+from tests.test_stack import uv_wheel  # noqa: F401  (the session fixture)
+
+PY311 = "/root/.pyenv/versions/3.11.7/bin/python3.11"
+
+
+def _python() -> str:
+    return PY311 if os.path.exists(PY311) else sys.executable
+
+
+def test_fetch_marker_reads_only_this_runs_word(tmp_path: Path) -> None:
+    path = tmp_path / "m"
+    marker = stream_install.FetchMarker({"path": str(path), "token": "t1"})
+    assert marker.state() is None  # not written yet: still fetching
+    path.write_text("t0 ok\n")
+    assert marker.state() is None  # an earlier run's marker
+    path.write_text("t1 failed: gpu1: demo 1.0: sha256 differs\n")
+    assert marker.state() == "failed: gpu1: demo 1.0: sha256 differs"
+    path.write_text("t1 ok\n")
+    assert marker.state() == "ok"
+    assert stream_install.FetchMarker(None).state() == "ok"  # no controller to wait for
+
+
+def test_modules_of_reads_record_inside_site_packages(tmp_path: Path) -> None:
+    info = tmp_path / "a-1.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text(
+        "a/__init__.py,sha256=x,1\na/b.py,,\na/c.so,,\n../../bin/tool.py,,\n"
+        '"a/with,comma.py",,\na-1.dist-info/RECORD,,\n'
+    )
+    got = stream_install.modules_of(str(tmp_path), "a-1.dist-info")
+    assert got == [str(tmp_path / p) for p in ("a/__init__.py", "a/b.py", "a/with,comma.py")]
+    assert stream_install.modules_of(str(tmp_path), "missing.dist-info") == []
+
+
+def _setup(tmp_path: Path, uv: Path, n: int) -> tuple[StackFacts, list[Path]]:
+    wheels = [
+        make_wheel(
+            tmp_path / "index",
+            f"pkg{i}",
+            "1.0",
+            extra={f"pkg{i}/mod{j}.py": f"X = {i * 100 + j}\n".encode() for j in range(5)},
+        )
+        for i in range(n)
+    ]
+    work = tmp_path / "work"
+    files = tuple(
+        StackFile(
+            f"pkg{i}", "1.0", w.name, f"file://{w}", sha256_of(w), False,
+            str(work / "releases" / sha256_of(w) / w.name),
+        )  # fmt: skip
+        for i, w in enumerate(wheels)
+    )
+    uv_dest = work / "releases" / UV.sha256 / UV.filename
+    uv_dest.parent.mkdir(parents=True)
+    shutil.copyfile(uv, uv_dest)
+    facts = StackFacts(
+        top="pkg0==1.0", lock=str(tmp_path / "lock.toml"), env=str(work / "envs" / "stack-t"),
+        python=_python(), files=files,
+        uv=StackFile("uv", UV.version, UV.filename, UV.url, UV.sha256, False, str(uv_dest)),
+        uv_version=UV.version, tools=str(work / "tools"), cache=str(work / "cache" / "uv"),
+        cuda_home=None, driver="580.95.05", arch="12.0", install_timeout=600,
+    )  # fmt: skip
+    return facts, wheels
+
+
+def _apply(facts: StackFacts, marker: Path, token: str) -> subprocess.Popen[str]:
+    plan = plan_stack(facts, {"exists": False})
+    assert plan.streams
+    entries = [{**f.row(), "checked": True} for f in facts.files]
+    args = {
+        "action": "apply", "env": facts.env, "entries": entries, "verify": None,
+        "indexes": [], "steps": plan.host_steps, "cleanup": plan.cleanup,
+        "progress": facts.env + ".progress", "timeout": 600,
+        "fetched": {"path": str(marker), "token": token},
+    }  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(script_program("install_lock", args))
+    proc.stdin.close()
+    return proc
+
+
+def _place(facts: StackFacts, wheels: list[Path], upto: int) -> None:
+    for f, w in list(zip(facts.files, wheels, strict=True))[:upto]:
+        Path(f.dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(w, f.dest + ".part")
+        os.replace(f.dest + ".part", f.dest)
+        time.sleep(0.05)
+
+
+def test_stage_installs_and_compiles_as_files_arrive(
+    tmp_path: Path,
+    uv_wheel: Path,  # noqa: F811
+) -> None:
+    facts, wheels = _setup(tmp_path, uv_wheel, 12)
+    marker = tmp_path / "work" / "envs" / ".stack-t.fetched"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("old ok\n")  # another run's: must not end the wait
+    proc = _apply(facts, marker, "tok")
+
+    def controller() -> None:
+        time.sleep(1.0)
+        _place(facts, wheels, len(wheels))
+        marker.write_text("tok ok\n")
+
+    thread = threading.Thread(target=controller)
+    thread.start()
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(timeout=600)
+    thread.join()
+    doc = json.loads(out)
+    assert doc["ok"], doc
+    assert sorted(doc["sync"]["added"]) == sorted(f"pkg{i}==1.0" for i in range(12))
+    timings = doc["timings"]
+    assert timings["compiled"] >= 12 * 6 and timings["compile_lost"] == 0
+    assert timings["stage_batches"] >= 1
+    env = Path(facts.env)
+    site = next(env.glob("lib/python*/site-packages"))
+    pycs = sorted(site.glob("pkg*/__pycache__/*.pyc"))
+    assert len(pycs) == 12 * 6
+    # uv's own compile pass takes every pyc the stage wrote as fresh: none is rewritten.
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in pycs}
+    req = tmp_path / "req.txt"
+    req.write_text("".join(f"{f.name} @ file://{f.dest} --hash=sha256:{f.sha256}\n"
+                           for f in facts.files))  # fmt: skip
+    uv = Path(facts.uv_bin)
+    again = subprocess.run(
+        [str(uv), "pip", "sync", "--offline", "--no-index", "--require-hashes",
+         "--compile-bytecode", "--python", str(env / "bin" / "python"), str(req)],
+        capture_output=True, text=True,
+        env=dict(os.environ, UV_CACHE_DIR=facts.cache, UV_NO_CONFIG="1"),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in pycs} == before
+    assert not Path(facts.env + ".sm120kit-new").exists()
+
+
+def test_a_failed_fetch_stops_the_host_and_leaves_no_env(
+    tmp_path: Path,
+    uv_wheel: Path,  # noqa: F811
+) -> None:
+    facts, wheels = _setup(tmp_path, uv_wheel, 4)
+    marker = tmp_path / "work" / "envs" / ".stack-t.fetched"
+    marker.parent.mkdir(parents=True)
+    proc = _apply(facts, marker, "tok")
+    _place(facts, wheels, 2)
+    marker.write_text("tok failed: gpu1: pkg2 1.0: sha256 abc differs from the lock's def\n")
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(timeout=600)
+    doc = json.loads(out)
+    assert doc["ok"] is False
+    assert doc["error"] == (
+        "the controller's fetches failed: gpu1: pkg2 1.0: sha256 abc differs from the lock's def"
+    )
+    assert not Path(facts.env).exists()
+    assert not Path(facts.env + ".sm120kit-new").exists()
+    assert not Path(facts.env + ".sm120kit-scratch").exists()
