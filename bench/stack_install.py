@@ -143,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="12.0")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--only",
+        help="comma-separated contenders to run (uv, uv-compile, tool): a quick look, no ratios",
+    )
     args = parser.parse_args(argv)
     python = load_lock(args.lock).python
 
@@ -152,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         order = ["uv", "uv-compile", "tool"]
         if i % 2:
             order.reverse()
+        if args.only:
+            order = [w for w in order if w in args.only.split(",")]
         for which in order:
             work = args.work / f"round{i}-{which}"
             shutil.rmtree(work, ignore_errors=True)
@@ -163,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  round {i} {which:10s} {got[which]}", flush=True)
             shutil.rmtree(work, ignore_errors=True)
         rows.append({"order": order, **got})
+    if args.only:
+        return 0
 
     uv_s = sum(r["uv"]["wall_s"] for r in rows)
     uvc_s = sum(r["uv-compile"]["wall_s"] for r in rows)

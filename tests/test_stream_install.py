@@ -73,7 +73,12 @@ def _setup(tmp_path: Path, uv: Path, n: int) -> tuple[StackFacts, list[Path]]:
     work = tmp_path / "work"
     files = tuple(
         StackFile(
-            f"pkg{i}", "1.0", w.name, f"file://{w}", sha256_of(w), False,
+            f"pkg{i}",
+            "1.0",
+            w.name,
+            f"file://{w}",
+            sha256_of(w),
+            False,
             str(work / "releases" / sha256_of(w) / w.name),
         )  # fmt: skip
         for i, w in enumerate(wheels)
@@ -187,3 +192,22 @@ def test_a_failed_fetch_stops_the_host_and_leaves_no_env(
     assert not Path(facts.env).exists()
     assert not Path(facts.env + ".sm120kit-new").exists()
     assert not Path(facts.env + ".sm120kit-scratch").exists()
+
+
+def test_take_batch_caps_files_and_bytes(tmp_path: Path) -> None:
+    def entry(name: str, size: int) -> dict[str, str]:
+        path = tmp_path / name
+        with path.open("wb") as fh:
+            fh.truncate(size)
+        return {"dest": str(path)}
+
+    mb = 1 << 20
+    small = [entry(f"s{i}", 10) for i in range(20)]
+    assert stream_install.take_batch(small) == small[: stream_install.BATCH_FILES]
+    big = entry("big", 900 * mb)  # torch-sized: alone
+    assert stream_install.take_batch([big, *small]) == [big]
+    mid = [entry(f"m{i}", 100 * mb) for i in range(3)]
+    assert stream_install.take_batch(mid) == mid[:2]  # the third would pass 256 MB
+    assert stream_install.take_batch([]) == []
+    gone = {"dest": str(tmp_path / "absent")}
+    assert stream_install.take_batch([gone]) == [gone]

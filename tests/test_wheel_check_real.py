@@ -233,3 +233,30 @@ def test_the_committed_catalogue_agrees_with_the_real_wheel(new_on_580: dict) ->
     assert {m.path: (list(m.sass), list(m.ptx), m.cudart) for m in wheel.modules} == read
     no_code = {m.path for m in wheel.modules if m.not_on.get("12.0")}
     assert no_code == {m["module"] for m in new_on_580["modules"] if m["status"] == "not for arch"}
+
+
+@pytest.mark.parametrize(("driver", "cuda"), [("580.95.05", "13.0"), ("570.124.06", "12.8")])
+def test_the_catalogues_verdict_is_the_hosts_read_of_the_same_file(
+    new_wheel: Path, driver: str, cuda: str
+) -> None:
+    """The stack step takes a compiled release's verdict from the catalogue when its sha256 is
+    one the catalogue read (ops/stack.py ``_judged_by_catalogue``): for the real sglang-kernel
+    0.4.10 wheel, that verdict equals the host's own read of the file, on a driver it serves
+    and on one it is refused on (its libcudart)."""
+    from sm120kit.remote.install_lock import verify
+    from sm120kit.stack.catalogue import load_beside
+    from sm120kit.stack.lock import CHECKOUT
+    from sm120kit.stack.release_check import catalogue_verdict
+
+    cat = load_beside(CHECKOUT / "locks" / "sglang-0.5.23")
+    assert cat is not None
+    target = {
+        "cc": [12, 0], "driver": driver, "driver_cuda": cuda, "python": "3.11",
+        "not_for_arch": cat.not_for_arch("12.0"), "loaders": cat.loaders(),
+    }  # fmt: skip
+    from_catalogue = catalogue_verdict(cat, "sglang-kernel", NEW_SHA256, target)
+    entry = {"name": "sglang-kernel", "sha256": NEW_SHA256, "dest": str(new_wheel)}
+    read = verify(entry, target)  # what install_lock reads on the host (no memo: no digest)
+    assert from_catalogue == {k: read[k] for k in ("ok", "refusal", "notes")}
+    assert from_catalogue is not None and from_catalogue["ok"] is (driver == "580.95.05")
+    assert catalogue_verdict(cat, "sglang-kernel", "0" * 64, target) is None  # not read: host

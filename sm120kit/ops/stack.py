@@ -24,19 +24,20 @@ import secrets
 import shlex
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from packaging.version import Version
 
-from ..errors import HostFailed
+from ..errors import HostFailed, RecipeError
 from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
 from ..runner.pool import HostContext
 from ..stack import release_check
+from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..stack.lock import Lock, LockEntry
 from ..state import ProvisionState
@@ -294,6 +295,7 @@ def _fetch(
     done: list[int] | None = None,
     show: bool = True,
     stop: Callable[[], bool] | None = None,
+    judged: Collection[str] = (),
 ) -> list[tuple[str, int]]:
     """Obtain `wanted` on the host (`stack_files.obtain_release`), several at once, showing
     files and bytes on the progress display as each arrives (with `show`; the sizes of those
@@ -306,7 +308,9 @@ def _fetch(
         if stop is not None and stop():
             return "skipped", 0
         indexes = UV_INDEXES if entry == UV else lock.indexes
-        got = obtain_release(ctx, entry, release_path(state, entry), target=target, indexes=indexes)
+        # A file the catalogue judged is not read on the host (its sha256 still is).
+        judge = None if entry.sha256 in judged else target
+        got = obtain_release(ctx, entry, release_path(state, entry), target=judge, indexes=indexes)
         done.append(entry.size or 0)
         if show:
             known = sum(done) / 1e9
@@ -320,6 +324,28 @@ def _fetch(
     # (and are verified on the host) while the others go on.
     with ThreadPoolExecutor(FETCH_WORKERS) as pool:
         return list(pool.map(one, wanted))
+
+
+def _judged_by_catalogue(
+    lock: Lock, files: tuple[StackFile, ...], target: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """``{sha256: verdict}`` of the compiled files the lock's catalogue read (its facts were
+    read from these very files when the lock was drafted): the host checks their sha256 and
+    takes these verdicts instead of inflating every shared object again. The others are read
+    on the host."""
+    try:
+        cat = load_beside(lock.path.parent)
+    except RecipeError:
+        return {}  # a broken catalogue is the recipe check's to report; read on the host
+    if cat is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for f in files:
+        if f.compiled:
+            verdict = release_check.catalogue_verdict(cat, f.name, f.sha256, target)
+            if verdict is not None:
+                out[f.sha256] = verdict
+    return out
 
 
 def _fetch_while_installing(
@@ -420,6 +446,10 @@ def _install(
     # Files placed in this run were hashed as they arrived: not read again before install.
     placed = {s["dest"] for s in plan.fetches}
     entries = [{**f.row(), "checked": f.dest in placed} for f in facts.files]
+    judged = _judged_by_catalogue(lock, facts.files, target)
+    for e in entries:
+        if e["sha256"] in judged:
+            e["verdict"] = judged[e["sha256"]]
     env = facts.env
     progress = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.progress")
     args = {
@@ -436,7 +466,7 @@ def _install(
     if plan.streams:
         got, result = _fetch_while_installing(ctx, state, lock, wanted, args)
     else:
-        got = _fetch(ctx, state, lock, wanted, target)
+        got = _fetch(ctx, state, lock, wanted, target, judged=judged)
         with poll_progress(ctx, "stack", progress):
             result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
     origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
@@ -464,7 +494,12 @@ def _install(
             continue
         row["verdict"] = "ok" if verdict["ok"] else f"refused: {verdict['refusal']}"
         row["notes"] = verdict["notes"]
-        row["checked"] = "sha256, cudart and SASS/PTX read on the host before install"
+        row["checked"] = (
+            "sha256 checked on the host; cudart and SASS/PTX from the catalogue, read from "
+            "this very file when the lock was drafted"
+            if verdict.get("from") == "catalogue"
+            else "sha256, cudart and SASS/PTX read on the host before install"
+        )
     if not result.get("ok"):
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {result.get('error')}")
     if not plan.drift:

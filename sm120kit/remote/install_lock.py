@@ -5,10 +5,10 @@ JSON)::
 
     {"action": "probe" | "fetch" | "apply", "env": path, "record": path,
      "entries": [{"name", "version", "filename", "url", "sha256", "compiled", "dest",
-     "checked"?}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
+     "checked"?, "verdict"?}], "verify": {"cc": [12, 0], "driver", "driver_cuda", "python",
      "not_for_arch": {}, "loaders": {dist: {cc: dir}}, "digest"} | null, "indexes": [URL
      prefixes a file may be downloaded from] | null, "steps": [...], "cleanup": [paths],
-     "progress": path, "timeout": seconds}
+     "progress": path, "timeout": seconds, "fetched": {"path", "token"} | null}
 
 ``probe`` changes nothing: ``{"exists", "works": the env works, "record", "installed": {name:
 version}, "present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's
@@ -27,9 +27,16 @@ them) through the step interpreter (`lib.steps`), with these ops beside the core
 lock's (an entry marked ``checked`` arrived in this run and was hashed as it arrived); a file
 whose bytes differ is removed and named in ``corrupt`` (the controller fetches it again and
 applies again); then every compiled entry is verified for the target (`wheel_check`), and
-one refusal stops it; a verdict is kept beside its file, keyed by the target's ``digest`` (of
+one refusal stops it (an entry that carries its ``verdict``, judged by the controller from
+the lock's catalogue, whose facts were read from the file of that very sha256, is not read
+again); a verdict is kept beside its file, keyed by the target's ``digest`` (of
 the target and of this program) and the file's sha256, so that a file installed again is not
-read again. ``unpack``: uv's binary out of its wheel, once. ``uv``: uv run with the step's
+read again. ``stage`` (a new env only): the same checks, but streaming: a file the
+controller is still placing is waited for (until its ``fetched`` marker, ``<token> ok`` or
+``<token> failed: ...``, says its fetches are over), and each file, once there and judged fit,
+is installed into the new env by uv (no compile) while the rest arrive, and its modules are
+byte-compiled by workers in the env's own python (`lib.stream_install`); the ``uv`` sync after
+it finds everything installed and compiled. ``unpack``: uv's binary out of its wheel, once. ``uv``: uv run with the step's
 argv (`uv_sync.run_uv`; a ``pip sync`` reports what it added, removed or replaced).
 ``requirements``: uv's requirements file. ``record``: what the env holds, by sha256,
 atomically. ``pth``: ``<site-packages>/sm120kit_cuda_home.pth`` written (or with a null
@@ -238,7 +245,13 @@ def check(entries, target, timeout, indexes, progress, marker=None, ready=None, 
                     progress.set(done=1, nbytes=n)
                     if bad:
                         corrupt.append(entry["dest"])
-                    if error is None and target and entry.get("compiled"):
+                    if error is None and target and entry.get("verdict"):
+                        # Judged by the controller from the catalogue's facts of this sha256.
+                        doc = dict(entry["verdict"], **{"from": "catalogue"})
+                        verdicts[entry["name"]] = doc
+                        if doc["ok"] and ready is not None:
+                            ready(entry)
+                    elif error is None and target and entry.get("compiled"):
                         jobs[procs.submit(verify, entry, target)] = ("verify", i)
                     elif error is None and ready is not None:
                         ready(entry)

@@ -13,7 +13,15 @@ from typing import Any
 from .. import drivers as drv
 from ..errors import RecipeError
 from ..remote.lib.cudaarch import parse_cc
-from ..remote.lib.wheel_check import verify_locked_wheel, verify_wheel
+from ..remote.lib.names import dist_name
+from ..remote.lib.wheel_check import (
+    judge_wheel,
+    loaded_modules,
+    share_nvcc,
+    verify_locked_wheel,
+    verify_wheel,
+)
+from .catalogue import Catalogue
 
 
 def driver_cuda(driver: str) -> str:
@@ -91,3 +99,45 @@ def verify_locked(
 def verdict_line(doc: dict[str, Any]) -> str:
     """``ok`` or ``refused: <one line>``, as a lock and plan record a verification."""
     return "ok" if doc.get("ok") else f"refused: {doc.get('refusal')}"
+
+
+def catalogue_verdict(
+    cat: Catalogue, name: str, sha256: str, target: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The verdict on the locked file of `sha256` for `target` (ops/stack.py's ``_target``:
+    cc, driver, driver_cuda, python, not_for_arch, loaders) judged from `cat`, the facts the
+    catalogue read from this very file (same reader, same rule as `verify_wheel` on the
+    host), or None when the catalogue did not read it. The host still checks the file's
+    sha256, so what is judged is what is installed; a file the catalogue lacks is read on the
+    host as before."""
+    found = cat.by_sha256(sha256)
+    if found is None or not target.get("cc") or not target.get("driver"):
+        return None
+    _rel, wheel = found
+    modules = share_nvcc(
+        [
+            {"module": m.path, "error": m.error}
+            if m.error
+            else {
+                "module": m.path,
+                "sass": list(m.sass),
+                "ptx": list(m.ptx),
+                "cudart": m.cudart,
+                "nvcc": m.nvcc,
+            }
+            for m in wheel.modules
+        ]
+    )
+    cc = (int(target["cc"][0]), int(target["cc"][1]))
+    variants = (target.get("loaders") or {}).get(dist_name(name))
+    loaded = loaded_modules([m.path for m in wheel.modules], cc, target["python"], variants)
+    doc = judge_wheel(
+        modules,
+        sha256=sha256,
+        cc=cc,
+        driver=target["driver"],
+        driver_cuda=target["driver_cuda"],
+        loaded=loaded,
+        not_for_arch=target.get("not_for_arch") or {},
+    )
+    return {k: doc[k] for k in ("ok", "refusal", "notes")}

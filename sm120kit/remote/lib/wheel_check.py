@@ -84,12 +84,18 @@ def read_wheel(path: str) -> list[dict[str, Any]]:
                 shutil.copyfileobj(src, dst, 1 << 20)
             out.append(read_module(info.filename, copy))
             os.unlink(copy)
-    releases = sorted({m["nvcc"] for m in out if m.get("nvcc")})
+    return share_nvcc(out)
+
+
+def share_nvcc(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`modules` with the one nvcc release their siblings name given to those that name none
+    (one wheel, one build); as they are when the siblings name none or several."""
+    releases = sorted({m["nvcc"] for m in modules if m.get("nvcc")})
     if len(releases) == 1:
-        for mod in out:
+        for mod in modules:
             if mod.get("nvcc") is None and not mod.get("error"):
                 mod["nvcc"] = releases[0]
-    return out
+    return modules
 
 
 def _major_minor(text: str) -> tuple[int, int]:
@@ -169,9 +175,33 @@ def verify_wheel(
             "refusal": f"sha256 {got} differs from the lock's {sha256}",
             "notes": [],
         }
+    return judge_wheel(
+        read_wheel(path),
+        sha256=got,
+        cc=cc,
+        driver=driver,
+        driver_cuda=driver_cuda,
+        loaded=loaded,
+        not_for_arch=not_for_arch,
+    )
+
+
+def judge_wheel(
+    modules: list[dict[str, Any]],
+    *,
+    sha256: str,
+    cc: tuple[int, int],
+    driver: str,
+    driver_cuda: str,
+    loaded: list[str],
+    not_for_arch: dict[str, str],
+) -> dict[str, Any]:
+    """The verdict on one wheel of sha256 `sha256` whose extension modules are `modules`
+    (`read_wheel`'s rows, read from the file now or, with the same reader, when the lock's
+    catalogue was drafted from this very file): `verify_wheel`'s result."""
     judged: list[dict[str, Any]] = []
     notes: list[str] = []
-    for mod in read_wheel(path):
+    for mod in modules:
         # A module is named by its stem (``flash_ops``) or, where stems repeat across
         # packages, by its path in the wheel without the suffix (``torchao/_C``).
         stem = mod["module"].rsplit("/", 1)[-1].split(".", 1)[0]
@@ -201,7 +231,7 @@ def verify_wheel(
             break
     return {
         "ok": refusal is None,
-        "sha256": got,
+        "sha256": sha256,
         "modules": judged,
         "refusal": refusal,
         "notes": notes,
