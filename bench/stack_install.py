@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,7 @@ def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[s
     python = load_lock(lock_path).python
     uv_env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "UV_NO_CONFIG": "1"}
     rx0, t0 = rx_bytes(), time.perf_counter()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([UV, "venv", "-q", "--python", python, str(env)], check=True, env=uv_env)
     extra = ["--compile-bytecode"] if compile_bytecode else []
     subprocess.run(
@@ -85,7 +87,9 @@ def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[s
         check=True, env=uv_env,
     )  # fmt: skip
     wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 1), "rx_bytes": rx_bytes() - rx0}
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rx_bytes": rx_bytes() - rx0}
 
 
 def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]:
@@ -111,11 +115,14 @@ def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]
     out: dict[str, Any] = {}
     for name in ("local", "local2"):
         rx0, t0 = rx_bytes(), time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
             [sys.executable, "-m", "invoke", "provision", "-H", name, "-i", str(inv), "--json"],
             cwd=REPO, env=env, capture_output=True, text=True,
         )  # fmt: skip
         wall = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
         if done.returncode != 0:
             raise SystemExit(f"provision failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
         host = json.loads(done.stdout)["hosts"][name]
@@ -123,6 +130,7 @@ def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]
         stack = host.get("stack") or {}
         out[name] = {
             "wall_s": round(wall, 1),
+            "cpu_s": round(cpu, 1),  # the whole provision: every process it waited for
             "stack_s": round(steps.get("stack", 0.0), 1),
             "smoke_s": round(steps.get("stack smoke", 0.0), 1),
             "toolkit_s": round(steps.get("toolkit", 0.0), 1),

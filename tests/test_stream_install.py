@@ -48,6 +48,21 @@ def test_fetch_marker_reads_only_this_runs_word(tmp_path: Path) -> None:
     assert stream_install.FetchMarker(None).state() == "ok"  # no controller to wait for
 
 
+def test_a_silent_controller_is_given_up_on(tmp_path: Path) -> None:
+    """A controller killed outright writes no last word: its heartbeat (``<token> fetching``,
+    rewritten every minute) stops, and after `silence` seconds the host stops waiting."""
+    path = tmp_path / "m"
+    marker = stream_install.FetchMarker({"path": str(path), "token": "t1"}, silence=0.5)
+    path.write_text("t1 fetching\n")
+    assert marker.state() is None
+    time.sleep(0.7)
+    os.utime(path)  # a beat: still fetching
+    assert marker.state() is None
+    path.write_text("t0 fetching\n")  # another run's beat does not count
+    time.sleep(0.7)
+    assert str(marker.state()).startswith("failed: no word from the controller for ")
+
+
 def test_modules_of_reads_record_inside_site_packages(tmp_path: Path) -> None:
     info = tmp_path / "a-1.dist-info"
     info.mkdir()

@@ -48,6 +48,8 @@ from .stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_pro
 from .stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
 
 INSTALL_TIMEOUT = 4 * 3600.0
+#: Seconds between the controller's "still fetching" words to a host filling a new env.
+HEARTBEAT_S = 60.0
 #: Locked files obtained at once per host (each its own lookup, download and store put).
 FETCH_WORKERS = 8
 
@@ -384,6 +386,27 @@ def _fetch_while_installing(
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
+    quoted = shlex.quote(marker)
+
+    def say(word: str) -> bool:
+        # The host may not have made envs/ yet.
+        folder = shlex.quote(posixpath.dirname(marker))
+        line = shlex.quote(f"{token} {word}")
+        command = f"mkdir -p {folder} && printf '%s\\n' {line} > {quoted}"
+        return ctx.run(command, what="fetch marker", quiet=True, check=False).ok
+
+    say("fetching")
+    over = threading.Event()
+
+    def heartbeat() -> None:  # the host gives up after SILENCE_S without one
+        while not over.wait(HEARTBEAT_S):
+            try:
+                say("fetching")
+            except Exception:  # a missed beat is not a failure; ten in a row are, on the host
+                pass
+
+    beat = threading.Thread(target=heartbeat, name=f"beat-{ctx.host.name}", daemon=True)
+    beat.start()
     thread = threading.Thread(target=host, name=f"stack-{ctx.host.name}", daemon=True)
     thread.start()
     status = "failed: the controller stopped"
@@ -404,15 +427,9 @@ def _fetch_while_installing(
         status = "failed: " + " ".join(str(exc).split())[:400]
         raise
     finally:
-        quoted = shlex.quote(marker)
-        line = shlex.quote(f"{token} {status}")
-        # The host may not have made envs/ yet when a fetch fails at once.
-        told = ctx.run(
-            f"mkdir -p {shlex.quote(posixpath.dirname(marker))} && printf '%s\\n' {line} > {quoted}",
-            what="fetch marker",
-            quiet=True,
-            check=False,
-        ).ok
+        over.set()
+        beat.join()
+        told = say(status)
         if told:  # else the host waits on, until its own timeout or the connection's end
             thread.join()
             ctx.run(f"rm -f {quoted}", what="fetch marker", quiet=True, check=False)

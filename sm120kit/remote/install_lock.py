@@ -54,6 +54,7 @@ import glob
 import json
 import os
 import re
+import resource
 import sys
 import time
 
@@ -62,7 +63,6 @@ from sm120kit.remote.lib.download import DownloadFailed, download
 from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
 from sm120kit.remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE, dist_name
 from sm120kit.remote.lib.proc import StepFailed
-from sm120kit.remote.lib.wheel_check import loaded_modules, shared_objects, verify_wheel
 
 installed = uv_sync.installed
 
@@ -291,6 +291,9 @@ def verify(entry, target):
         doc = (read_record(memo) or {}).get(key)
         if isinstance(doc, dict) and "ok" in doc:
             return doc
+    # Imported here: a fetch without a target (one per file, 200 a stack) never pays for it.
+    from sm120kit.remote.lib.wheel_check import loaded_modules, shared_objects, verify_wheel
+
     cc = tuple(target["cc"])
     path = entry["dest"]
     variants = (target.get("loaders") or {}).get(dist_name(entry["name"]))
@@ -365,6 +368,10 @@ def apply(args):
         if site is None:
             raise StepFailed("no site-packages under %s" % step["env"])
         began = time.time()
+        cpu0 = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
         staged_into["before"] = installed(step["env"])  # what the sync's report counts from
         progress.set("fetch", force=True)
         compiler = stream_install.Compiler(os.path.join(step["env"], "bin", "python"))
@@ -402,7 +409,16 @@ def apply(args):
         timings["installed_s"] = round(time.time() - began, 3)
         progress.set("compile", force=True)
         compiled, lost = compiler.finish()
+        cpu1 = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        spent = [b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime for a, b in zip(cpu0, cpu1)]
         timings.update(
+            # CPU seconds: this script (waiting, hashing what was there, the batches' lists)
+            # and its children (uv, the compile workers)
+            stage_cpu_self_s=round(spent[0], 1),
+            stage_cpu_children_s=round(spent[1], 1),
             stage_s=round(time.time() - began, 3),
             stage_batches=installer.batches,
             stage_uv_s=round(installer.uv_s, 3),

@@ -268,24 +268,40 @@ class Installer(threading.Thread):
         self.join(60)
 
 
-class FetchMarker:
-    """The controller's word on its fetches, in a file it writes when they are over:
-    ``<token> ok`` or ``<token> failed: <why>``. The token is this run's, so a marker left by
-    an earlier run is never read as this one's."""
+#: Seconds without a word from the controller (its heartbeat rewrites the marker every
+#: minute while it fetches) after which the host stops waiting: a controller killed outright
+#: never writes its last word.
+SILENCE_S = 600
 
-    def __init__(self, spec):
+
+class FetchMarker:
+    """The controller's word on its fetches, in a file: ``<token> fetching`` rewritten every
+    minute while it fetches, then ``<token> ok`` or ``<token> failed: <why>``. The token is
+    this run's, so a marker left by an earlier run is never read as this one's."""
+
+    def __init__(self, spec, silence=SILENCE_S):
         self.path = (spec or {}).get("path")
         self.token = (spec or {}).get("token") or ""
+        self.silence = silence
+        self.heard = time.time()
 
     def state(self):
-        """None while the controller still fetches; ``"ok"``; or the failure line."""
+        """None while the controller still fetches; ``"ok"``; or the failure line (also when
+        it has said nothing for `silence` seconds)."""
         if not self.path:
             return "ok"
         try:
             with open(self.path) as fh:
                 text = fh.read().strip()
+            mtime = os.path.getmtime(self.path)
         except OSError:
-            return None
-        if not text.startswith(self.token + " "):
-            return None
-        return text[len(self.token) + 1 :]
+            text, mtime = "", 0.0
+        if text.startswith(self.token + " "):
+            word = text[len(self.token) + 1 :]
+            if word != "fetching":
+                return word
+            self.heard = max(self.heard, mtime)
+        quiet = time.time() - self.heard
+        if quiet > self.silence:
+            return "failed: no word from the controller for %d s (%s)" % (quiet, self.path)
+        return None
