@@ -136,7 +136,7 @@ def test_a_file_is_fetched_only_from_an_index_the_lock_names(
     url: str, indexes: list[str], refused: bool
 ) -> None:
     from sm120kit.ops.stack_files import index_problems
-    from sm120kit.remote.install_lock import allowed
+    from sm120kit.remote.lib.obtain import allowed
     from sm120kit.stack.lock import LockEntry
 
     entry = LockEntry("a", "1", "a-1-py3-none-any.whl", url, "0" * 64, "release", False)

@@ -224,5 +224,7 @@ def test_take_batch_caps_files_and_bytes(tmp_path: Path) -> None:
     mid = [entry(f"m{i}", 100 * mb) for i in range(3)]
     assert stream_install.take_batch(mid) == mid[:2]  # the third would pass 256 MB
     assert stream_install.take_batch([]) == []
+    busy = stream_install.BACKLOG  # the compile workers have enough queued: everything at once
+    assert stream_install.take_batch([big, *small, *mid], busy) == [big, *small, *mid]
     gone = {"dest": str(tmp_path / "absent")}
     assert stream_install.take_batch([gone]) == [gone]

@@ -59,9 +59,9 @@ import sys
 import time
 
 from sm120kit.remote.lib import steps, stream_install, uv_sync
-from sm120kit.remote.lib.download import DownloadFailed, download
-from sm120kit.remote.lib.files import remove, sha256_file, write_atomic
+from sm120kit.remote.lib.files import remove, write_atomic
 from sm120kit.remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE, dist_name
+from sm120kit.remote.lib.obtain import obtain
 from sm120kit.remote.lib.proc import StepFailed
 
 installed = uv_sync.installed
@@ -117,13 +117,6 @@ def set_cuda_home(args):
     return {"ok": True, "error": None}
 
 
-def allowed(url, indexes):
-    """Whether `url` is under one of the lock's `indexes` (any URL when the lock names none)."""
-    if not indexes:
-        return True
-    return any(url == i or url.startswith(i.rstrip("/") + "/") for i in indexes)
-
-
 class Progress:
     """The install's progress, written to a file the controller polls: phase, files done of
     total, bytes downloaded. Written at most twice a second, atomically."""
@@ -147,48 +140,6 @@ class Progress:
                 write_atomic(self.path, json.dumps(doc))
             except OSError:
                 pass  # progress is never worth failing the install
-
-
-def obtain(entry, timeout, indexes):
-    """The entry's file at its dest with the lock's sha256. Returns (error line or None, bytes
-    downloaded, corrupt): a file already there with other bytes is removed and `corrupt`."""
-    dest, want = entry["dest"], entry["sha256"]
-    fetched = 0
-    if not os.path.isfile(dest):
-        if not allowed(entry["url"], indexes):
-            return (
-                (
-                    "%s %s: %s is not under the lock's indexes (%s); not fetched"
-                    % (entry["name"], entry["version"], entry["url"], ", ".join(indexes))
-                ),
-                0,
-                False,
-            )
-        parent = os.path.dirname(dest)
-        if parent and not os.path.isdir(parent):
-            os.makedirs(parent, exist_ok=True)
-        part = dest + ".part"
-        try:
-            got = download(entry["url"], part, "", timeout=timeout)
-        except DownloadFailed as exc:
-            return "%s %s: %s" % (entry["name"], entry["version"], exc), 0, False
-        fetched = os.path.getsize(part)
-        if got != want:
-            remove(part)  # never at its final name: a streaming install takes what is there
-            line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
-                entry["name"], entry["version"], got, want, entry["url"])  # fmt: skip
-            return line, fetched, False
-        os.rename(part, dest)
-    elif entry.get("checked"):
-        got = want  # arrived in this run, hashed as it arrived (fetch, or the stores' placing)
-    else:
-        got = sha256_file(dest)
-    if got != want:
-        remove(dest)  # never install it, never take it for the lock's file again
-        line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
-            entry["name"], entry["version"], got, want, entry["url"])  # fmt: skip
-        return line, fetched, not fetched
-    return None, fetched, False
 
 
 def check(entries, target, timeout, indexes, progress, marker=None, ready=None, stop=None):
