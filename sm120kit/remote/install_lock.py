@@ -326,14 +326,17 @@ def apply(args):
         staged_into["before"] = installed(step["env"])  # what the sync's report counts from
         progress.set("fetch", force=True)
         compiler = stream_install.Compiler(os.path.join(step["env"], "bin", "python"))
+
+        def installed_now(n):
+            progress.extra["installed"] = n
+
         installer = stream_install.Installer(
-            step["argv"], step["cache"], step["scratch"], site, compiler, int(step["timeout"])
-        )
+            step["argv"], step["cache"], step["scratch"], site, compiler, int(step["timeout"]),
+            on_batch=installed_now)  # fmt: skip
         installer.start()
 
         def ready(entry):
             installer.add(entry)
-            progress.extra["installed"] = installer.installed
 
         try:
             errors, sizes, corrupt, verdicts = check(

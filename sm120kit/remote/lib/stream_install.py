@@ -200,8 +200,9 @@ class Installer(threading.Thread):
     every file `add`ed since its last run, then submits the new distributions' modules to
     `compiler`. The first uv failure stops it (`error`)."""
 
-    def __init__(self, argv, cache, scratch, site, compiler, timeout):
+    def __init__(self, argv, cache, scratch, site, compiler, timeout, on_batch=None):
         threading.Thread.__init__(self, daemon=True)
+        self.on_batch = on_batch  # called with the count installed after each batch
         self.argv, self.cache, self.scratch, self.site = argv, cache, scratch, site
         self.compiler, self.timeout = compiler, timeout
         self.pending = []
@@ -250,6 +251,8 @@ class Installer(threading.Thread):
             self.error = "uv pip install: %s" % uv_sync.error_line(err, self.proc.returncode)
             return
         self.installed += len(batch)
+        if self.on_batch is not None:
+            self.on_batch(self.installed)
         for info in sorted(dist_infos(self.site) - before):
             self.compiler.submit(modules_of(self.site, info))
 
