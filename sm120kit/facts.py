@@ -12,7 +12,21 @@ def gather(ctx: HostContext, *, refresh: bool = False) -> dict[str, Any]:
     if ctx.facts is None or refresh:
         with ctx.step("facts"):
             ctx.facts = ctx.script("facts_probe", {"work_root": ctx.host.work_root})
+        ctx.script_python = discovered_python(ctx.host.vars, ctx.facts)
+        if ctx.script_python:
+            ctx.log.info("scripts run by %s (what python3 is)", ctx.script_python)
     return ctx.facts
+
+
+def discovered_python(host_vars: dict[str, Any], facts: dict[str, Any]) -> str | None:
+    """The interpreter later scripts start: the one the default ``python3`` ran the facts probe
+    with (its ``sys.executable``), as Ansible's interpreter discovery keeps what it found.
+    None when the inventory names one (``ansible_python_interpreter``: used as given) or the
+    probe could not tell."""
+    if "ansible_python_interpreter" in host_vars:
+        return None
+    path = (facts.get("probe_python") or {}).get("path")
+    return str(path) if isinstance(path, str) and path.startswith("/") else None
 
 
 def facts_op(ctx: HostContext) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,61 @@ def test_a_script_argument_of_any_size_reaches_the_host_intact(
         assert sorted(probe["present"]) == sorted(dests[::2])
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("host_vars", "probe", "want"),
+    [
+        ({}, {"path": "/root/.pyenv/versions/3.12.1/bin/python3", "version": "3.12.1"},
+         "/root/.pyenv/versions/3.12.1/bin/python3"),  # fmt: skip
+        ({"ansible_python_interpreter": "/opt/py/bin/python3"}, {"path": "/usr/bin/python3"}, None),
+        ({}, {"path": ""}, None),  # the probe could not tell: python3 as before
+        ({}, {"path": "python3"}, None),  # not a path: nothing gained
+        ({}, None, None),
+    ],
+)
+def test_the_interpreter_python3_turned_out_to_be_runs_later_scripts(
+    host_vars: dict[str, str], probe: dict[str, str] | None, want: str | None
+) -> None:
+    from sm120kit.facts import discovered_python
+
+    assert discovered_python(host_vars, {"probe_python": probe}) == want
+
+
+def test_scripts_start_the_discovered_interpreter_not_the_wrapper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host (here ``local``) whose ``python3`` is a wrapper script in front of the real
+    interpreter, as pyenv's shim is, and no ``ansible_python_interpreter``: the facts probe goes
+    through the wrapper, every later script starts the interpreter the probe found (the wrapper
+    counts its starts); a script named in ``NO_SITE`` runs without ``site``."""
+    from sm120kit.facts import gather
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    count = tmp_path / "starts"
+    (shim / "python3").write_text(f'#!/bin/sh\necho x >> {count}\nexec {sys.executable} "$@"\n')
+    (shim / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    host = Host("local", vars={"ansible_connection": "local", "work_root": str(tmp_path / "w")})
+    seen: dict[str, object] = {}
+
+    def task(ctx: HostContext) -> None:
+        facts = gather(ctx)
+        seen["probe"] = facts["probe_python"]["path"]
+        seen["found"] = ctx.script_python
+        seen["after_facts"] = count.read_text().count("x")
+        seen["fetch"] = ctx.script("fetch_release", {"entries": []})
+        seen["after_fetch"] = count.read_text().count("x")
+        seen["facts"] = ctx.script("facts_probe", {"work_root": ctx.host.work_root})
+
+    result = Runner(RunOptions(run_root=str(tmp_path / "runs"))).run("t", [host], task)
+    assert result.hosts["local"].status == "ok", result.hosts["local"].error
+    assert seen["found"] == seen["probe"]
+    assert Path(str(seen["found"])).resolve() == Path(sys.executable).resolve()
+    # The probe went through the wrapper (and asked it its version); the script did not.
+    assert seen["after_facts"] >= 1 and seen["after_fetch"] == seen["after_facts"]
+    assert seen["fetch"] == {"ok": True, "error": None, "downloaded": []}
+    assert seen["facts"]["probe_python"]["path"] == seen["found"]
+    log = Path(result.hosts["local"].log or "").read_text()
+    assert f"scripts run by {seen['found']}" in log

@@ -545,7 +545,11 @@ def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
     steps = {s["name"]: s for s in host["steps"]}
     assert steps["stack"]["status"] == "changed"
     assert steps["stack smoke"]["status"] == "failed"
-    assert "this env has no importable torch" in steps["stack smoke"]["message"]
+    # Which check says it first depends on whether the build env the wheel's RUNPATH names is
+    # still there (then its symbols resolve and the import order check speaks): either way the
+    # env's missing torch is named.
+    message = steps["stack smoke"]["message"]
+    assert "this env has no importable torch" in message or "No module named 'torch'" in message
     row = host["stack"]["packages"]["minikernel"]
     assert row["from"] == "build"
     assert row["wheel_from"] == "build" or row["wheel_from"].startswith("cache:")

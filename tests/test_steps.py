@@ -58,7 +58,7 @@ def test_a_step_is_json_and_renders_through_one_table() -> None:
     interpreted = {"clean", "mkdir", "download", "run", "link", "write", "copy", "rename"}
     interpreted |= {"remove", "verify", "select", "install_torch", "inspect", "marker", "patch"}
     # install_lock's (the stack: ops/stack_steps.py); "fetch" is the controller's own.
-    interpreted |= {"fetch", "check", "unpack", "uv", "requirements", "record", "pth"}
+    interpreted |= {"fetch", "check", "unpack", "uv", "requirements", "record", "pth", "stage"}
     # Run by the controller itself (ops/step_run.py): the source and dependency uploads, and
     # the build's copy and link before build_wheel.py (ops/compile.py).
     interpreted |= {"upload", "script", "build"}

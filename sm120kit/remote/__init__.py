@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 
 LIB = f"{__package__}.lib"
 
+#: Scripts started hundreds of times in one run (one per locked file) that import nothing
+#: outside the standard library: run with ``-S``, without ``site``. Its import (every ``.pth``
+#: file of every installed package) costs more than such a script's own work: 85 ms a start
+#: with pyenv's 3.11 here against 18 ms (docs/benchmarks.md, "The streamed install").
+NO_SITE = frozenset({"fetch_release"})
+
 #: Runs first on the host: unpacks the bundled sources (zlib, base64: a third of their size on
 #: the wire), serves the library modules from memory, then runs the script as ``__main__``
 #: (compiled on its own, so its ``from __future__`` imports still count).
@@ -199,7 +205,7 @@ def run_script(
     its stderr; one that prints JSON is returned as is (the JSON says what went wrong).
     """
     interpreter = python or conn.host.python
-    command = f"{shlex.quote(interpreter)} -"
+    command = f"{shlex.quote(interpreter)} {'-S -' if name in NO_SITE else '-'}"
     if path:
         command = f'PATH={shlex.quote(":".join(path))}:"$PATH" ' + command
     result = conn.run(command, stdin=script_program(name, args), timeout=timeout)

@@ -44,6 +44,10 @@ class HostContext:
         self.result = result
         self.log = log
         self.facts: dict[str, Any] | None = None
+        #: The interpreter the default ``python3`` turned out to be (`facts.gather`), which
+        #: later scripts start directly: a wrapper in front of it (pyenv's shim, a bash
+        #: script) costs more per start than many a script's own work.
+        self.script_python: str | None = None
         #: This host's facts and resolved recipe, once ``plan.prepare`` made them.
         self.state: ProvisionState | None = None
         self._conn: Connection | None = None
@@ -162,6 +166,7 @@ class HostContext:
         self.log.info("remote script %s %s", name, json.dumps(args or {}, sort_keys=True)[:4000])
         if path:
             self.log.info("PATH prefix %s", ":".join(path))
+        python = python or self.script_python
         doc = run_script(self._connection(), name, args, python=python, timeout=timeout, path=path)
         self.log.info("-> %s", json.dumps(doc, sort_keys=True)[:20000])
         return doc
