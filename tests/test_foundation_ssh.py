@@ -410,8 +410,11 @@ def test_a_script_argument_of_any_size_reaches_the_host_intact(
 @pytest.mark.parametrize(
     ("host_vars", "probe", "want"),
     [
-        ({}, {"path": "/root/.pyenv/versions/3.12.1/bin/python3", "version": "3.12.1"},
-         "/root/.pyenv/versions/3.12.1/bin/python3"),  # fmt: skip
+        (
+            {},
+            {"path": "/root/.pyenv/versions/3.12.1/bin/python3", "version": "3.12.1"},
+            "/root/.pyenv/versions/3.12.1/bin/python3",
+        ),  # fmt: skip
         ({"ansible_python_interpreter": "/opt/py/bin/python3"}, {"path": "/usr/bin/python3"}, None),
         ({}, {"path": ""}, None),  # the probe could not tell: python3 as before
         ({}, {"path": "python3"}, None),  # not a path: nothing gained
