@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from sm120kit.ops.stack_files import UV
 from sm120kit.ops.stack_steps import StackFacts, StackFile, plan_stack
 from sm120kit.remote import script_program
@@ -130,6 +132,19 @@ def _apply(facts: StackFacts, marker: Path, token: str) -> subprocess.Popen[str]
     return proc
 
 
+def _start(
+    tmp_path: Path, uv_whl: Path, n: int, stale: str = ""
+) -> tuple[StackFacts, list[Path], Path, subprocess.Popen[str]]:
+    """`n` wheels and the host's install started, waiting for them under this run's token
+    ("tok"); `stale`: a marker left by another run, there before it starts."""
+    facts, wheels = _setup(tmp_path, uv_whl, n)
+    marker = tmp_path / "work" / "envs" / ".stack-t.fetched"
+    marker.parent.mkdir(parents=True)
+    if stale:
+        marker.write_text(stale)
+    return facts, wheels, marker, _apply(facts, marker, "tok")
+
+
 def _place(facts: StackFacts, wheels: list[Path], upto: int) -> None:
     for f, w in list(zip(facts.files, wheels, strict=True))[:upto]:
         Path(f.dest).parent.mkdir(parents=True, exist_ok=True)
@@ -142,11 +157,8 @@ def test_stage_installs_and_compiles_as_files_arrive(
     tmp_path: Path,
     uv_wheel: Path,  # noqa: F811
 ) -> None:
-    facts, wheels = _setup(tmp_path, uv_wheel, 12)
-    marker = tmp_path / "work" / "envs" / ".stack-t.fetched"
-    marker.parent.mkdir(parents=True)
-    marker.write_text("old ok\n")  # another run's: must not end the wait
-    proc = _apply(facts, marker, "tok")
+    # Another run's marker is there: it must not end the wait.
+    facts, wheels, marker, proc = _start(tmp_path, uv_wheel, 12, stale="old ok\n")
 
     def controller() -> None:
         time.sleep(1.0)
@@ -165,6 +177,11 @@ def test_stage_installs_and_compiles_as_files_arrive(
     timings = doc["timings"]
     assert timings["compiled"] >= 12 * 6 and timings["compile_lost"] == 0
     assert timings["stage_batches"] >= 1
+    # The progress the controller shows: every file checked and installed, every module queued
+    # for the compile compiled.
+    shown = json.loads(Path(facts.env + ".progress").read_text())
+    assert shown["phase"] == "done" and shown["checked"] == shown["installed"] == 12
+    assert shown["compiled"] == shown["modules"] == timings["compiled"]
     env = Path(facts.env)
     site = next(env.glob("lib/python*/site-packages"))
     pycs = sorted(site.glob("pkg*/__pycache__/*.pyc"))
@@ -190,10 +207,7 @@ def test_a_failed_fetch_stops_the_host_and_leaves_no_env(
     tmp_path: Path,
     uv_wheel: Path,  # noqa: F811
 ) -> None:
-    facts, wheels = _setup(tmp_path, uv_wheel, 4)
-    marker = tmp_path / "work" / "envs" / ".stack-t.fetched"
-    marker.parent.mkdir(parents=True)
-    proc = _apply(facts, marker, "tok")
+    facts, wheels, marker, proc = _start(tmp_path, uv_wheel, 4)
     _place(facts, wheels, 2)
     marker.write_text("tok failed: gpu1: pkg2 1.0: sha256 abc differs from the lock's def\n")
     assert proc.stdout is not None
@@ -228,3 +242,30 @@ def test_take_batch_caps_files_and_bytes(tmp_path: Path) -> None:
     assert stream_install.take_batch([big, *small, *mid], busy) == [big, *small, *mid]
     gone = {"dest": str(tmp_path / "absent")}
     assert stream_install.take_batch([gone]) == [gone]
+
+
+@pytest.mark.parametrize(
+    ("doc", "extra", "want"),
+    [
+        (
+            {"phase": "fetch", "done": 3, "total": 207, "bytes": 2e9, "checked": 120,
+             "installed": 80, "compiled": 12000, "modules": 20000},
+            "150/207 files placed (3.10 GB)",
+            "fetch 120/207 files checked, 80 installed, 12,000/20,000 modules compiled, "
+            "2.00 GB downloaded by the host, 150/207 files placed (3.10 GB) 40s",
+        ),
+        (  # the compile's tail: the phase word says what is left
+            {"phase": "compile", "done": 0, "total": 207, "bytes": 0, "checked": 207,
+             "installed": 207, "compiled": 30112, "modules": 34562},
+            "",
+            "compile 207/207 files checked, 207 installed, 30,112/34,562 modules compiled 40s",
+        ),
+        ({"phase": "install", "done": 3, "total": 207, "bytes": 0}, "", "install [3/207] 40s"),
+        ({"phase": "fetch", "done": 3, "total": 9, "bytes": 5e8}, "",
+         "fetch [3/9], 0.50 GB downloaded by the host 40s"),  # fmt: skip
+    ],
+)  # fmt: skip
+def test_the_stack_steps_progress_line(doc: dict[str, object], extra: str, want: str) -> None:
+    from sm120kit.ops.build_progress import _progress_detail
+
+    assert _progress_detail(json.dumps(doc), 40.2, extra) == want

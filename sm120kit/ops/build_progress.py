@@ -22,11 +22,20 @@ def _progress_detail(text: str, seconds: float, extra: str = "") -> str:
     except ValueError:
         doc = {}
     if doc.get("phase"):  # the stack step's install (install_lock): phase, files, bytes
-        got = f" {doc['bytes'] / 1e9:.2f} GB downloaded" if doc.get("bytes") else ""
-        if "installed" in doc:  # a new env filled as the files arrive
-            got += f", {doc['installed']} installed"
-        got += f", {extra}" if extra else ""
-        return f"{doc['phase']} [{doc.get('done', 0)}/{doc.get('total', 0)}]{got} {seconds:.0f}s"
+        total = doc.get("total", 0)
+        if "installed" in doc:  # a new env filled as the files arrive (install_lock stage)
+            parts = [
+                f"{doc.get('checked', 0)}/{total} files checked",
+                f"{doc['installed']} installed",
+                f"{doc.get('compiled', 0):,}/{doc.get('modules', 0):,} modules compiled",
+            ]
+        else:
+            parts = [f"[{doc.get('done', 0)}/{total}]"]
+        if doc.get("bytes"):
+            parts.append(f"{doc['bytes'] / 1e9:.2f} GB downloaded by the host")
+        if extra:
+            parts.append(extra)
+        return f"{doc['phase']} {', '.join(parts)} {seconds:.0f}s"
     if doc.get("total"):
         return f"[{doc.get('done', 0)}/{doc['total']}] {seconds:.0f}s"
     if doc.get("units"):

@@ -56,6 +56,7 @@ import os
 import re
 import resource
 import sys
+import threading
 import time
 
 from sm120kit.remote.lib import steps, stream_install, uv_sync
@@ -124,15 +125,21 @@ class Progress:
     def __init__(self, path, total):
         self.path, self.total = path, total
         self.phase, self.done, self.bytes, self.last = "fetch", 0, 0, 0.0
-        self.extra = {}  # more counts to show (a streaming install's "installed")
+        # More counts to show: a streaming install's files "checked" and "installed", its
+        # modules "compiled" of those queued ("modules").
+        self.extra = {}
+        self.lock = threading.Lock()  # set() is called from the stage's threads too
 
-    def set(self, phase=None, done=0, nbytes=0, force=False):
-        if phase is not None and phase != self.phase:
-            self.phase, self.done, force = phase, 0, True
-        self.done += done
-        self.bytes += nbytes
-        now = time.time()
-        if self.path and (force or now - self.last >= 0.5):
+    def set(self, phase=None, done=0, nbytes=0, force=False, **extra):
+        with self.lock:
+            if phase is not None and phase != self.phase:
+                self.phase, self.done, force = phase, 0, True
+            self.done += done
+            self.bytes += nbytes
+            self.extra.update(extra)
+            now = time.time()
+            if not self.path or not (force or now - self.last >= 0.5):
+                return
             self.last = now
             doc = dict(self.extra, phase=self.phase, done=self.done, total=self.total,
                        bytes=self.bytes)  # fmt: skip
@@ -324,11 +331,17 @@ def apply(args):
             resource.getrusage(resource.RUSAGE_CHILDREN),
         )
         staged_into["before"] = installed(step["env"])  # what the sync's report counts from
-        progress.set("fetch", force=True)
-        compiler = stream_install.Compiler(os.path.join(step["env"], "bin", "python"))
+        progress.set("fetch", force=True, checked=0, installed=0, compiled=0, modules=0)
+
+        def compiled_now(done, submitted):
+            progress.set(compiled=done, modules=submitted)
+
+        compiler = stream_install.Compiler(
+            os.path.join(step["env"], "bin", "python"), on_done=compiled_now
+        )
 
         def installed_now(n):
-            progress.extra["installed"] = n
+            progress.set(installed=n)
 
         installer = stream_install.Installer(
             step["argv"], step["cache"], step["scratch"], site, compiler, int(step["timeout"]),
@@ -336,6 +349,7 @@ def apply(args):
         installer.start()
 
         def ready(entry):
+            progress.set(checked=progress.extra.get("checked", 0) + 1)
             installer.add(entry)
 
         try:

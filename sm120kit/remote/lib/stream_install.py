@@ -67,8 +67,10 @@ class Compiler:
     An optimisation only: uv's compile pass after the final sync is the authority, so a worker
     that dies is counted in `lost` and its files are left to that pass."""
 
-    def __init__(self, python, workers=None):
+    def __init__(self, python, workers=None, on_done=None):
         self.queue = queue.Queue()
+        self.on_done = on_done  # called with (modules done, modules submitted) after each
+        self.submitted = 0
         self.compiled = 0
         self.lost = 0
         self.busy_s = 0.0
@@ -110,12 +112,17 @@ class Compiler:
                     self.compiled += 1
                 else:
                     self.lost += 1
+                counts = (self.compiled + self.lost, self.submitted)
+            if self.on_done is not None:
+                self.on_done(*counts)
         try:
             proc.stdin.close()
         except OSError:
             pass
 
     def submit(self, paths):
+        with self.lock:
+            self.submitted += len(paths)
         for path in paths:
             self.queue.put(path)
 
