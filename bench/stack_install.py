@@ -20,7 +20,8 @@ machine, from the same URLs, each file checked against the lock's sha256, with c
   its stack step and the bytes it downloaded from the index (goal: 0).
 
 The order alternates between rounds (``--rounds`` 2: uv, uv-compile, tool in round 0, the
-reverse in round 1) so that a warming network cache or other load falls on all alike.
+reverse in round 1) so that a warming network cache or other load falls on all alike, and
+each contender starts after `settle()`: the disk's writeback done, the page cache dropped.
 Reports wall seconds, the ratio stack step / uv (goal: at most 1.15x) and the bytes each
 received (from /proc/net/dev, all interfaces but lo, so other traffic counts too).
 
@@ -70,6 +71,18 @@ def requirements(lock_path: Path) -> str:
 UV = os.environ.get("UV_BIN", "uv")
 
 
+def settle() -> None:
+    """Start the next contender on a quiet disk: the last one's dirty pages written out (its
+    writeback, and the removal of its 10 GB env, otherwise fall on whoever runs next: the same
+    code measured 137 s after uv and 165 s right after another provision), and, where this
+    runs as root, the page cache dropped, so each starts as cold as the first."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        pass
+
+
 def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[str, float]:
     """A fresh venv and one cold ``uv pip install`` of the lock's files."""
     env = work / "uv-env"
@@ -77,6 +90,7 @@ def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[s
     req.write_text(requirements(lock_path))
     python = load_lock(lock_path).python
     uv_env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "UV_NO_CONFIG": "1"}
+    settle()
     rx0, t0 = rx_bytes(), time.perf_counter()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([UV, "venv", "-q", "--python", python, str(env)], check=True, env=uv_env)
@@ -114,6 +128,7 @@ def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]
     }
     out: dict[str, Any] = {}
     for name in ("local", "local2"):
+        settle()
         rx0, t0 = rx_bytes(), time.perf_counter()
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
