@@ -108,10 +108,13 @@ def _copy(step: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _uv(step: Mapping[str, Any]) -> list[str]:
+def _uv_env(step: Mapping[str, Any]) -> str:
     # run_uv's environment on the host (remote/lib/uv_sync.py), spelled as a shell line.
-    env = f"env -u VIRTUAL_ENV UV_CACHE_DIR={_q(step['cache'])} UV_NO_CONFIG=1 UV_NO_PROGRESS=1"
-    return [f"{env} {shlex.join(step['argv'])}"]
+    return f"env -u VIRTUAL_ENV UV_CACHE_DIR={_q(step['cache'])} UV_NO_CONFIG=1 UV_NO_PROGRESS=1"
+
+
+def _uv(step: Mapping[str, Any]) -> list[str]:
+    return [f"{_uv_env(step)} {shlex.join(step['argv'])}"]
 
 
 def _check(step: Mapping[str, Any]) -> list[str]:
@@ -122,7 +125,7 @@ def _check(step: Mapping[str, Any]) -> list[str]:
 
 
 def _stage(step: Mapping[str, Any]) -> list[str]:
-    env = f"env -u VIRTUAL_ENV UV_CACHE_DIR={_q(step['cache'])} UV_NO_CONFIG=1 UV_NO_PROGRESS=1"
+    env = _uv_env(step)
     batch = posixpath.join(step["scratch"], "stage-N.txt")
     return [
         f"as each of the {step['files']} files arrives: check its sha256 against the lock (and "

@@ -376,12 +376,12 @@ def _fetch_while_installing(
     box: dict[str, Any] = {}
     placed: list[int] = []
 
-    def shown() -> str:
+    def placed_words() -> str:
         return f"{len(placed)}/{len(rest)} files placed ({sum(placed) / 1e9:.2f} GB)"
 
     def host() -> None:
         try:
-            with poll_progress(ctx, "stack", str(args["progress"]), extra=shown):
+            with poll_progress(ctx, "stack", str(args["progress"]), extra=placed_words):
                 box["result"] = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc

@@ -307,14 +307,17 @@ def apply(args):
     timings = {}
     staged_into = {}
 
-    def check_op(step, result):
-        errors, sizes, corrupt, verdicts = check(
-            entries, args.get("verify"), timeout, args.get("indexes"), progress
-        )
+    def checked(result, got, began):
+        # check()'s outcome into the result (and its time); its first failure line, or None.
+        errors, sizes, corrupt, verdicts = got
         result["downloaded"] = [[e["name"], n] for e, n in zip(entries, sizes) if n]
         result["verdicts"], result["corrupt"] = verdicts, corrupt
-        timings["check_s"] = round(time.time() - start, 3)
-        error = next((x for x in errors if x), None) or refused(entries, verdicts)
+        timings["check_s"] = round(time.time() - began, 3)
+        return next((x for x in errors if x), None) or refused(entries, verdicts)
+
+    def check_op(step, result):
+        got = check(entries, args.get("verify"), timeout, args.get("indexes"), progress)
+        error = checked(result, got, start)
         if error:
             raise StepFailed(error)
         progress.total = len(entries)
@@ -353,7 +356,7 @@ def apply(args):
             installer.add(entry)
 
         try:
-            errors, sizes, corrupt, verdicts = check(
+            got = check(
                 entries, args.get("verify"), timeout, args.get("indexes"), progress,
                 marker=stream_install.FetchMarker(args.get("fetched")), ready=ready,
                 stop=lambda: installer.error is not None)  # fmt: skip
@@ -361,10 +364,7 @@ def apply(args):
             installer.abort()
             compiler.abort()
             raise
-        result["downloaded"] = [[e["name"], n] for e, n in zip(entries, sizes) if n]
-        result["verdicts"], result["corrupt"] = verdicts, corrupt
-        timings["check_s"] = round(time.time() - began, 3)
-        error = next((x for x in errors if x), None) or refused(entries, verdicts)
+        error = checked(result, got, began)
         if error or installer.error:
             installer.abort()
             compiler.abort()
