@@ -466,3 +466,68 @@ def test_scripts_start_the_discovered_interpreter_not_the_wrapper(
     assert seen["facts"]["probe_python"]["path"] == seen["found"]
     log = Path(result.hosts["local"].log or "").read_text()
     assert f"scripts run by {seen['found']}" in log
+
+
+def test_many_threads_share_one_connection_within_sshds_session_limit(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """One host's connection used by 24 threads at once, each running a command, copying a
+    file up and back and using the host's wheel store, against sshd's default MaxSessions (10;
+    the fleet's sshd sets none). Commands wait for a session instead of being refused
+    ("administratively prohibited"), and the SFTP sessions are lent to one thread at a time:
+    threads that shared paramiko's one SFTPClient took each other's replies, which a real-lock
+    provision saw as "Server connection dropped" half way through. A session that breaks in a
+    copy is replaced and the copy done again."""
+    import threading
+
+    from sm120kit.cache.sftp import SFTPStore
+    from sm120kit.runner.connection import SSHConnection, connect
+
+    host = _hosts(fleet, "gpu7")[0]
+    conn = connect(host, ConnectOptions(known_hosts=str(fleet.known_hosts), retry_backoff=0))
+    assert isinstance(conn, SSHConnection)
+    root = f"{host.work_root}/sessions"
+    conn.run(f"mkdir -p {root}")
+    store = SFTPStore.leased(conn.sftp_session, f"{root}/store", name="host")
+    errors: list[str] = []
+
+    def worker(i: int) -> None:
+        try:
+            res = conn.run(f"sleep 0.3; echo {i}")
+            assert res.ok and res.stdout.strip() == str(i), res
+            src = tmp_path / f"up{i}"
+            src.write_bytes(os.urandom(300_000) + str(i).encode())
+            conn.put(src, f"{root}/f{i}")
+            conn.get(f"{root}/f{i}", tmp_path / f"down{i}")
+            assert (tmp_path / f"down{i}").read_bytes() == src.read_bytes()
+            store.write_blob(f"k{i}/meta.json", str(i).encode())
+            assert store.read_blob(f"k{i}/meta.json") == str(i).encode()
+        except Exception as exc:  # noqa: BLE001 - reported below, with the thread's number
+            errors.append(f"{i}: {type(exc).__name__}: {exc}")
+
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len(store.list_blobs()) == 24
+
+        # A session that breaks during a copy: the copy is done again on a fresh one.
+        attempts: list[int] = []
+
+        def copy(sftp: object) -> None:
+            attempts.append(1)
+            if len(attempts) == 1:
+                sftp.get_channel().close()  # type: ignore[attr-defined]
+            sftp.get(f"{root}/f3", str(tmp_path / "again"))  # type: ignore[attr-defined]
+
+        conn._transfer(copy, "a copy")
+        assert len(attempts) == 2
+        assert (tmp_path / "again").read_bytes() == (tmp_path / "up3").read_bytes()
+        # A missing file is the file's error, raised at once, not retried.
+        with pytest.raises(FileNotFoundError):
+            conn.get(f"{root}/none", tmp_path / "none")
+    finally:
+        conn.close()

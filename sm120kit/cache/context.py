@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ..inventory.host import Host
@@ -53,7 +54,7 @@ class CacheHost(Protocol):
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None: ...
 
-    def sftp_opener(self) -> Callable[[], Any] | None: ...
+    def sftp_lease(self) -> Callable[[], AbstractContextManager[Any]] | None: ...
 
     @property
     def result(self) -> HostResult: ...

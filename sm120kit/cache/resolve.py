@@ -133,9 +133,9 @@ class Stores:
             root = ctx.state.paths.wheel_cache
         else:
             root = posixpath.join(ctx.host.work_root, "cache", "wheels")
-        sftp = ctx.sftp_opener()
-        if sftp is not None:
-            store: Store = SFTPStore(sftp, root, name=HOST_STORE)
+        lease = ctx.sftp_lease()
+        if lease is not None:
+            store: Store = SFTPStore.leased(lease, root, name=HOST_STORE)
         else:
             store = LocalStore(os.path.expanduser(root), name=HOST_STORE)
         return Source(HOST_STORE, store, host_root=root)

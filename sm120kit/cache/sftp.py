@@ -8,17 +8,24 @@ Atomicity rests on two SFTP renames: ``posix-rename@openssh.com`` (replaces the 
 atomically) for writes, and plain SFTP v3 RENAME, which the protocol defines to fail when the
 target exists, for exclusive creates (OpenSSH's sftp-server implements it with link(2)).
 A server without the posix-rename extension gets remove-then-rename, which is not atomic.
+
+A host's own store is `leased`: each operation borrows one of its connection's SFTP sessions
+for its duration, because a paramiko SFTPClient must not serve two threads at once and the
+stack step looks up several files of one host at a time.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import posixpath
 import secrets
 import stat
+import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 from sm120kit.cache.store_types import SftpConnect, register_store_type
@@ -26,6 +33,27 @@ from sm120kit.cache.store_types import SftpConnect, register_store_type
 
 def _missing(exc: OSError) -> bool:
     return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _leasing(method: _F) -> _F:
+    """A store operation that borrows a session for its whole duration when the store is
+    leased (nested operations use the one borrowed)."""
+
+    @functools.wraps(method)
+    def inner(self: SFTPStore, *args: Any, **kwargs: Any) -> Any:
+        if self._lease is None or getattr(self._held, "client", None) is not None:
+            return method(self, *args, **kwargs)
+        with self._lease() as client:
+            self._held.client = client
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._held.client = None
+
+    return inner  # type: ignore[return-value]
 
 
 class SFTPStore(Store):
@@ -45,6 +73,8 @@ class SFTPStore(Store):
         self._connect = connect
         self._sftp: Any = None
         self._owns = owns_client
+        self._lease: Callable[[], AbstractContextManager[Any]] | None = None
+        self._held = threading.local()
         if root in ("~", "~/"):
             root = "."
         elif root.startswith("~/"):
@@ -52,9 +82,27 @@ class SFTPStore(Store):
         self.root = root.rstrip("/") or "/"
         self.name = name or f"sftp:{root}"
 
+    @classmethod
+    def leased(
+        cls, lease: Callable[[], AbstractContextManager[Any]], root: str, name: str | None = None
+    ) -> SFTPStore:
+        """A store whose operations each borrow a session from `lease` (a connection's
+        ``sftp_session``), for a store used by several threads of one connection."""
+
+        def unleased() -> Any:
+            raise CacheError(f"cache {name or root}: SFTP used outside a store operation")
+
+        store = cls(unleased, root, name=name)
+        store._lease = lease
+        return store
+
     @property
     def sftp(self) -> Any:
-        """The SFTPClient, opened on first use."""
+        """The SFTPClient: the one borrowed for this operation, or this store's own, opened on
+        first use."""
+        held = getattr(self._held, "client", None)
+        if held is not None:
+            return held
         if self._sftp is None:
             self._sftp = self._connect()
         return self._sftp
@@ -116,6 +164,7 @@ class SFTPStore(Store):
                 pass
             self.sftp.rename(tmp, target)
 
+    @_leasing
     def read_blob(self, path: str) -> bytes | None:
         try:
             with self.sftp.open(self._p(path), "rb") as fh:
@@ -125,10 +174,12 @@ class SFTPStore(Store):
                 return None
             raise
 
+    @_leasing
     def write_blob(self, path: str, data: bytes) -> None:
         target = self._p(path)
         self._replace(self._write_temp(target, data), target)
 
+    @_leasing
     def upload_blob(self, path: str, src: Path) -> None:
         target = self._p(path)
         tmp = self._temp_beside(target)
@@ -139,6 +190,7 @@ class SFTPStore(Store):
             self._remove_quietly(tmp)
             raise
 
+    @_leasing
     def download_blob(self, path: str, dest: Path) -> bool:
         try:
             self.sftp.get(self._p(path), str(dest))
@@ -149,6 +201,7 @@ class SFTPStore(Store):
             raise
         return True
 
+    @_leasing
     def list_blobs(self, prefix: str = "") -> list[BlobInfo]:
         found: list[BlobInfo] = []
         top = self._p(prefix)
@@ -178,6 +231,7 @@ class SFTPStore(Store):
         except OSError:
             pass
 
+    @_leasing
     def delete_blob(self, path: str) -> None:
         try:
             self.sftp.remove(self._p(path))
@@ -185,6 +239,7 @@ class SFTPStore(Store):
             if not _missing(exc):
                 raise
 
+    @_leasing
     def create_blob_exclusive(self, path: str, data: bytes) -> bool:
         target = self._p(path)
         tmp = self._write_temp(target, data)
@@ -200,6 +255,7 @@ class SFTPStore(Store):
         finally:
             self._remove_quietly(tmp)
 
+    @_leasing
     def rename_blob(self, src: str, dst: str) -> bool:
         target = self._p(dst)
         self._makedirs(posixpath.dirname(target))
@@ -213,6 +269,7 @@ class SFTPStore(Store):
             raise CacheError(f"cache {self.name}: cannot move {src} to {dst}: {exc}") from None
         return True
 
+    @_leasing
     def remove_empty_dirs(self, prefix: str) -> None:
         here = prefix.strip("/")
         while here:

@@ -258,6 +258,7 @@ def open_session(
             connect_timeout=float(conf["connect_timeout"]),
             connect_retries=int(conf["connect_retries"]),
             retry_backoff=float(conf["retry_backoff"]),
+            max_sessions=int(conf["ssh_max_sessions"]),
             ssh_password=ssh_password,
             sudo_password=sudo_password,
         ),

@@ -9,6 +9,13 @@ session for `local`), so a run that is cancelled (SIGINT/SIGTERM/SIGHUP, see `ca
 or a command that outlives its timeout is killed whole, children included, instead of
 living on as an orphan. The password variables are removed from every command's
 environment.
+
+An SSH connection keeps under the server's limit on sessions per connection (OpenSSH's
+MaxSessions, 10 by default): commands and SFTP sessions each take one, and a run opens many
+at once (a stack step fetches several files while its install runs). Beyond the limit sshd
+refuses the channel ("administratively prohibited"). SFTP sessions are lent to one thread at a
+time: paramiko's SFTPClient reads its replies from whichever thread asks, so two threads on
+one client take each other's replies (seen as "Server connection dropped").
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,6 +167,8 @@ class ConnectOptions:
     ssh_password: str | None = None
     sudo_password: str | None = None
     load_ssh_config: bool = True
+    #: The most sessions (commands, SFTP) one connection opens at once: sshd's MaxSessions.
+    max_sessions: int = 10
 
     def known_hosts_path(self) -> Path:
         return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
@@ -306,6 +317,15 @@ class SSHConnection(Connection):
         super().__init__(host)
         self.options = options
         self._conn: Any = None
+        limit = max(3, options.max_sessions)
+        #: SFTP sessions kept open and lent out (`sftp_session`), at most this many.
+        self._sftp_max = min(SFTP_SESSIONS, limit // 4 or 1)
+        self._sftp_idle: list[Any] = []
+        self._sftp_open = 0
+        self._sftp_free = threading.Condition()
+        self._held = threading.local()
+        # One session stays free for killing a timed-out command's process group.
+        self._exec_slots = threading.BoundedSemaphore(limit - self._sftp_max - 1)
 
     def _fabric(self) -> Any:
         import fabric
@@ -439,28 +459,151 @@ class SSHConnection(Connection):
             raise Interrupted(_REASON[0])
         self.open()
         _count(self)
-        try:
-            return _exec(self._conn.client.get_transport(), command, stdin, timeout, self.pgid_dir)
-        except (OSError, EOFError, _ssh_exception()) as exc:
-            raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
+        with self._exec_slots:
+            try:
+                transport = self._conn.client.get_transport()
+                return _exec(transport, command, stdin, timeout, self.pgid_dir)
+            except (OSError, EOFError, _ssh_exception()) as exc:
+                raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
-        self.open()
-        self._conn.put(str(local), remote)
+        mode = os.stat(local).st_mode & 0o7777
+
+        def copy(sftp: Any) -> None:
+            sftp.put(str(local), remote)
+            sftp.chmod(remote, mode)
+
+        self._transfer(copy, f"copying {local} to {self._where()}:{remote}")
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
-        self.open()
-        self._conn.get(remote, str(local))
+        self._transfer(
+            lambda sftp: sftp.get(remote, str(local)),
+            f"copying {self._where()}:{remote} to {local}",
+        )
+
+    def _transfer(self, copy: Callable[[Any], None], what: str) -> None:
+        """`copy` with a lent SFTP session, again on a fresh one when the session broke
+        (a dropped channel or connection); a missing file or a refused write is not retried."""
+        from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+        @retry(
+            retry=retry_if_exception(_sftp_broken),
+            stop=stop_after_attempt(max(1, self.options.connect_retries)),
+            wait=wait_exponential(multiplier=self.options.retry_backoff, max=8),
+            reraise=True,
+        )
+        def once() -> None:
+            with self.sftp_session() as sftp:
+                copy(sftp)
+
+        try:
+            once()
+        except Exception as exc:
+            if _sftp_broken(exc):
+                raise HostUnreachable(f"{what}: connection lost: {one_line(str(exc))}") from None
+            raise
+
+    @contextmanager
+    def sftp_session(self) -> Iterator[Any]:
+        """An SFTP client of this connection, this thread's alone for the block (a nested
+        block in the same thread gets the same one). One that broke in the block is closed,
+        the others are kept for the next block."""
+        held = getattr(self._held, "sftp", None)
+        if held is not None:
+            yield held
+            return
+        client = self._sftp_checkout()
+        self._held.sftp = client
+        broken = False
+        try:
+            yield client
+        except BaseException as exc:
+            broken = _sftp_broken(exc) or _gone(client)
+            if broken and isinstance(exc, OSError) and not _sftp_broken(exc):
+                # paramiko's "Socket is closed" reads like a file's error (an OSError
+                # without errno); the session, not the file, failed.
+                raise SessionLost(f"SFTP session lost: {one_line(str(exc))}") from exc
+            raise
+        finally:
+            self._held.sftp = None
+            with self._sftp_free:
+                if broken or _gone(client):
+                    _close_quietly(client)
+                    self._sftp_open -= 1
+                else:
+                    self._sftp_idle.append(client)
+                self._sftp_free.notify()
+
+    def _sftp_checkout(self) -> Any:
+        with self._sftp_free:
+            while True:
+                while self._sftp_idle:
+                    client = self._sftp_idle.pop()
+                    if not _gone(client):
+                        return client
+                    _close_quietly(client)
+                    self._sftp_open -= 1
+                if self._sftp_open < self._sftp_max:
+                    self._sftp_open += 1
+                    break
+                self._sftp_free.wait()
+        try:
+            self.open()
+            return self._conn.client.open_sftp()
+        except BaseException:
+            with self._sftp_free:
+                self._sftp_open -= 1
+                self._sftp_free.notify()
+            raise
 
     def sftp(self) -> Any:
-        """The paramiko SFTP client of this connection (for SFTP cache stores)."""
+        """A new SFTP client of this connection, the caller's to own (an SFTP cache store of
+        its own: one per thread)."""
         self.open()
-        return self._conn.sftp()
+        return self._conn.client.open_sftp()
 
     def close(self) -> None:
+        with self._sftp_free:
+            for client in self._sftp_idle:
+                _close_quietly(client)
+            self._sftp_idle.clear()
+            self._sftp_open = 0
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+#: SFTP sessions an SSH connection keeps for its host's file copies and host store.
+SFTP_SESSIONS = 2
+
+
+def _sftp_broken(exc: BaseException) -> bool:
+    """The SFTP session (or the connection under it) is gone or garbled, as opposed to the
+    server's answer about a file (missing, refused, failed), which paramiko raises as an
+    OSError."""
+    from paramiko.sftp import SFTPError
+
+    return isinstance(exc, (EOFError, socket.timeout, ConnectionError, SFTPError)) or isinstance(
+        exc, _ssh_exception()
+    )
+
+
+class SessionLost(ConnectionError):
+    """An SFTP session (or the connection under it) went away during an operation."""
+
+
+def _gone(client: Any) -> bool:
+    """The SFTP client's channel is closed, or its connection is."""
+    channel = client.get_channel()
+    transport = channel.get_transport() if channel is not None else None
+    return channel is None or channel.closed or transport is None or not transport.is_active()
+
+
+def _close_quietly(client: Any) -> None:
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001 - closing a session that already broke
+        pass
 
 
 def _not_ssh(exc: BaseException) -> bool:

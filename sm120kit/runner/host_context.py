@@ -15,7 +15,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HostFailed, Interrupted, one_line
@@ -51,9 +51,8 @@ class HostContext:
         #: This host's facts and resolved recipe, once ``plan.prepare`` made them.
         self.state: ProvisionState | None = None
         self._conn: Connection | None = None
-        #: File copies one at a time: an SSH connection has one SFTP session, which is not
-        #: safe to share between threads (an op may run commands from several threads).
-        self._transfer = threading.Lock()
+        # Guards the first open: an op may run commands from several threads.
+        self._opening = threading.Lock()
         #: Set while `probing()`: the ops only probe although the run may change the host.
         self._probing = False
 
@@ -74,12 +73,13 @@ class HostContext:
 
     def _connection(self) -> Connection:
         """The host's connection, opened (with bounded retries) on first use."""
-        if self._conn is None:
-            conn = connect(self.host, self.runner.options.connect)
-            self.log.info("connecting to %s", self.host.display())
-            conn.open()
-            self._conn = conn
-        return self._conn
+        with self._opening:
+            if self._conn is None:
+                conn = connect(self.host, self.runner.options.connect)
+                self.log.info("connecting to %s", self.host.display())
+                conn.open()
+                self._conn = conn
+            return self._conn
 
     @property
     def commands_run(self) -> int:
@@ -174,20 +174,18 @@ class HostContext:
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         """Copy a controller file to the host (logged like a command)."""
         self.log.info("put %s -> %s", local, remote)
-        with self._transfer:
-            self._connection().put(local, remote)
+        self._connection().put(local, remote)
 
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:
         """Copy a host file to the controller (logged like a command)."""
         self.log.info("get %s -> %s", remote, local)
-        with self._transfer:
-            self._connection().get(remote, local)
+        self._connection().get(remote, local)
 
-    def sftp_opener(self) -> Callable[[], Any] | None:
-        """What opens an SFTP session to an SSH host (the wheel cache's host store); None on
-        a local host, whose files are this machine's."""
+    def sftp_lease(self) -> Callable[[], AbstractContextManager[Any]] | None:
+        """What lends an SFTP session of the host's connection to a thread for a block (the
+        wheel cache's host store); None on a local host, whose files are this machine's."""
         conn = self._connection()
-        return conn.sftp if isinstance(conn, SSHConnection) else None
+        return conn.sftp_session if isinstance(conn, SSHConnection) else None
 
     def keep_process_groups_in(self, directory: str) -> None:
         """From now on each command leaves its process group id in `directory` on the host

@@ -304,7 +304,6 @@ UsePAM no
 StrictModes no
 PermitRootLogin prohibit-password
 MaxStartups 200
-MaxSessions 100
 LogLevel ERROR
 Subsystem sftp internal-sftp
 SetEnv {" ".join(f"{k}={v}" for k, v in env.items())}
