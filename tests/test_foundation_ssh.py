@@ -7,6 +7,7 @@ machines have no GPU.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -356,7 +357,6 @@ def test_a_script_argument_of_any_size_reaches_the_host_intact(
     (Linux refuses one argument over 128 KiB): a 1 MB document over real SSH is stored by the
     host script byte for byte, and a lock-sized list of 207 entries (the real r580 lock's
     count, each with a dest, URL and sha256) is read whole by install_lock's probe."""
-    import hashlib
     import json
 
     from sm120kit.runner.connection import connect
@@ -452,7 +452,12 @@ def test_scripts_start_the_discovered_interpreter_not_the_wrapper(
         seen["probe"] = facts["probe_python"]["path"]
         seen["found"] = ctx.script_python
         seen["after_facts"] = count.read_text().count("x")
-        seen["fetch"] = ctx.script("fetch_release", {"entries": []})
+        wheel = tmp_path / "w" / "present.whl"
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        wheel.write_bytes(b"present")
+        digest = hashlib.sha256(b"present").hexdigest()
+        entry = {"name": "p", "version": "1", "url": "http://127.0.0.1:9/p.whl", "sha256": digest}
+        seen["fetch"] = ctx.ask("fetch_release", {"entry": {**entry, "dest": str(wheel)}})
         seen["after_fetch"] = count.read_text().count("x")
         seen["facts"] = ctx.script("facts_probe", {"work_root": ctx.host.work_root})
 
@@ -462,7 +467,7 @@ def test_scripts_start_the_discovered_interpreter_not_the_wrapper(
     assert Path(str(seen["found"])).resolve() == Path(sys.executable).resolve()
     # The probe went through the wrapper (and asked it its version); the script did not.
     assert seen["after_facts"] >= 1 and seen["after_fetch"] == seen["after_facts"]
-    assert seen["fetch"] == {"ok": True, "error": None, "downloaded": []}
+    assert seen["fetch"] == {"id": 1, "ok": True, "error": None, "downloaded": 0}
     assert seen["facts"]["probe_python"]["path"] == seen["found"]
     log = Path(result.hosts["local"].log or "").read_text()
     assert f"scripts run by {seen['found']}" in log

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.remote import script_bundle
+from sm120kit.remote import SERVICES, script_bundle
+from sm120kit.runner.service import service_command, service_input
 
 REMOTE = Path(__file__).resolve().parents[1] / "sm120kit" / "remote"
 #: Everything that runs on a host or inside a host's env: the scripts and their library.
@@ -69,6 +70,16 @@ def test_each_script_starts_on_python_38(name: str) -> None:
     python = _python38()
     if python is None:
         pytest.skip("no Python 3.8 on this machine (python3.8 on PATH or under ~/.pyenv)")
+    if name in SERVICES:
+        # Started by the one-line loader; answers a request line (here one without an entry).
+        request = service_input(name, {}) + b'{"id": 7}\n'
+        proc = subprocess.run(
+            ["bash", "-c", service_command(python, name)], input=request, capture_output=True,
+            timeout=120,
+        )  # fmt: skip
+        reply = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        assert reply["id"] == 7 and reply["ok"] is False and "KeyError" in reply["error"]
+        return
     proc = subprocess.run(
         [python, "-", "{}"], input=script_bundle(name), capture_output=True, text=True, timeout=120
     )

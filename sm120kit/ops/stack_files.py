@@ -215,28 +215,28 @@ def obtain_release(
 
     def download() -> BuiltWheel:
         start = time.monotonic()
-        # Nothing to verify on arrival: the small downloader, not the installer.
-        doc = ctx.script(
-            "install_lock" if target else "fetch_release",
-            {
-                "action": "fetch",
-                "entries": [
-                    {
-                        "name": entry.name,
-                        "version": entry.version,
-                        "url": entry.url,
-                        "sha256": entry.sha256,
-                        "compiled": entry.compiled,
-                        "dest": dest,
-                    }
-                ],
-                "verify": target,
-                "indexes": list(indexes),
-            },
-        )
+        row = {
+            "name": entry.name,
+            "version": entry.version,
+            "url": entry.url,
+            "sha256": entry.sha256,
+            "compiled": entry.compiled,
+            "dest": dest,
+        }
+        if target:
+            # Verified for the target as it lands: the installer's fetch, a start of its own.
+            doc = ctx.script(
+                "install_lock",
+                {"action": "fetch", "entries": [row], "verify": target, "indexes": list(indexes)},
+            )
+            got = sum(int(n) for _, n in doc.get("downloaded") or [])
+        else:
+            # Nothing to verify on arrival: the host's downloader, one process for the run.
+            doc = ctx.ask("fetch_release", {"entry": row, "indexes": list(indexes)})
+            got = int(doc.get("downloaded") or 0)
         if not doc.get("ok"):
             raise HostFailed(f"{ctx.host.name}: {doc.get('error')}")
-        fetched.append(sum(int(n) for _, n in doc.get("downloaded") or []))
+        fetched.append(got)
         return BuiltWheel(dest, entry.sha256, time.monotonic() - start, "")
 
     got = cache_for(ctx.runner).obtain(

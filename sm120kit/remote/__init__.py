@@ -37,6 +37,10 @@ LIB = f"{__package__}.lib"
 #: with pyenv's 3.11 here against 18 ms (docs/benchmarks.md, "The streamed install").
 NO_SITE = frozenset({"fetch_release"})
 
+#: Scripts that serve many requests, one JSON line each, on one start (`runner/service.py`,
+#: `HostContext.ask`), rather than one argument and one answer (`run_script`).
+SERVICES = frozenset({"fetch_release"})
+
 #: Runs first on the host: unpacks the bundled sources (zlib, base64: a third of their size on
 #: the wire), serves the library modules from memory, then runs the script as ``__main__``
 #: (compiled on its own, so its ``from __future__`` imports still count).
@@ -204,6 +208,8 @@ def run_script(
     A script that exits non-zero without printing JSON raises HostFailed with the tail of
     its stderr; one that prints JSON is returned as is (the JSON says what went wrong).
     """
+    if name in SERVICES:
+        raise ValueError(f"{name} is a service: ask it (HostContext.ask), do not run it")
     interpreter = python or conn.host.python
     command = f"{shlex.quote(interpreter)} {'-S -' if name in NO_SITE else '-'}"
     if path:

@@ -2,39 +2,61 @@
 its final name: the wheel stores' download of a released file (ops/stack_files.py) when
 nothing needs to be verified on the host as it lands.
 
-Kept apart from `install_lock` so that each of a lock's 200 downloads starts a small program
-(the download and the hash alone), not the installer and its verifier.
+A service (`sm120kit.remote.service`): started once per host and run, it answers every
+download of the run, several at once, so that a lock's 200 files cost one interpreter, one
+import of urllib and one load of the CA bundle, not 200 of each.
 
 Runs on the host with any Python >= 3.8 and the standard library only. Argument (argv[1],
-JSON)::
+JSON): ``{"workers": downloads at once}``. Then one request per stdin line::
 
-    {"entries": [{"name", "version", "url", "sha256", "dest"}], "indexes": [URL prefixes] |
-     null, "timeout": seconds}
+    {"id": n, "entry": {"name", "version", "url", "sha256", "dest"}, "indexes": [URL
+     prefixes] | null, "timeout": seconds}
 
-Prints ``{"ok", "error": the first failure's line or null, "downloaded": [[name, bytes]]}``.
+and one reply per stdout line, as each download ends: ``{"id": n, "ok", "error": its line or
+null, "downloaded": bytes}``. Ends when stdin closes, once every request is answered.
 """
 
 import json
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from sm120kit.remote.lib.obtain import obtain
 
 
+def answer(request, out, lock):
+    """Download one request's file and write its reply line."""
+    reply = {"id": request.get("id"), "ok": False, "error": None, "downloaded": 0}
+    try:
+        entry = request["entry"]
+        timeout = float(request.get("timeout") or 3600)
+        line, fetched, _corrupt = obtain(entry, timeout, request.get("indexes"))
+        reply.update(ok=line is None, error=line, downloaded=fetched)
+    except Exception as exc:  # one line back to the controller, never a traceback
+        reply["error"] = "%s: %s" % (type(exc).__name__, exc)
+    with lock:
+        out.write(json.dumps(reply, sort_keys=True) + "\n")
+        out.flush()
+
+
+def serve(inp, out, workers):
+    """Answer every request line of `inp` on `out` until `inp` ends."""
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for line in inp:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                request = json.loads(line)
+            except ValueError as exc:
+                request = {"id": None, "entry": None, "error": str(exc)}
+            pool.submit(answer, request, out, lock)
+
+
 def main():
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    timeout = float(args.get("timeout") or 3600)
-    error, downloaded = None, []
-    try:
-        for entry in args.get("entries") or []:
-            line, fetched, _corrupt = obtain(entry, timeout, args.get("indexes"))
-            if fetched:
-                downloaded.append([entry["name"], fetched])
-            if line:
-                error = line
-                break
-    except Exception as exc:  # one line back to the controller, never a traceback
-        error = "%s: %s" % (type(exc).__name__, exc)
-    print(json.dumps({"ok": error is None, "error": error, "downloaded": downloaded}))
+    serve(sys.stdin, sys.stdout, int(args.get("workers") or 8))
 
 
 if __name__ == "__main__":

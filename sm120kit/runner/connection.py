@@ -35,22 +35,24 @@ from typing import Any
 
 from ..errors import HostUnreachable, Interrupted, one_line
 from ..inventory.host import Host
+from .channels import (
+    PGID_MARK,
+    SECRET_ENV,
+    kill_remote_group,
+    open_channel,
+    open_sftp,
+    rekey_like_openssh,
+    remote_wrapper,
+)
 
 # paramiko logs a traceback for every failed handshake (e.g. a port that does not speak
 # SSH); our one-line error says it, so its records go nowhere instead of to stderr.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
 
-#: Variables that carry secrets; no command the tool runs (local or remote) inherits them.
-SECRET_ENV = ("SM120KIT_SSH_PASSWORD", "SM120KIT_SUDO_PASSWORD")
-
 #: Set when the run is cancelled: commands in flight are killed and new ones refused.
 _CANCEL = threading.Event()
 _STATE = threading.local()
-
-#: First stderr line of a wrapped remote command: its process group id.
-_PGID_MARK = b"\x1esm120kit-pgid "
-
 
 _REASON = ["cancelled"]
 
@@ -111,34 +113,6 @@ def _count(conn: Connection) -> None:
 def scrubbed_env() -> dict[str, str]:
     """This process's environment without the password variables."""
     return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-
-
-def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
-    """The shell line that runs `command` on a host in a new session (its own process group).
-
-    It prints the group id on stderr first (stripped again by `_exec`), so a timeout or a
-    cancel can kill the whole group, and drops the password variables from the environment.
-    With `pgid_dir` (the run lock's directory, `~/` allowed) it also leaves an empty file
-    `pg.<pgid>` there when that directory exists: a later run that takes over the lock of a
-    dead controller kills those groups (remote/host_lock.py).
-    """
-    import shlex
-
-    inner = (
-        'printf "\\036sm120kit-pgid %s\\n" "$$" >&2; d=$2; '
-        'case $d in "~/"*) d=$HOME/${d#"~/"};; esac; '
-        'if [ -n "$d" ] && [ -d "$d" ]; then : > "$d/pg.$$"; fi; '
-        'exec "${SHELL:-/bin/sh}" -c "$1"'
-    )
-    unset = " ".join(SECRET_ENV)
-    args = f"{shlex.quote(inner)} sm120kit {shlex.quote(command)} {shlex.quote(pgid_dir or '')}"
-    # Without a setsid that can wait (-w: util-linux >= 2.26), sshd's own setsid() for the
-    # session (no pty) already makes the shell a group leader, and `exec` keeps its pid. The
-    # command appears once: the line's length is the command's plus a constant.
-    return (
-        f"unset {unset}; if setsid -w true 2>/dev/null; then set -- setsid -w; else set --; fi; "
-        f'exec "$@" /bin/sh -c {args}'
-    )
 
 
 @dataclass
@@ -416,6 +390,7 @@ class SSHConnection(Connection):
             except BaseException:
                 conn.close()
                 raise
+            rekey_like_openssh(conn.client.get_transport())
             return conn
 
         try:
@@ -450,6 +425,16 @@ class SSHConnection(Connection):
         port = f":{self.host.port}" if self.host.port else ""
         return f"{user}{self.host.address}{port}"
 
+    @property
+    def exec_slots(self) -> threading.BoundedSemaphore:
+        """The sessions commands may hold at once (`runner.process` holds one per process)."""
+        return self._exec_slots
+
+    def transport(self) -> Any:
+        """The open connection's paramiko transport (connecting first)."""
+        self.open()
+        return self._conn.client.get_transport()
+
     def run(
         self, command: str, *, stdin: str | None = None, timeout: float | None = None
     ) -> CommandResult:
@@ -463,8 +448,31 @@ class SSHConnection(Connection):
             try:
                 transport = self._conn.client.get_transport()
                 return _exec(transport, command, stdin, timeout, self.pgid_dir)
+            except _Lost as lost:
+                ended = self._end_group(lost.pgid)
+                raise HostUnreachable(
+                    f"connection to {self._where()} lost while a command ran ({ended})"
+                ) from None
             except (OSError, EOFError, _ssh_exception()) as exc:
                 raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
+
+    def _end_group(self, pgid: int | None) -> str:
+        """End a command's process group on the host over a new connection, after the one it
+        ran on was lost: left running, it would work on beside the next run (a stack install
+        still writing into the env the next run makes again). Says what was done."""
+        if pgid is None:
+            return "its process group was not known yet"
+        conn = None
+        try:
+            conn = self._fabric()  # a connection of its own: other threads may hold the old one
+            conn.open()
+            kill_remote_group(conn.client.get_transport(), pgid)
+        except Exception as exc:  # noqa: BLE001 - reported; the host lock's takeover is the net
+            return f"its process group {pgid} may still run on the host: {one_line(str(exc))}"
+        finally:
+            if conn is not None:
+                conn.close()
+        return f"its process group {pgid} on the host was ended"
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         mode = os.stat(local).st_mode & 0o7777
@@ -549,7 +557,7 @@ class SSHConnection(Connection):
                 self._sftp_free.wait()
         try:
             self.open()
-            return self._conn.client.open_sftp()
+            return open_sftp(self._conn.client.get_transport())
         except BaseException:
             with self._sftp_free:
                 self._sftp_open -= 1
@@ -560,7 +568,7 @@ class SSHConnection(Connection):
         """A new SFTP client of this connection, the caller's to own (an SFTP cache store of
         its own: one per thread)."""
         self.open()
-        return self._conn.client.open_sftp()
+        return open_sftp(self._conn.client.get_transport())
 
     def close(self) -> None:
         with self._sftp_free:
@@ -636,7 +644,7 @@ def _exec(
     The command runs in its own process group on the host (`remote_wrapper`); on a timeout or
     a cancel that group is killed over a second channel before the result returns.
     """
-    chan = transport.open_session()
+    chan = open_channel(transport)
     chan.exec_command(remote_wrapper(command, pgid_dir))
     sender: threading.Thread | None = None
     if stdin:
@@ -665,9 +673,9 @@ def _exec(
         if chan.recv_stderr_ready():
             err += chan.recv_stderr(65536)
             busy = True
-        if pgid is None and b"\n" in err and err.startswith(_PGID_MARK):
+        if pgid is None and b"\n" in err and err.startswith(PGID_MARK):
             line, _, rest = bytes(err).partition(b"\n")
-            pgid = int(line[len(_PGID_MARK) :] or 0) or None
+            pgid = int(line[len(PGID_MARK) :] or 0) or None
             err = bytearray(rest)
         if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
             # OpenSSH sends exit-status as soon as it reaps the command (session.c
@@ -688,7 +696,7 @@ def _exec(
         stop = cancelled()
         if stop or (deadline is not None and time.monotonic() > deadline):
             if pgid is not None:
-                _kill_remote_group(transport, pgid)
+                kill_remote_group(transport, pgid)
             chan.close()
             if stop:
                 raise Interrupted(_REASON[0])
@@ -701,25 +709,20 @@ def _exec(
     chan.close()
     if sender is not None:
         sender.join(timeout=1)
-    if err.startswith(_PGID_MARK):  # a command too quick for the loop to see its first line
+    if err.startswith(PGID_MARK):  # a command too quick for the loop to see its first line
         err = bytearray(bytes(err).partition(b"\n")[2])
+    if code == -1 and not transport.is_active():
+        raise _Lost(pgid)
     return CommandResult(command, out.decode(errors="replace"), err.decode(errors="replace"), code)
 
 
-def _kill_remote_group(transport: Any, pgid: int) -> None:
-    """SIGTERM a process group on the host, then SIGKILL what is left of it after 2 s."""
-    script = (
-        f"kill -TERM -- -{pgid} 2>/dev/null || exit 0; i=0; while [ $i -lt 20 ]; do "
-        f"kill -0 -- -{pgid} 2>/dev/null || exit 0; sleep 0.1; i=$((i+1)); done; "
-        f"kill -KILL -- -{pgid} 2>/dev/null; exit 0"
-    )
-    try:
-        chan = transport.open_session()
-        chan.exec_command(script)
-        chan.status_event.wait(10)
-        chan.close()
-    except Exception:  # noqa: BLE001 - the connection itself may be gone; nothing to kill then
-        pass
+class _Lost(Exception):
+    """The connection went away while a command ran (no exit status came); the command's
+    process group on the host, if it was seen, may still run."""
+
+    def __init__(self, pgid: int | None) -> None:
+        super().__init__(pgid)
+        self.pgid = pgid
 
 
 def connect(host: Host, options: ConnectOptions) -> Connection:

@@ -22,7 +22,9 @@ from ..errors import HostFailed, Interrupted, one_line
 from ..inventory.host import Host
 from ..remote import run_script
 from .connection import CommandResult, Connection, SSHConnection, connect
+from .process import start
 from .results import HostResult, StepResult
+from .service import Service, service_command
 
 if TYPE_CHECKING:
     import logging
@@ -55,6 +57,8 @@ class HostContext:
         self._opening = threading.Lock()
         #: Set while `probing()`: the ops only probe although the run may change the host.
         self._probing = False
+        self._services: dict[str, Service] = {}
+        self._services_lock = threading.Lock()
 
     @property
     def check_mode(self) -> bool:
@@ -171,6 +175,22 @@ class HostContext:
         self.log.info("-> %s", json.dumps(doc, sort_keys=True)[:20000])
         return doc
 
+    def ask(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        """`request`'s reply from remote script `name` kept running as a service
+        (`remote.service`): started on first use (again if it has ended), shared by every
+        thread of this host's op, closed with this context."""
+        with self._services_lock:
+            service = self._services.get(name)
+            if service is None or service.ended:
+                python = self.script_python or self.host.python
+                self.log.info("remote service %s started", name)
+                proc = start(self._connection(), service_command(python, name))
+                service = self._services[name] = Service(name, proc)
+        self.log.info("ask %s %s", name, json.dumps(request, sort_keys=True)[:4000])
+        reply = service.ask(request)
+        self.log.info("-> %s", json.dumps(reply, sort_keys=True)[:4000])
+        return reply
+
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         """Copy a controller file to the host (logged like a command)."""
         self.log.info("put %s -> %s", local, remote)
@@ -219,6 +239,10 @@ class HostContext:
         raise SkipHost(reason)
 
     def close(self) -> None:
+        with self._services_lock:
+            services, self._services = list(self._services.values()), {}
+        for service in services:
+            service.close()
         if self._conn is not None:
             self._conn.close()
 

@@ -203,8 +203,11 @@ class Fleet:
         root: Path,
         hosts: list[tuple[str, str, str]],
         dead: list[tuple[str, str]] | None = None,
+        sshd_options: dict[str, str] | None = None,
     ) -> None:
         self.root = root
+        #: Extra sshd_config lines per host name (e.g. "MaxSessions 1").
+        self.sshd_options = sshd_options or {}
         self.user = getpass.getuser()
         self.hosts = [SimHost(n, a, p, root / n) for n, a, p in hosts]
         self.dead = [SimHost(n, a, "nogpu", root / n, live=False) for n, a in (dead or [])]
@@ -307,6 +310,7 @@ MaxStartups 200
 LogLevel ERROR
 Subsystem sftp internal-sftp
 SetEnv {" ".join(f"{k}={v}" for k, v in env.items())}
+{self.sshd_options.get(h.name, "")}
 """
         (h.root / "sshd_config").write_text(config)
 

@@ -1,0 +1,117 @@
+"""One SSH channel of a connection: opened (again when sshd refuses it for a moment), a
+command on it wrapped in a session of its own whose process group can be killed, and the
+transport's re-key thresholds.
+
+Nothing here knows a `Connection`; `runner/connection.py` and `runner/process.py` build on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Variables that carry secrets; no command the tool runs (local or remote) inherits them.
+SECRET_ENV = ("SM120KIT_SSH_PASSWORD", "SM120KIT_SUDO_PASSWORD")
+
+
+#: First stderr line of a wrapped remote command: its process group id.
+PGID_MARK = b"\x1esm120kit-pgid "
+
+
+def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
+    """The shell line that runs `command` on a host in a new session (its own process group).
+
+    It prints the group id on stderr first (stripped again by `_exec`), so a timeout or a
+    cancel can kill the whole group, and drops the password variables from the environment.
+    With `pgid_dir` (the run lock's directory, `~/` allowed) it also leaves an empty file
+    `pg.<pgid>` there when that directory exists: a later run that takes over the lock of a
+    dead controller kills those groups (remote/host_lock.py).
+    """
+    import shlex
+
+    inner = (
+        'printf "\\036sm120kit-pgid %s\\n" "$$" >&2; d=$2; '
+        'case $d in "~/"*) d=$HOME/${d#"~/"};; esac; '
+        'if [ -n "$d" ] && [ -d "$d" ]; then : > "$d/pg.$$"; fi; '
+        'exec "${SHELL:-/bin/sh}" -c "$1"'
+    )
+    unset = " ".join(SECRET_ENV)
+    args = f"{shlex.quote(inner)} sm120kit {shlex.quote(command)} {shlex.quote(pgid_dir or '')}"
+    # Without a setsid that can wait (-w: util-linux >= 2.26), sshd's own setsid() for the
+    # session (no pty) already makes the shell a group leader, and `exec` keeps its pid. The
+    # command appears once: the line's length is the command's plus a constant.
+    return (
+        f"unset {unset}; if setsid -w true 2>/dev/null; then set -- setsid -w; else set --; fi; "
+        f'exec "$@" /bin/sh -c {args}'
+    )
+
+
+#: When paramiko starts a key re-exchange: the limit OpenSSH sets for the ciphers with 16-byte
+#: blocks that paramiko prefers (2^32 blocks, 64 GiB; OpenSSH packet.c ssh_set_newkeys), and
+#: a packet count well before the 32-bit sequence number wraps. Paramiko's own default is
+#: 512 MiB, and a re-exchange it starts while sessions stream (a stack step copies 4 GB back
+#: over SFTP while commands run beside it) can stall until it gives up with "Key-exchange
+#: timed out waiting for key negotiation" and drops the connection (paramiko issue #822,
+#: still open; reproduced here on loopback: two 600 MB gets and five commands in a loop).
+REKEY_BYTES = 1 << 36
+REKEY_PACKETS = 1 << 31
+
+
+def rekey_like_openssh(transport: Any) -> None:
+    """Set `transport`'s re-key thresholds to `REKEY_BYTES` and `REKEY_PACKETS`."""
+    packetizer = getattr(transport, "packetizer", None)
+    if packetizer is not None:
+        packetizer.REKEY_BYTES = REKEY_BYTES
+        packetizer.REKEY_PACKETS = REKEY_PACKETS
+
+
+#: Tries, and the most seconds between them, to open a channel the server refused.
+OPEN_TRIES = 8
+OPEN_WAIT_MAX = 2.0
+
+
+def open_channel(transport: Any) -> Any:
+    """A new session channel on `transport`, tried again when the server refuses it.
+
+    sshd counts a closed session against MaxSessions until its main loop has collected the
+    channel, so a session opened right after another closed can be refused ("no more
+    sessions" in sshd's log, ChannelException 'Connect failed' here) although this side is
+    within the limit; reproduced on loopback with five threads running short commands and two
+    SFTP sessions. Nothing ran on a refused channel, so trying again is safe."""
+    from paramiko import ChannelException
+    from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+    @retry(
+        retry=retry_if_exception_type(ChannelException),
+        stop=stop_after_attempt(OPEN_TRIES),
+        wait=wait_exponential(multiplier=0.05, max=OPEN_WAIT_MAX),
+        reraise=True,
+    )
+    def once() -> Any:
+        return transport.open_session()
+
+    return once()
+
+
+def open_sftp(transport: Any) -> Any:
+    """An SFTP client on a channel of its own (`open_channel`)."""
+    from paramiko import SFTPClient
+
+    chan = open_channel(transport)
+    chan.invoke_subsystem("sftp")
+    return SFTPClient(chan)
+
+
+def kill_remote_group(transport: Any, pgid: int) -> None:
+    """SIGTERM a process group on the host, then SIGKILL what is left of it after 2 s."""
+    script = (
+        f"kill -TERM -- -{pgid} 2>/dev/null || exit 0; i=0; while [ $i -lt 20 ]; do "
+        f"kill -0 -- -{pgid} 2>/dev/null || exit 0; sleep 0.1; i=$((i+1)); done; "
+        f"kill -KILL -- -{pgid} 2>/dev/null; exit 0"
+    )
+    try:
+        chan = open_channel(transport)
+        chan.exec_command(script)
+        chan.status_event.wait(10)
+        chan.close()
+    except Exception:  # noqa: BLE001 - the connection itself may be gone; nothing to kill then
+        pass
