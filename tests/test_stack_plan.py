@@ -162,3 +162,23 @@ def test_build_chosen_shows_the_source_build_or_one_line(planned: dict[str, Any]
         "sglang-kernel 0.4.10: build chosen (stack.build) but recipe r580 pins no source for "
         "sglang-kernel 0.4.10"
     )
+
+
+@pytest.mark.parametrize(
+    ("sizes", "order"),
+    [
+        ([], []),
+        ([5], [0]),
+        ([1, 9], [1, 0]),
+        # largest and smallest by turns; ties in the lock's order
+        ([10, 555, 3, 248, 1, 7], [1, 4, 3, 2, 0, 5]),
+        ([2, 2, 2], [0, 2, 1]),
+    ],
+)
+def test_downloads_start_largest_and_smallest_by_turns(sizes: list[int], order: list[int]) -> None:
+    """The fetch starts the big files at once and keeps small ones arriving (ops/stack.py)."""
+    from sm120kit.ops.stack import fetch_order
+
+    got = fetch_order(sizes)
+    assert got == order
+    assert sorted(got) == list(range(len(sizes)))

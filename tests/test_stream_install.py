@@ -269,3 +269,15 @@ def test_the_stack_steps_progress_line(doc: dict[str, object], extra: str, want:
     from sm120kit.ops.build_progress import _progress_detail
 
     assert _progress_detail(json.dumps(doc), 40.2, extra) == want
+
+
+@pytest.mark.parametrize(
+    ("queued", "workers", "size"),
+    [(0, 2, 1), (3, 2, 1), (4, 2, 1), (40, 2, 10), (2000, 2, 64), (10, 0, 5), (7, 8, 1)],
+)
+def test_a_worker_takes_a_share_of_the_queued_modules(queued: int, workers: int, size: int) -> None:
+    """Compile workers take modules in chunks (one round trip a chunk), never more than
+    CHUNK_MAX, and less near the end so that none is left with a long chunk alone."""
+    from sm120kit.remote.lib.stream_install import CHUNK_MAX, chunk_size
+
+    assert chunk_size(queued, workers) == size <= CHUNK_MAX
