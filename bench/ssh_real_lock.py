@@ -145,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def drift(fleet: Fleet, work: Path) -> None:
     """Change s1's serving env behind the tool's back with uv itself: one distribution removed
-    (``idna``), one not in the lock added (a wheel of ``six`` from the host's own releases if
-    there, else the index)."""
+    (``idna``), one not in the lock added (``cowsay``, from the index)."""
     root = fleet.by_name("s1").work_root
     envs = sorted(p for p in (root / "envs").glob("*") if (p / "bin" / "python").exists())
     uv = sorted(p for p in root.glob("tools/uv-*/uv") if p.is_file())
@@ -156,8 +155,8 @@ def drift(fleet: Fleet, work: Path) -> None:
     py = str(envs[-1] / "bin" / "python")
     cmd = [str(uv[0]), "pip"]
     subprocess.run([*cmd, "uninstall", "-q", "--python", py, "idna"], check=True)
-    subprocess.run([*cmd, "install", "-q", "--no-deps", "--python", py, "six==1.17.0"], check=True)
-    print(f"drift: idna removed, six added in {envs[-1].name}", flush=True)
+    subprocess.run([*cmd, "install", "-q", "--no-deps", "--python", py, "cowsay==6.1"], check=True)
+    print(f"drift: idna removed, cowsay added in {envs[-1].name}", flush=True)
 
 
 if __name__ == "__main__":
