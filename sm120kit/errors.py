@@ -23,6 +23,11 @@ class HostUnreachable(Sm120Error):
     """The host could not be reached (connect error, timeout, host key refused)."""
 
 
+class ConnectionLost(HostUnreachable):
+    """The connection dropped while a command ran on the host (its processes there were ended
+    over a new connection where that was possible): a long idempotent step may run again."""
+
+
 class HostFailed(Sm120Error):
     """A step on a host ran and failed."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -424,19 +425,19 @@ def test_a_lock_whose_sha256_differs_is_refused_before_install(
     fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
     recipes = _tiny_recipes(tmp_path, index, bad="demo-native")
-    inv = _inventory(fleet, tmp_path, ("gpu5",))
+    inv = _inventory(fleet, tmp_path, ("gpu3",))
     cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
     env = invoke_env(
         fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes), SM120KIT_RELEASE_CACHE=cache
     )
-    proc = run_invoke(["provision", "-H", "gpu5", "-i", str(inv), "--json"], env)
+    proc = run_invoke(["provision", "-H", "gpu3", "-i", str(inv), "--json"], env)
     assert proc.returncode == 2
-    host = json_of(proc)["hosts"]["gpu5"]
+    host = json_of(proc)["hosts"]["gpu3"]
     files, _url = index
     real = sha256_of(next(files.glob("demo_native-*.whl")))
     assert host["status"] == "failed"
     assert f"demo-native 0.1: sha256 {real} differs from the lock's {'f' * 64}" in host["error"]
-    work = tmp_path / "work" / "gpu5"
+    work = tmp_path / "work" / "gpu3"
     # Nothing installed, no env left: the new env, made beside its final place and filled as
     # the files arrived, is removed with its scratch dir when the fetch fails.
     assert not list((work / "envs").glob("stack-*"))
@@ -559,3 +560,59 @@ def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
     assert len(infos) == 1 and not (infos[0] / "direct_url.json").read_text().count("releases")
     again = run_invoke(args, env)
     assert again.returncode == 2 and json_of(again)["hosts"]["local"]["changed"] == 0
+
+
+#: tests only: the host's interpreter, which drops the SSH connection it runs under the first
+#: time it is handed the stack's install (install_lock "apply"): it kills its own sshd session
+#: process, as a network drop or a restarted sshd would end it.
+DROP_PY = """#!/bin/sh
+prog=$(mktemp)
+cat > "$prog"
+if grep -q '"action": "apply"' "$prog" && [ ! -e {marker} ]; then
+  : > {marker}
+  pid=$$
+  while [ "$pid" -gt 1 ]; do
+    case "$(cat /proc/$pid/comm)" in sshd*) kill -KILL "$pid"; exit 1;; esac
+    pid=$(awk '{{print $4}}' /proc/$pid/stat)
+  done
+fi
+exec {python} "$@" < "$prog"
+"""
+
+
+def test_a_connection_lost_under_the_install_runs_the_step_once_more(
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """Over SSH (gpu3, a fresh work_root): the connection drops while the stack's
+    install runs on the host (its sshd session killed). The step runs once more on a new
+    connection, keeps the files already placed, installs the lock and says so; a rerun
+    changes nothing. The GPU is simulated (target vars); the drop is real."""
+    recipes = _tiny_recipes(tmp_path, index)
+    inv = _inventory(fleet, tmp_path, ("gpu3",))
+    marker = tmp_path / "dropped"
+    wrapper = tmp_path / "droppy"
+    wrapper.write_text(DROP_PY.format(marker=marker, python=sys.executable))
+    wrapper.chmod(0o755)
+    doc = yaml.safe_load(inv.read_text())
+    doc["all"]["hosts"]["gpu3"]["ansible_python_interpreter"] = str(wrapper)
+    inv.write_text(yaml.safe_dump(doc))
+    env = invoke_env(
+        fleet,
+        tmp_path,
+        INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+        SM120KIT_RELEASE_CACHE=release_cache_with_uv(tmp_path / "release-cache", uv_wheel),
+        INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
+    )
+    args = ["provision", "-H", "gpu3", "-i", str(inv), "--json"]
+    first = run_invoke(args, env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert marker.exists()  # the drop happened
+    [step] = [s for s in json_of(first)["hosts"]["gpu3"]["steps"] if s["name"] == "stack"]
+    assert step["status"] == "changed", step
+    assert "synced by uv 0.13.9 (3 added, 0 removed, 0 replaced)" in step["message"]
+    # Whichever noticed first: a command's channel or the downloader on the same connection.
+    after = step["message"].split("(run again after: ", 1)[1]
+    assert "lost while a command ran" in after or "the connection was lost" in after, after
+    again = run_invoke(args, env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json_of(again)["hosts"]["gpu3"]["changed"] == 0

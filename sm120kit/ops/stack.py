@@ -31,11 +31,12 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..errors import HostFailed, RecipeError
+from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
 from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
 from ..runner.pool import HostContext
+from ..runner.results import StepResult
 from ..stack import release_check
 from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
@@ -215,29 +216,52 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     files = stack_files(state, releases, builds, built)
     facts = stack_facts(state, lock, files, str(python["path"]))
     with ctx.step("stack") as step:
-        probe = ctx.script(
-            "install_lock",
-            {
-                "action": "probe",
-                "env": env,
-                "record": facts.record,
-                "entries": [f.row() for f in (*files, facts.uv)],
-            },
-        )
-        for c in releases:
-            doc["packages"][c.entry.name]["wheel_from"] = "release"
-            doc["packages"][c.entry.name]["index"] = posixpath.dirname(c.entry.url)
-        plan = plan_stack(facts, probe)
-        if not plan.steps:
-            step.message = plan.what
-            return doc
-        # What check mode shows is what runs: the same Steps, rendered.
-        if not ctx.may_act(step, plan.what, commands(plan.steps)):
-            return doc
-        ran = _install(ctx, state, lock, doc, facts, plan)
-        step.commands = commands(ran)
-        step.message = f"{plan.what}: {doc.pop('install_message')}" if plan.drift else plan.what
+        try:
+            _stack_step(ctx, state, lock, doc, facts, files, releases, step)
+        except ConnectionLost as exc:
+            # Everything the step does is idempotent and the files already placed are kept:
+            # once more on a new connection, as a person would run it again (once: a host
+            # that drops twice is reported).
+            lost = one_line(str(exc))
+            ctx.log.warning("stack: %s; running the step once more", lost)
+            _stack_step(ctx, state, lock, doc, facts, files, releases, step)
+            step.message = f"{step.message} (run again after: {lost})"
     return doc
+
+
+def _stack_step(
+    ctx: HostContext,
+    state: ProvisionState,
+    lock: Lock,
+    doc: dict[str, Any],
+    facts: StackFacts,
+    files: list[StackFile],
+    releases: list[Choice],
+    step: StepResult,
+) -> None:
+    """The stack step's work: probe the env, plan, and (unless check mode) install."""
+    probe = ctx.script(
+        "install_lock",
+        {
+            "action": "probe",
+            "env": facts.env,
+            "record": facts.record,
+            "entries": [f.row() for f in (*files, facts.uv)],
+        },
+    )
+    for c in releases:
+        doc["packages"][c.entry.name]["wheel_from"] = "release"
+        doc["packages"][c.entry.name]["index"] = posixpath.dirname(c.entry.url)
+    plan = plan_stack(facts, probe)
+    if not plan.steps:
+        step.message = plan.what
+        return
+    # What check mode shows is what runs: the same Steps, rendered.
+    if not ctx.may_act(step, plan.what, commands(plan.steps)):
+        return
+    ran = _install(ctx, state, lock, doc, facts, plan)
+    step.commands = commands(ran)
+    step.message = f"{plan.what}: {doc.pop('install_message')}" if plan.drift else plan.what
 
 
 def stack_files(

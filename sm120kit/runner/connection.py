@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import HostUnreachable, Interrupted, one_line
+from ..errors import ConnectionLost, HostUnreachable, Interrupted, one_line
 from ..inventory.host import Host
 from .channels import (
     PGID_MARK,
@@ -450,7 +450,7 @@ class SSHConnection(Connection):
                 return _exec(transport, command, stdin, timeout, self.pgid_dir)
             except _Lost as lost:
                 ended = self._end_group(lost.pgid)
-                raise HostUnreachable(
+                raise ConnectionLost(
                     f"connection to {self._where()} lost while a command ran ({ended})"
                 ) from None
             except (OSError, EOFError, _ssh_exception()) as exc:

@@ -62,6 +62,10 @@ class Process:
         """The end of what it wrote on stderr."""
         raise NotImplementedError
 
+    def lost(self) -> bool:
+        """Whether the connection under it went away (it ended with no exit status)."""
+        return False
+
 
 class LocalProcess(Process):
     """A command on this machine (bash, a new session), for the `local` host."""
@@ -190,6 +194,9 @@ class SSHProcess(Process):
         if self._pgid is not None:
             kill_remote_group(self._transport, self._pgid)
         self._end()
+
+    def lost(self) -> bool:
+        return not self._transport.is_active()
 
     def _end(self) -> None:
         # The channel closed and its session given back, once.

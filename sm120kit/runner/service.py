@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HostFailed, Interrupted, one_line
+from ..errors import ConnectionLost, HostFailed, Interrupted, one_line
 from ..remote import NO_SITE, SERVICES, script_program
 from .connection import cancel_reason, cancelled
 
@@ -68,6 +68,7 @@ class Service:
         self._pending: dict[int, _Pending] = {}
         self._next = 0
         self._ended: str | None = None
+        self._lost = False
         proc.write(service_input(name, args))
         self._reader = threading.Thread(target=self._read, name=f"service-{name}", daemon=True)
         self._reader.start()
@@ -89,7 +90,10 @@ class Service:
         lines = self._proc.stderr_tail().strip().splitlines()
         tail = one_line(lines[-1]) if lines else ""
         why = f"exit {code}" if code is not None else "its output ended"
+        if self._proc.lost():
+            why = "the connection was lost"
         with self._lock:
+            self._lost = self._proc.lost()
             self._ended = f"remote service {self.name} ended ({why}){': ' + tail if tail else ''}"
             left, self._pending = list(self._pending.values()), {}
         for pending in left:
@@ -107,7 +111,7 @@ class Service:
         pending = _Pending()
         with self._lock:
             if self._ended is not None:
-                raise HostFailed(self._ended)
+                raise ConnectionLost(self._ended) if self._lost else HostFailed(self._ended)
             self._next += 1
             ident = self._next
             self._pending[ident] = pending
@@ -121,7 +125,8 @@ class Service:
                 self.kill()
                 raise Interrupted(cancel_reason())
         if pending.reply is None:
-            raise HostFailed(self._ended or f"remote service {self.name} ended")
+            why = self._ended or f"remote service {self.name} ended"
+            raise ConnectionLost(why) if self._lost else HostFailed(why)
         return pending.reply
 
     def close(self, timeout: float = 30.0) -> None:
