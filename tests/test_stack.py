@@ -566,6 +566,8 @@ def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
 #: time it is handed the stack's install (install_lock "apply"): it kills its own sshd session
 #: process, as a network drop or a restarted sshd would end it.
 DROP_PY = """#!/bin/sh
+# A service (started with -c, its requests on stdin for as long as it runs): at once.
+case " $* " in *" -c "*) exec {python} "$@";; esac
 prog=$(mktemp)
 cat > "$prog"
 if grep -q '"action": "apply"' "$prog" && [ ! -e {marker} ]; then

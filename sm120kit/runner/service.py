@@ -65,11 +65,16 @@ class Service:
         self.name = name
         self._proc = proc
         self._lock = threading.Lock()
+        # One writer at a time: an SSH channel's sendall may send a line in parts.
+        self._writing = threading.Lock()
         self._pending: dict[int, _Pending] = {}
         self._next = 0
         self._ended: str | None = None
         self._lost = False
-        proc.write(service_input(name, args))
+        try:
+            proc.write(service_input(name, args))
+        except OSError:
+            pass  # it ended before reading its program: the reader says how, on the first ask
         self._reader = threading.Thread(target=self._read, name=f"service-{name}", daemon=True)
         self._reader.start()
 
@@ -105,9 +110,9 @@ class Service:
         return self._ended is not None
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The reply to `request` (sent with an ``id`` of its own). Raises HostFailed when the
-        script has ended without answering, Interrupted when the run is cancelled (the
-        script is killed then)."""
+        """The reply to `request` (sent with an ``id`` of its own). Raises ConnectionLost when
+        the connection under the script went away, HostFailed when the script ended without
+        answering, Interrupted when the run is cancelled (the script is killed then)."""
         pending = _Pending()
         with self._lock:
             if self._ended is not None:
@@ -117,7 +122,8 @@ class Service:
             self._pending[ident] = pending
         line = json.dumps({**request, "id": ident}, sort_keys=True).encode("utf-8") + b"\n"
         try:
-            self._proc.write(line)
+            with self._writing:
+                self._proc.write(line)
         except OSError:
             pass  # it ended: the reader says how, below
         while not pending.done.wait(0.2):
