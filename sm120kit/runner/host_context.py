@@ -177,7 +177,7 @@ class HostContext:
 
     def ask(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
         """`request`'s reply from remote script `name` kept running as a service
-        (`remote.service`): started on first use (again if it has ended), shared by every
+        (`runner.service`): started on first use (again if it has ended), shared by every
         thread of this host's op, closed with this context."""
         with self._services_lock:
             service = self._services.get(name)
