@@ -312,6 +312,57 @@ class TestLocalStore(StoreContract):
         assert copied.stat().st_ino != wheel.stat().st_ino
 
 
+@pytest.mark.parametrize(
+    "size",
+    [0, 1, 4095, 4096, 4097, 8 << 20, (8 << 20) + 1, 2 * (8 << 20), 3 * (8 << 20) - 7],
+)
+def test_uncached_copy_is_byte_exact_at_every_block_edge(tmp_path: Path, size: int) -> None:
+    """A store's copy (O_DIRECT, whole aligned blocks, the last one padded and cut back): the
+    same bytes and size as its source at each edge of the alignment and of the copy's block,
+    and no temporary left beside it."""
+    src = tmp_path / "src.whl"
+    src.write_bytes(os.urandom(size))
+    store = LocalStore(tmp_path / "store")
+    store.upload_blob("ab/entry/src.whl", src)
+    stored = tmp_path / "store" / "ab" / "entry" / "src.whl"
+    assert stored.read_bytes() == src.read_bytes()
+    assert os.listdir(stored.parent) == ["src.whl"]
+
+
+def test_uncached_copy_refused_falls_back_and_fails_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem that takes O_DIRECT's open but refuses its writes (EINVAL) gets the copy
+    through the page cache instead; a source that breaks mid-copy leaves no temporary."""
+    import sm120kit.cache.store as store_mod
+
+    src = tmp_path / "src.whl"
+    src.write_bytes(os.urandom((8 << 20) + 100))
+    real_write = os.write
+
+    def refuse(fd: int, data: Any) -> int:
+        if os.fstat(fd).st_size == 0 and len(data) >= 4096:
+            raise OSError(22, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(store_mod.os, "write", refuse)
+    store = LocalStore(tmp_path / "store")
+    store.upload_blob("ab/entry/src.whl", src)
+    stored = tmp_path / "store" / "ab" / "entry" / "src.whl"
+    assert stored.read_bytes() == src.read_bytes()
+    assert os.listdir(stored.parent) == ["src.whl"]
+    monkeypatch.setattr(store_mod.os, "write", real_write)
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise OSError(5, "Input/output error")
+
+    tmp = tmp_path / "store" / "ab" / ".tmp-other"
+    monkeypatch.setattr(store_mod.mmap, "mmap", broken)
+    with pytest.raises(OSError, match="Input/output"):
+        store_mod._copy_past_cache(src, tmp)
+    assert not tmp.exists()
+
+
 # ---- SFTP: a real sshd of the shared fleet -------------------------------------------------
 
 

@@ -369,8 +369,9 @@ KILLED_PUT_CHILD = textwrap.dedent(
 
     args = json.loads(sys.argv[1])
 
-    def parked(self, path, src):
-        # Mid-write: part of the wheel is in the store's temp file when the kill comes.
+    def parked(self, path, src, *, link):
+        # Mid-write (a copy, or the link of the fetched temporary): part of the wheel is in
+        # the store's temp file when the kill comes.
         tmp = self._temp_beside(self._p(path))
         with open(tmp, "wb") as fh:
             fh.write(open(src, "rb").read()[:100])
@@ -378,7 +379,7 @@ KILLED_PUT_CHILD = textwrap.dedent(
         print("READY", flush=True)
         time.sleep(600)
 
-    st.LocalStore.upload_blob = parked
+    st.LocalStore.upload_wheel = parked
 
     class Fleet:
         known_hosts = args["known_hosts"]

@@ -2,8 +2,9 @@
 
 The wheel is fetched once from the builder (a ``local`` host's file is taken as it is),
 checked against the build's sha256 and put (atomically: wheel first, meta.json last) into
-the controller and shared stores, a store on the controller's disk hard-linking a released
-file; the host store gets an on-host copy, and ``dest_dir`` the wheel under its final name.
+the controller and shared stores: the first store on the controller's disk takes a remote
+host's fetched copy by hard link, every other put is a copy (a ``local`` host's file stays
+its own); the host store gets an on-host copy, and ``dest_dir`` the wheel under its final name.
 A store that refuses the put is recorded in the events; nothing is retried blindly.
 """
 
@@ -71,6 +72,11 @@ class Publisher:
                         f"{built.path} on {ctx.host.name}: sha256 {got[:12]} != the build's "
                         f"{built.sha256[:12]}"
                     )
+                digest = (got, moved)
+            # The fetched copy is this call's own temporary: the first store on its disk may
+            # take it by hard link (it is removed below, so the store's file is the only one
+            # left); a host's own file never is (one corruption would damage both copies).
+            private = not ctx.host.is_local
             stored: list[str] = []
             for src in sources:
                 # A store in its back-off is still tried: publishing matters more than a
@@ -78,9 +84,8 @@ class Publisher:
                 if src.host_root is not None:
                     continue
                 try:
-                    # Never a hard link of a host's file: one corruption would damage both
-                    # copies (a released file on `local` is the host's own copy).
-                    src.store.put(key, local, meta, link=False, digest=digest)
+                    src.store.put(key, local, meta, link=private, digest=digest)
+                    private = False  # a second store sharing its inode would share damage
                 except Exception as exc:  # noqa: BLE001 - other stores still get it
                     ctx.log.warning("put of %s into %s failed", key[:12], src.name, exc_info=True)
                     if unreachable(exc):
