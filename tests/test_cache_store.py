@@ -334,7 +334,7 @@ def test_uncached_copy_refused_falls_back_and_fails_cleanly(
 ) -> None:
     """A filesystem that takes O_DIRECT's open but refuses its writes (EINVAL) gets the copy
     through the page cache instead; a source that breaks mid-copy leaves no temporary."""
-    import sm120kit.cache.store as store_mod
+    import sm120kit.cache.filecopy as copy_mod
 
     src = tmp_path / "src.whl"
     src.write_bytes(os.urandom((8 << 20) + 100))
@@ -345,21 +345,21 @@ def test_uncached_copy_refused_falls_back_and_fails_cleanly(
             raise OSError(22, "Invalid argument")
         return real_write(fd, data)
 
-    monkeypatch.setattr(store_mod.os, "write", refuse)
+    monkeypatch.setattr(copy_mod.os, "write", refuse)
     store = LocalStore(tmp_path / "store")
     store.upload_blob("ab/entry/src.whl", src)
     stored = tmp_path / "store" / "ab" / "entry" / "src.whl"
     assert stored.read_bytes() == src.read_bytes()
     assert os.listdir(stored.parent) == ["src.whl"]
-    monkeypatch.setattr(store_mod.os, "write", real_write)
+    monkeypatch.setattr(copy_mod.os, "write", real_write)
 
     def broken(*_a: Any, **_k: Any) -> Any:
         raise OSError(5, "Input/output error")
 
     tmp = tmp_path / "store" / "ab" / ".tmp-other"
-    monkeypatch.setattr(store_mod.mmap, "mmap", broken)
+    monkeypatch.setattr(copy_mod.mmap, "mmap", broken)
     with pytest.raises(OSError, match="Input/output"):
-        store_mod._copy_past_cache(src, tmp)
+        copy_mod.copy_past_cache(src, tmp)
     assert not tmp.exists()
 
 
