@@ -31,7 +31,8 @@ fetch           name, url, dest, sha256 (the stack: run by the controller, the s
 check           files, compiled, driver, arch (install_lock: sha256 of every file, then
                 verify the compiled ones for the target)
 unpack          wheel, member, dest (install_lock: one file of a wheel, once)
-uv              argv, cache, timeout (install_lock: uv with its cache, no config)
+uv              argv, cache, timeout, compile? (install_lock: uv with its cache, no
+                config; compile "new": then byte-compile what a sync added or replaced)
 requirements    path, files ([name, path, sha256]: uv's requirements file)
 record          path, lock, packages (install_lock: what the env holds, by sha256)
 pth             env, cuda_home (install_lock: the env's CUDA_HOME .pth file, or none)
@@ -114,7 +115,10 @@ def _uv_env(step: Mapping[str, Any]) -> str:
 
 
 def _uv(step: Mapping[str, Any]) -> list[str]:
-    return [f"{_uv_env(step)} {shlex.join(step['argv'])}"]
+    line = f"{_uv_env(step)} {shlex.join(step['argv'])}"
+    if step.get("compile") == "new":
+        line += " (then byte-compile what it added or replaced)"
+    return [line]
 
 
 def _check(step: Mapping[str, Any]) -> list[str]:
@@ -131,7 +135,7 @@ def _stage(step: Mapping[str, Any]) -> list[str]:
         f"as each of the {step['files']} files arrives: check its sha256 against the lock (and "
         f"verify each of the {step['compiled']} compiled ones for driver {step['driver']}, arch "
         f"{step['arch']}), then {env} {shlex.join(step['argv'])} -r {batch} and byte-compile "
-        "its modules"
+        "its modules (then every other .py under site-packages)"
     ]
 
 

@@ -172,7 +172,7 @@ def test_build_chosen_shows_the_source_build_or_one_line(planned: dict[str, Any]
         ([1, 9], [1, 0]),
         # largest and smallest by turns; ties in the lock's order
         ([10, 555, 3, 248, 1, 7], [1, 4, 3, 2, 0, 5]),
-        ([2, 2, 2], [0, 2, 1]),
+        ([2, 2, 2], [0, 1, 2]),
     ],
 )
 def test_downloads_start_largest_and_smallest_by_turns(sizes: list[int], order: list[int]) -> None:
@@ -182,3 +182,32 @@ def test_downloads_start_largest_and_smallest_by_turns(sizes: list[int], order: 
     got = fetch_order(sizes)
     assert got == order
     assert sorted(got) == list(range(len(sizes)))
+
+
+@pytest.mark.parametrize(
+    ("files", "order"),
+    [
+        # The largest by turns with the pure-Python wheels, biggest of those first (most
+        # modules to compile), then the smallest compiled ones.
+        ([("torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", 555),
+          ("six-1.17.0-py2.py3-none-any.whl", 1),
+          ("transformers-5.19.0-py3-none-any.whl", 12),
+          ("triton-3.8.0-cp311-cp311-manylinux_2_27_x86_64.whl", 248),
+          ("pyyaml-6.0.3-cp311-cp311-manylinux_2_17_x86_64.whl", 1),
+          ("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", 39)],
+         [0, 2, 3, 1, 5, 4]),
+        # Not a wheel's name: never counted pure.
+        ([("a.tar.gz", 5), ("b-1.0-py3-none-any.whl", 1), ("c-1.0-py3-none-any.whl", 2)],
+         [0, 2, 1]),
+    ],
+)  # fmt: skip
+def test_downloads_bring_pure_python_wheels_early(
+    files: list[tuple[str, int]], order: list[int]
+) -> None:
+    """The modules the host compiles arrive first: pure-Python wheels, biggest first, by turns
+    with the largest files (ops/stack.py fetch_order, pure_python)."""
+    from sm120kit.ops.stack import fetch_order, pure_python
+
+    got = fetch_order([s for _, s in files], [pure_python(n) for n, _ in files])
+    assert got == order
+    assert sorted(got) == list(range(len(files)))

@@ -169,7 +169,7 @@ def test_stack_steps_render_the_exact_uv_command_lines() -> None:
         f"the 1 compiled ones for driver 580.95.05, arch 12.0), then {uv} pip install --offline "
         "--no-index --require-hashes --no-deps --no-compile-bytecode --python "
         f"{new}/bin/python -r /w/envs/stack-a.sm120kit-scratch/stage-N.txt and byte-compile its "
-        "modules"
+        "modules (then every other .py under site-packages)"
     )
     assert plan.streams
     assert not stack_steps.plan_stack(STACK_FACTS, {**AS_LOCKED, "installed": {}}).streams
@@ -177,10 +177,17 @@ def test_stack_steps_render_the_exact_uv_command_lines() -> None:
         f"{uv} venv --relocatable --python /usr/bin/python3.11 /w/envs/stack-a.sm120kit-new"
         in lines
     )
+    # The stage compiled the new env: its sync audits without uv's compile pass.
+    assert (
+        f"{uv} pip sync --offline --no-index --require-hashes --python "
+        "/w/envs/stack-a.sm120kit-new/bin/python /w/envs/stack-a.sm120kit-scratch/requirements.txt"
+        " (then byte-compile what it added or replaced)" in lines
+    )
+    # An env synced in place (no stage) gets uv's own compile pass.
+    again = commands(stack_steps.plan_stack(STACK_FACTS, {**AS_LOCKED, "installed": {}}).steps)
     assert (
         f"{uv} pip sync --offline --no-index --require-hashes --compile-bytecode --python "
-        "/w/envs/stack-a.sm120kit-new/bin/python /w/envs/stack-a.sm120kit-scratch/requirements.txt"
-        in lines
+        "/w/envs/stack-a/bin/python /w/envs/stack-a.sm120kit-scratch/requirements.txt" in again
     )
     assert "rm -rf /w/envs/stack-a && mv -T /w/envs/stack-a.sm120kit-new /w/envs/stack-a" in lines
     assert lines[-1] == (

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
@@ -55,22 +56,39 @@ HEARTBEAT_S = 60.0
 FETCH_WORKERS = 8
 
 
-def fetch_order(sizes: list[int]) -> list[int]:
-    """The order to start a lock's downloads in (indices into `sizes`): largest and smallest
-    by turns. The largest start at once, so the fetch does not end on torch (555 MB, near the
-    end of the lock's alphabet) downloading alone; the smallest keep arriving meanwhile, so
-    the streamed install and its byte-compiling start within seconds, not after the first
-    big file. Ties keep the lock's order."""
+def fetch_order(sizes: list[int], pure: list[bool] | None = None) -> list[int]:
+    """The order to start a lock's downloads in (indices into `sizes`): the largest, and the
+    rest by turns with them. The largest start at once, so the fetch does not end on torch
+    (555 MB, near the end of the lock's alphabet) downloading alone. The others come pure
+    Python wheels first, the biggest of them first (`pure`: a ``py3-none-any``-style wheel; in
+    the real lock 109 of them, 157 MB, hold 19,400 of its 34,600 modules), then the smallest
+    first: the host's streamed install byte-compiles what it installs, and the modules, not
+    the bytes, are most of its work. Ties keep the lock's order."""
+    pure = pure or [False] * len(sizes)
     by_size = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    dense = sorted(
+        range(len(sizes)), key=lambda i: (not pure[i], -sizes[i] if pure[i] else sizes[i], i)
+    )
     order: list[int] = []
-    lo, hi = 0, len(by_size) - 1
-    while lo <= hi:
-        order.append(by_size[lo])
-        lo += 1
-        if lo <= hi:
-            order.append(by_size[hi])
-            hi -= 1
+    taken: set[int] = set()
+    big, other = iter(by_size), iter(dense)
+    while len(order) < len(sizes):
+        for source in (big, other):
+            for i in source:
+                if i not in taken:
+                    taken.add(i)
+                    order.append(i)
+                    break
     return order
+
+
+def pure_python(filename: str) -> bool:
+    """Whether a wheel's every tag is platform ``any`` (no compiled code of its own)."""
+    try:
+        _name, _version, _build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return False
+    return all(t.platform == "any" for t in tags)
 
 
 def env_path(state: ProvisionState, lock: Lock) -> str:
@@ -366,7 +384,7 @@ def _fetch(
     # Several files at once: most of a lock's 200 files are small, where one file's lookup,
     # download and store put cost more in round trips than in bytes; the big ones download
     # (and are verified on the host) while the others go on.
-    order = fetch_order([e.size or 0 for e in wanted])
+    order = fetch_order([e.size or 0 for e in wanted], [pure_python(e.filename) for e in wanted])
     with ThreadPoolExecutor(FETCH_WORKERS) as pool:
         got = list(pool.map(one, [wanted[i] for i in order]))
     out: list[tuple[str, int]] = [("", 0)] * total

@@ -28,7 +28,8 @@ NEW = ".sm120kit-new"
 #: Beside the env while it is synced: uv's requirements file.
 SCRATCH = ".sm120kit-scratch"
 #: uv's sync: offline, from the listed files only, every hash required, byte-compiled.
-SYNC = ("pip", "sync", "--offline", "--no-index", "--require-hashes", "--compile-bytecode")
+AUDIT = ("pip", "sync", "--offline", "--no-index", "--require-hashes")
+SYNC = (*AUDIT, "--compile-bytecode")
 #: uv's install of the files that have arrived, into a new env while the rest still arrive
 #: (`install_lock` ``stage``): no resolver, no compile (the host compiles each distribution's
 #: modules itself as it lands; the final sync's compile pass then finds them fresh).
@@ -166,8 +167,8 @@ def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step],
     existing env: every file checked and verified first (they are on the host by then), then
     synced in place. A new env (none, or a broken one removed): made beside its final place,
     filled by ``stage`` while the controller's fetches still run (each file checked, verified,
-    installed and byte-compiled as it arrives), then synced (an audit, in effect) and moved in
-    whole. uv is unpacked first in both. Returns (steps, cleanup)."""
+    installed and byte-compiled as it arrives), then synced without uv's compile pass (an audit,
+    in effect; what it adds is compiled after it) and moved in whole. uv is unpacked first in both. Returns (steps, cleanup)."""
     env, scratch = facts.env, facts.env + SCRATCH
     member = f"uv-{facts.uv_version}.data/scripts/uv"
     judged = {
@@ -215,16 +216,22 @@ def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step],
                 timeout=int(facts.install_timeout),
             )
         )
+    # After a stage the env is compiled already: uv's compile pass would only read 35,000 fresh
+    # pyc headers again at the end of the step, so the sync audits, and what it adds or
+    # rewrites is compiled after it (``compile: "new"``).
+    sync = uv_step(
+        facts,
+        *(AUDIT if new_env else SYNC),
+        "--python",
+        posixpath.join(target, "bin", "python"),
+        req,
+        timeout=facts.install_timeout,
+    )
+    if new_env:
+        sync["compile"] = "new"
     steps += [
         Step("requirements", path=req, files=[[f.name, f.dest, f.sha256] for f in facts.files]),
-        uv_step(
-            facts,
-            *SYNC,
-            "--python",
-            posixpath.join(target, "bin", "python"),
-            req,
-            timeout=facts.install_timeout,
-        ),
+        sync,
     ]
     if target != env:
         steps.append(Step("rename", src=target, dest=env))

@@ -35,8 +35,10 @@ read again. ``stage`` (a new env only): the same checks, but streaming: a file t
 controller is still placing is waited for (until its ``fetched`` marker, ``<token> ok`` or
 ``<token> failed: ...``, says its fetches are over), and each file, once there and judged fit,
 is installed into the new env by uv (no compile) while the rest arrive, and its modules are
-byte-compiled by workers in the env's own python (`lib.stream_install`); the ``uv`` sync after
-it finds everything installed and compiled. ``unpack``: uv's binary out of its wheel, once. ``uv``: uv run with the step's
+byte-compiled by workers in the env's own python (`lib.stream_install`: the env's one compile
+pass, every ``.py`` under site-packages); the ``uv`` sync after it (``compile: "new"``, without
+uv's compile pass) finds everything installed, and whatever it adds or rewrites is compiled
+after it. ``unpack``: uv's binary out of its wheel, once. ``uv``: uv run with the step's
 argv (`uv_sync.run_uv`; a ``pip sync`` reports what it added, removed or replaced).
 ``requirements``: uv's requirements file. ``record``: what the env holds, by sha256,
 atomically. ``pth``: ``<site-packages>/sm120kit_cuda_home.pth`` written (or with a null
@@ -339,9 +341,8 @@ def apply(args):
         def compiled_now(done, submitted):
             progress.set(compiled=done, modules=submitted)
 
-        compiler = stream_install.Compiler(
-            os.path.join(step["env"], "bin", "python"), on_done=compiled_now
-        )
+        python = os.path.join(step["env"], "bin", "python")
+        compiler = stream_install.Compiler(python, on_done=compiled_now)
 
         def installed_now(n):
             progress.set(installed=n)
@@ -376,7 +377,13 @@ def apply(args):
             raise StepFailed(error)
         timings["installed_s"] = round(time.time() - began, 3)
         progress.set("compile", force=True)
-        compiled, lost = compiler.finish()
+        # The env's one compile pass (the sync after this step compiles nothing of its own).
+        compiled, lost = stream_install.compile_all(compiler, python, site)
+        if lost:
+            raise StepFailed(
+                "byte-compiling %d modules failed: no compile worker answered (first: %s)"
+                % (len(lost), lost[0])
+            )
         cpu1 = (
             resource.getrusage(resource.RUSAGE_SELF),
             resource.getrusage(resource.RUSAGE_CHILDREN),
@@ -390,8 +397,8 @@ def apply(args):
             stage_s=round(time.time() - began, 3),
             stage_batches=installer.batches,
             stage_uv_s=round(installer.uv_s, 3),
+            stage_uv_runs=[[round(b[0] - began, 1)] + b[1:] for b in installer.log],
             compiled=compiled,
-            compile_lost=lost,
             compile_busy_s=round(compiler.busy_s, 3),
         )
         progress.total = len(entries)
@@ -406,9 +413,18 @@ def apply(args):
         if before is None:
             before = installed(target)
         began = time.time()
+        # A sync after ``stage`` runs without uv's compile pass (the stage's was the env's):
+        # whatever it adds or rewrites is compiled here after it.
+        site = site_packages(target) if step.get("compile") == "new" else None
+        records = stream_install.records(site) if site else {}
         error = uv_sync.run_uv(argv[0], argv[1:], step["cache"], int(step["timeout"]))
         if error:
             raise StepFailed(error)
+        if site:
+            python = os.path.join(target, "bin", "python")
+            timings["sync_compiled"], lost = stream_install.compile_new(python, site, records)
+            if lost:
+                raise StepFailed("byte-compiling %d modules after the sync failed" % lost)
         if syncing:
             added, removed, replaced = uv_sync.changes(before, installed(target))
             sync.update(added=added, removed=removed, replaced=replaced)
