@@ -170,8 +170,9 @@ def test_build_chosen_shows_the_source_build_or_one_line(planned: dict[str, Any]
         ([], []),
         ([5], [0]),
         ([1, 9], [1, 0]),
-        # largest and smallest by turns; ties in the lock's order
-        ([10, 555, 3, 248, 1, 7], [1, 4, 3, 2, 0, 5]),
+        # the 3 largest first, then largest and smallest by turns; ties in the lock's order
+        ([10, 555, 3, 248, 1, 7], [1, 3, 0, 5, 4, 2]),
+        ([10, 555, 3, 248, 1, 7, 4], [1, 3, 0, 5, 4, 6, 2]),
         ([2, 2, 2], [0, 1, 2]),
     ],
 )
@@ -187,18 +188,22 @@ def test_downloads_start_largest_and_smallest_by_turns(sizes: list[int], order: 
 @pytest.mark.parametrize(
     ("files", "order"),
     [
-        # The largest by turns with the pure-Python wheels, biggest of those first (most
-        # modules to compile), then the smallest compiled ones.
+        # The 3 largest first, then the pure-Python wheels, biggest first (most modules to
+        # compile), then the rest largest and smallest by turns.
         ([("torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", 555),
           ("six-1.17.0-py2.py3-none-any.whl", 1),
           ("transformers-5.19.0-py3-none-any.whl", 12),
           ("triton-3.8.0-cp311-cp311-manylinux_2_27_x86_64.whl", 248),
           ("pyyaml-6.0.3-cp311-cp311-manylinux_2_17_x86_64.whl", 1),
-          ("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", 39)],
-         [0, 2, 3, 1, 5, 4]),
-        # Not a wheel's name: never counted pure.
-        ([("a.tar.gz", 5), ("b-1.0-py3-none-any.whl", 1), ("c-1.0-py3-none-any.whl", 2)],
-         [0, 2, 1]),
+          ("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", 39),
+          ("nvidia_cublas-13.1.1.3-py3-none-manylinux_2_27_x86_64.whl", 500),
+          ("numpy-2.3.5-cp311-cp311-manylinux_2_27_x86_64.whl", 17),
+          ("flashinfer_python-0.7.2-py3-none-any.whl", 65)],
+         [0, 6, 3, 8, 2, 1, 5, 4, 7]),
+        # A pure wheel among the largest starts with them; not a wheel's name: never pure.
+        ([("a.tar.gz", 5), ("b-1.0-py3-none-any.whl", 1), ("c-1.0-py3-none-any.whl", 2),
+          ("d-1.0-py3-none-any.whl", 9), ("e.tar.gz", 3)],
+         [3, 0, 4, 2, 1]),
     ],
 )  # fmt: skip
 def test_downloads_bring_pure_python_wheels_early(
