@@ -18,7 +18,7 @@ import pytest
 
 from sm120kit.errors import HostFailed, HostUnreachable
 from sm120kit.inventory.host import Host
-from sm120kit.runner.channels import REKEY_BYTES
+from sm120kit.runner.channels import REKEY_BYTES, open_channel, send_eof
 from sm120kit.runner.connection import ConnectOptions, SSHConnection, connect
 from sm120kit.runner.pool import HostContext, Runner, RunOptions
 from tests.support import tiny_index
@@ -206,3 +206,69 @@ def test_a_service_that_cannot_start_says_why(tmp_path: Path) -> None:
     assert result.hosts["local"].status == "ok", result.hosts["local"].error
     assert "remote service fetch_release ended (exit 127)" in seen["error"]
     assert "no-python" in seen["error"]
+
+
+def test_stdin_eof_never_follows_this_sides_close(fleet: Fleet) -> None:
+    """The EOF that tells a command its stdin is over goes out under the channel's lock
+    (runner/channels.send_eof), so never after this side has answered the server's CLOSE.
+    paramiko's own shutdown_write() takes the EOF under the lock but sends it after letting
+    go: when the command has ended meanwhile and the transport thread has answered CLOSE, the
+    EOF arrives for a channel sshd has freed, and OpenSSH ends the whole connection ("ieof
+    packet referred to nonexistent channel"; paramiko issues #1584, #1705). That interleaving
+    is made here on a real sshd, as the cause of the lost connections of a host filled from
+    the stores; then many quick commands, stdin or none, share one connection throughout."""
+    host = _host(fleet, "gpu8")
+    options = ConnectOptions(known_hosts=str(fleet.known_hosts), connect_retries=1)
+    late = connect(host, options)
+    assert isinstance(late, SSHConnection)
+    try:
+        late.open()
+        transport = late._conn.client.get_transport()
+        chan = open_channel(transport)
+        chan.exec_command("true")
+        with chan.lock:  # what shutdown_write() does first...
+            eof = chan._send_eof()
+        deadline = time.monotonic() + 30
+        while not chan.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert chan.closed  # ...the command ended, this side answered CLOSE...
+        transport._send_user_message(eof)  # ...and then its EOF goes out
+        deadline = time.monotonic() + 10
+        while transport.is_active() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not transport.is_active()
+    finally:
+        late.close()
+    conn = connect(host, options)
+    assert isinstance(conn, SSHConnection)
+    try:
+        conn.open()
+        transport = conn._conn.client.get_transport()
+        results: list[str] = []
+
+        def quick(i: int) -> None:
+            for j in range(15):
+                stdin = f"{i}.{j}\n" if j % 2 else None
+                results.append(conn.run("cat" if stdin else "true", stdin=stdin).stdout)
+
+        threads = [threading.Thread(target=quick, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(results) == 90 and transport.is_active()
+        assert sorted(r for r in results if r) == sorted(
+            f"{i}.{j}\n" for i in range(6) for j in range(15) if j % 2
+        )
+        # A closed channel gets no EOF from send_eof, whatever paramiko's flags say.
+        chan = open_channel(transport)
+        chan.exec_command("true")
+        deadline = time.monotonic() + 30
+        while not chan.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        chan.eof_sent = False
+        send_eof(chan)
+        assert not chan.eof_sent
+        assert conn.run("echo alive").stdout.strip() == "alive"
+    finally:
+        conn.close()

@@ -64,6 +64,28 @@ def rekey_like_openssh(transport: Any) -> None:
         packetizer.REKEY_PACKETS = REKEY_PACKETS
 
 
+def send_eof(chan: Any) -> None:
+    """Tell the command on `chan` that its stdin is over, unless the channel is closed.
+
+    paramiko's ``shutdown_write()`` checks nothing, and sends after it let go of the channel's
+    lock. A command that ends at once (the server sends EOF, exit-status and CLOSE, and
+    paramiko's transport thread answers CLOSE) can then have this side's EOF arrive after its
+    CLOSE, when sshd has freed the channel: OpenSSH ends the whole connection ("ieof packet
+    referred to nonexistent channel 3", paramiko issues #1584 and #1705, both open). Seen
+    here: a second host filled from the stores lost its connection right after its big SFTP
+    copies, in 2 of 3 runs of the real lock (log/2026-12-05-stack-one-compile-pass-over-ssh.md).
+    The check and the send both happen under the channel's lock, which the transport thread
+    takes to answer a CLOSE, so the EOF goes out before that CLOSE or not at all. (A send
+    waits while a key re-exchange runs, at most paramiko's clear-to-send timeout; re-keys
+    come every 64 GiB.)"""
+    with chan.lock:
+        if chan.closed or chan.eof_sent:
+            return
+        message = chan._send_eof()
+        if message is not None and chan.transport is not None:
+            chan.transport._send_user_message(message)
+
+
 #: Tries, and the most seconds between them, to open a channel the server refused.
 OPEN_TRIES = 8
 OPEN_WAIT_MAX = 2.0

@@ -43,6 +43,7 @@ from .channels import (
     open_sftp,
     rekey_like_openssh,
     remote_wrapper,
+    send_eof,
 )
 
 # paramiko logs a traceback for every failed handshake (e.g. a port that does not speak
@@ -653,14 +654,14 @@ def _exec(
         def send() -> None:
             try:
                 chan.sendall(data)
-                chan.shutdown_write()
+                send_eof(chan)
             except OSError:
                 pass  # the command exited without reading all of its stdin
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
     else:
-        chan.shutdown_write()
+        send_eof(chan)
     out, err = bytearray(), bytearray()
     pgid: int | None = None
     deadline = None if timeout is None else time.monotonic() + timeout

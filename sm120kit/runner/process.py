@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HostUnreachable, Interrupted
-from .channels import PGID_MARK, kill_remote_group, open_channel, remote_wrapper
+from .channels import PGID_MARK, kill_remote_group, open_channel, remote_wrapper, send_eof
 from .connection import (
     Connection,
     LocalConnection,
@@ -179,7 +179,7 @@ class SSHProcess(Process):
 
     def close_stdin(self) -> None:
         try:
-            self._chan.shutdown_write()
+            send_eof(self._chan)
         except OSError:
             pass
 
