@@ -11,6 +11,7 @@ object of this machine, the sshd fleet. Simulated: the target GPU and driver (ho
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -282,7 +283,9 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         plan_steps = json_of(planned)["hosts"][name]["steps"]
         [shown] = [s["commands"] for s in plan_steps if s["name"] == "stack"]
         assert steps["stack"]["commands"] == shown
-        assert any(" pip sync --offline --no-index --require-hashes --compile-bytecode " in c
+        # A new env: the stage compiled it, the sync audits (no uv compile pass of its own).
+        assert any(" pip sync --offline --no-index --require-hashes --python " in c
+                   and c.endswith(" (then byte-compile what it added or replaced)")
                    for c in shown)  # fmt: skip
         assert "env" not in steps  # nothing is built: no build env
         why = "by default" if name == "gpu3" else "host var provision_stack: true"
@@ -293,6 +296,11 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert native["index"].endswith("/files") and native["checked"].startswith("sha256")
         py = Path(stack["env"]) / "bin" / "python"
         assert py.exists() and (tmp_path / "work" / name).as_posix() in stack["env"]
+        # Byte-compiled as uv --compile-bytecode would: every module under site-packages.
+        [site] = Path(stack["env"]).glob("lib/python*/site-packages")
+        modules = [m for m in site.rglob("*.py") if "__pycache__" not in m.parts]
+        assert modules and all(Path(importlib.util.cache_from_source(str(m))).is_file()
+                               for m in modules)  # fmt: skip
         assert (tmp_path / "work" / name / "tools" / "uv-0.13.9" / "uv").is_file()
         fetched += stack["downloaded_bytes"]
         # The JIT packages' CUDA_HOME: the toolkit step's, set by a .pth file of the env.
