@@ -296,6 +296,8 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         assert native["index"].endswith("/files") and native["checked"].startswith("sha256")
         py = Path(stack["env"]) / "bin" / "python"
         assert py.exists() and (tmp_path / "work" / name).as_posix() in stack["env"]
+        # Nothing of the install is left beside the env: no marker, no progress file.
+        assert sorted(p.name for p in Path(stack["env"]).parent.glob(".*")) == []
         # Byte-compiled as uv --compile-bytecode would: every module under site-packages.
         [site] = Path(stack["env"]).glob("lib/python*/site-packages")
         modules = [m for m in site.rglob("*.py") if "__pycache__" not in m.parts]

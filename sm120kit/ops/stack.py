@@ -575,6 +575,8 @@ def _install(
         ran += [fetch_step(f) for f in corrupt]
         fetched += sum(n for _w, n in _fetch(ctx, state, lock, again, target))
         args["entries"] = [{**e, "checked": False} for e in entries]
+    # Its last reader was the display, now done with it: no run leaves it behind.
+    ctx.run(f"rm -f {shlex.quote(progress)}", what="progress file", quiet=True, check=False)
     for name, verdict in (result.get("verdicts") or {}).items():
         row = doc["packages"].get(name)
         if row is None:
