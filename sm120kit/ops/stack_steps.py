@@ -27,12 +27,13 @@ from ..steps import Step
 NEW = ".sm120kit-new"
 #: Beside the env while it is synced: uv's requirements file.
 SCRATCH = ".sm120kit-scratch"
-#: uv's sync: offline, from the listed files only, every hash required, byte-compiled.
+#: uv's sync: offline, from the listed files only, every hash required, byte-compiled
+#: (`SYNC`); after a ``stage``, which compiled the env, without uv's compile pass (`AUDIT`).
 AUDIT = ("pip", "sync", "--offline", "--no-index", "--require-hashes")
 SYNC = (*AUDIT, "--compile-bytecode")
 #: uv's install of the files that have arrived, into a new env while the rest still arrive
 #: (`install_lock` ``stage``): no resolver, no compile (the host compiles each distribution's
-#: modules itself as it lands; the final sync's compile pass then finds them fresh).
+#: modules itself as it lands: the env's one compile pass; the sync after it runs as `AUDIT`).
 STAGE = ("pip", "install", "--offline", "--no-index", "--require-hashes", "--no-deps",
          "--no-compile-bytecode")  # fmt: skip
 #: Seconds uv may take to make a venv (a sync gets the install's whole timeout).
@@ -168,7 +169,8 @@ def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step],
     synced in place. A new env (none, or a broken one removed): made beside its final place,
     filled by ``stage`` while the controller's fetches still run (each file checked, verified,
     installed and byte-compiled as it arrives), then synced without uv's compile pass (an audit,
-    in effect; what it adds is compiled after it) and moved in whole. uv is unpacked first in both. Returns (steps, cleanup)."""
+    in effect; what it adds is compiled after it) and moved in whole. uv is unpacked first in
+    both. Returns (steps, cleanup)."""
     env, scratch = facts.env, facts.env + SCRATCH
     member = f"uv-{facts.uv_version}.data/scripts/uv"
     judged = {

@@ -104,7 +104,6 @@ class Compiler:
         self.on_done = on_done  # called with (modules done, modules submitted) after each
         self.submitted = 0
         self.compiled = 0
-        self.lost = 0
         self.seen = set()  # every path submitted (`leftover_modules` skips them)
         self.lost_paths = []  # a dead worker's chunks, for `compile_all` to hand to a new one
         self.busy_s = 0.0
@@ -155,9 +154,8 @@ class Compiler:
                 if done.strip() == str(len(chunk)):
                     self.compiled += len(chunk)
                 else:
-                    self.lost += len(chunk)
                     self.lost_paths.extend(chunk)
-                counts = (self.compiled + self.lost, self.submitted)
+                counts = (self.compiled + len(self.lost_paths), self.submitted)
             if self.on_done is not None:
                 self.on_done(*counts)
             if last:
@@ -191,9 +189,8 @@ class Compiler:
             except queue.Empty:
                 break
             if path is not None:
-                self.lost += 1
                 self.lost_paths.append(path)
-        return self.compiled, self.lost
+        return self.compiled, len(self.lost_paths)
 
     def abort(self):
         for proc in self.procs:
@@ -251,19 +248,24 @@ def records(site):
     return out
 
 
+def new_modules(site, before):
+    """The modules of every distribution in `site` that is new or rewritten since `records`
+    gave `before` (what a uv run added or replaced)."""
+    out = []
+    for info, mtime in sorted(records(site).items()):
+        if before.get(info, -1) != mtime:
+            out += modules_of(site, info)
+    return out
+
+
 def compile_new(python, site, before):
-    """Compile the modules of every distribution in `site` that is new or rewritten since
-    `records` gave `before` (what a sync added or replaced); (compiled, lost)."""
-    changed = [
-        info for info, mtime in sorted(records(site).items()) if before.get(info, -1) != mtime
-    ]
-    if not changed:
+    """Compile `new_modules` (what a sync added or replaced); (compiled, lost)."""
+    modules = new_modules(site, before)
+    if not modules:
         return 0, 0
     compiler = Compiler(python)
-    for info in changed:
-        compiler.submit(modules_of(site, info))
-    compiled, lost = compiler.finish()
-    return compiled, lost
+    compiler.submit(modules)
+    return compiler.finish()
 
 
 def dist_infos(site):
@@ -388,7 +390,7 @@ class Installer(threading.Thread):
         req = os.path.join(self.scratch, "stage-%d.txt" % self.batches)
         with open(req, "w") as fh:
             fh.write(uv_sync.requirements([(e["name"], e["dest"], e["sha256"]) for e in batch]))
-        before = dist_infos(self.site)
+        before = records(self.site)
         began = time.time()
         self.proc = uv_sync.start_uv(self.argv[0], self.argv[1:] + ["-r", req], self.cache)
         try:
@@ -410,8 +412,7 @@ class Installer(threading.Thread):
         self.installed += len(batch)
         if self.on_batch is not None:
             self.on_batch(self.installed)
-        for info in sorted(dist_infos(self.site) - before):
-            self.compiler.submit(modules_of(self.site, info))
+        self.compiler.submit(new_modules(self.site, before))
 
     def finish(self):
         """Wait for the last batch; the first uv error, or None."""
