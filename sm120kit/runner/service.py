@@ -96,7 +96,7 @@ class Service:
         tail = one_line(lines[-1]) if lines else ""
         why = f"exit {code}" if code is not None else "its output ended"
         if self._proc.lost():
-            why = "the connection was lost"
+            why = self._proc.lost_why(f"waiting for a reply of remote service {self.name}")
         with self._lock:
             self._lost = self._proc.lost()
             self._ended = f"remote service {self.name} ended ({why}){': ' + tail if tail else ''}"
