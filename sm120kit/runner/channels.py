@@ -99,11 +99,10 @@ def open_channel(transport: Any) -> Any:
     sessions" in sshd's log, ChannelException 'Connect failed' here) although this side is
     within the limit; reproduced on loopback with five threads running short commands and two
     SFTP sessions. Nothing ran on a refused channel, so trying again is safe."""
-    from paramiko import ChannelException
-    from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+    from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
     @retry(
-        retry=retry_if_exception_type(ChannelException),
+        retry=retry_if_exception(lambda exc: refused(exc, transport)),
         stop=stop_after_attempt(OPEN_TRIES),
         wait=wait_exponential(multiplier=0.05, max=OPEN_WAIT_MAX),
         reraise=True,
@@ -112,6 +111,25 @@ def open_channel(transport: Any) -> Any:
         return transport.open_session()
 
     return once()
+
+
+def refused(exc: BaseException, transport: Any) -> bool:
+    """`exc`, from opening a channel on `transport`, is the server refusing the channel.
+
+    paramiko keeps the refusal in one attribute of the transport (``saved_exception``,
+    transport.py _parse_channel_open_failure), which the first thread to look takes: when
+    several threads are refused at once, the others see a bare SSHException "Unable to open
+    channel." although the connection is still up."""
+    from paramiko import ChannelException, SSHException
+
+    if isinstance(exc, ChannelException):
+        return True
+    return (
+        type(exc) is SSHException
+        and str(exc) == "Unable to open channel."
+        and transport is not None
+        and transport.is_active()
+    )
 
 
 def open_sftp(transport: Any) -> Any:

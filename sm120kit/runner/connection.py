@@ -437,13 +437,19 @@ class SSHConnection(Connection):
         port = f":{self.host.port}" if self.host.port else ""
         return f"{user}{self.host.address}{port}"
 
-    def session(self, *, urgent: bool = False) -> tuple[Lease, Any]:
-        """A session of the pool and a new channel on it (`urgent`: never waits; a process
-        that holds it for its life). The caller releases the lease once the channel closed."""
+    def session(self, doing: str, *, urgent: bool = False) -> tuple[Lease, Any]:
+        """A session of the pool and a new channel on it, for `doing` (`urgent`: never waits;
+        a process that holds it for its life). The caller releases the lease once the channel
+        closed."""
         self.open()
         lease = self.sessions.lease(urgent=urgent)
         try:
             return lease, self.sessions.channel(lease)
+        except (OSError, EOFError, _ssh_exception()) as exc:
+            lease.release()
+            if lease.link.silent:
+                raise ConnectionLost(self.lost_why(lease, doing)) from None
+            raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
         except BaseException:
             lease.release()
             raise
@@ -478,7 +484,7 @@ class SSHConnection(Connection):
         if cancelled():
             raise Interrupted(_REASON[0])
         _count(self)
-        lease, chan = self.session()
+        lease, chan = self.session(f"running {one_line(command)[:80]!r}")
         try:
             out, err, code = exec_on(
                 lease.transport,
@@ -614,7 +620,7 @@ class SSHConnection(Connection):
     def _new_sftp(self, *, urgent: bool = False) -> Any:
         from paramiko import SFTPClient
 
-        lease, chan = self.session(urgent=urgent)
+        lease, chan = self.session("opening an SFTP session", urgent=urgent)
         try:
             chan.invoke_subsystem("sftp")
             client = SFTPClient(chan)

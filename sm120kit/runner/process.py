@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HostUnreachable, Interrupted
+from ..errors import HostUnreachable, Interrupted, one_line
 from .channels import PGID_MARK, remote_wrapper, send_eof
 from .connection import (
     Connection,
@@ -241,7 +241,7 @@ def start(conn: Connection, command: str) -> Process:
     if not isinstance(conn, SSHConnection):
         raise TypeError(f"no processes on a {type(conn).__name__}")
     _count(conn)
-    lease, chan = conn.session(urgent=True)
+    lease, chan = conn.session(f"starting {one_line(command)[:80]!r}", urgent=True)
     try:
         return SSHProcess(command, conn, lease, chan, lease.release)
     except (OSError, EOFError, _ssh_exception()) as exc:

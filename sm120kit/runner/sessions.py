@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import HostUnreachable, Interrupted
-from .channels import open_channel
+from .channels import open_channel, refused
 
 #: How many sessions at once a host's pool may reach before a thread holding none waits: what
 #: one connection with sshd's default MaxSessions (10) gave a run before the pool existed.
@@ -181,12 +181,12 @@ class Sessions:
     def channel(self, lease: Lease) -> Any:
         """A session channel for `lease`, moved to another connection when sshd refuses it
         while other sessions are open on its own (sshd allows fewer than the setting)."""
-        from paramiko import ChannelException
-
         while True:
             try:
                 return open_channel(lease.transport)
-            except ChannelException:
+            except Exception as exc:
+                if not refused(exc, lease.transport):
+                    raise
                 with self._cond:
                     link = lease.link
                     others = link.used - 1
