@@ -115,8 +115,8 @@ class Sessions:
         self._held = threading.local()
         #: Closes one idle kept session (an SFTP client) for a waiter; True when it did.
         self.reclaim: Callable[[], bool] = lambda: False
-        #: What the pool learned of sshd (a refused session), for the host's log.
-        self.notes: list[str] = []
+        #: Told what the pool learned of sshd (a refused session): the host's log.
+        self.note: Callable[[str], None] = lambda text: None
 
     def adopt(self, conn: Any) -> Link:
         """Put an already open connection in the pool (the host's first)."""
@@ -196,14 +196,15 @@ class Sessions:
                             "was open on the connection (its MaxSessions allows none; setting "
                             f"ssh_max_sessions is {self._setting})"
                         ) from None
-                    if others < self.limit:
+                    learned = others < self.limit
+                    if learned:
                         self.limit = others
-                        self.notes.append(
-                            f"sshd allows {others} session(s) per connection (MaxSessions), "
-                            f"fewer than setting ssh_max_sessions ({self._setting}); using more "
-                            "connections"
-                        )
                     link.limit = min(link.limit, others)
+                if learned:
+                    self.note(
+                        f"sshd allows {others} session(s) per connection (MaxSessions), fewer "
+                        f"than setting ssh_max_sessions ({self._setting}); using more connections"
+                    )
                 lease.release()
                 fresh = self.lease(urgent=True)
                 lease.link, lease._released = fresh.link, False
