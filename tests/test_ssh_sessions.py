@@ -207,3 +207,38 @@ def test_a_host_whose_sshd_stopped_fails_with_what_it_was_doing(limited: Fleet) 
     assert isinstance(asked, ConnectionLost), asked
     assert "no reply for 2 s (keepalive unanswered) while waiting for a reply of remote " \
         "service fetch_release" in str(asked)  # fmt: skip
+
+
+def test_a_command_or_service_killed_on_the_host_says_by_which_signal(limited: Fleet) -> None:
+    """A command, and the download service, killed by a signal on the host by someone else:
+    util-linux `setsid -w` reports that as "setsid: child N did not exit normally: Success";
+    the user sees which signal ended it and, for the service, that the next request starts it
+    again."""
+    host = _host(limited, "still")
+    conn = connect(host, ConnectOptions(known_hosts=str(limited.known_hosts)))
+    assert isinstance(conn, SSHConnection)
+    try:
+        res = conn.run("kill -TERM $$")
+        assert res.exit_code == 15 and "did not exit normally" not in res.stderr
+        assert res.stderr.strip() == "killed by SIGTERM on the host"
+        service = Service("fetch_release", start(conn, service_command("python3", "fetch_release")))
+        assert conn.run("sleep 0.5; pkill -KILL -f '^python3 -S -c'").ok
+        box: dict[str, object] = {}
+
+        def ask() -> None:
+            try:
+                box["ask"] = service.ask({"entry": {}, "indexes": []})
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                box["ask"] = exc
+
+        t = threading.Thread(target=ask)
+        t.start()
+        _joined([t])
+    finally:
+        conn.close()
+    text = str(box["ask"])
+    assert "did not exit normally" not in text and "\n" not in text
+    assert text == (
+        "remote service fetch_release ended (killed by SIGKILL on the host; the next request "
+        "starts it again)"
+    )

@@ -7,6 +7,8 @@ Nothing here knows a `Connection`; `runner/connection.py` and `runner/process.py
 
 from __future__ import annotations
 
+import re
+import signal
 from typing import Any
 
 #: Variables that carry secrets; no command the tool runs (local or remote) inherits them.
@@ -43,6 +45,26 @@ def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
         f"unset {unset}; if setsid -w true 2>/dev/null; then set -- setsid -w; else set --; fi; "
         f'exec "$@" /bin/sh -c {args}'
     )
+
+
+#: util-linux setsid -w's line for a child that a signal ended (setsid.c: err() with the raw
+#: wait status as its exit code and whatever errno held, often 0: "Success").
+_SETSID_KILLED = re.compile(r"^setsid: child \d+ did not exit normally(: [^\n]*)?$", re.M)
+
+
+def killed_by(stderr: str, code: int | None) -> tuple[str, str | None]:
+    """`stderr` of a wrapped command without setsid's "did not exit normally" line, and the
+    signal that ended the command when that line was there (its exit code is setsid's copy
+    of the wait status: the signal number in the low 7 bits)."""
+    if code is None or not _SETSID_KILLED.search(stderr):
+        return stderr, None
+    number = code & 0x7F
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    text = _SETSID_KILLED.sub(f"killed by {name} on the host", stderr)
+    return text, name
 
 
 #: When paramiko starts a key re-exchange: the limit OpenSSH sets for the ciphers with 16-byte

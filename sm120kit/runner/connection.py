@@ -38,6 +38,7 @@ from ..inventory.host import Host
 from .channels import (
     SECRET_ENV,
     kill_remote_group,
+    killed_by,
     rekey_like_openssh,
 )
 from .exec_channel import Lost, exec_on
@@ -506,7 +507,7 @@ class SSHConnection(Connection):
             lease.release()
         if code is None:
             raise Interrupted(_REASON[0])
-        return CommandResult(command, out, err, code)
+        return CommandResult(command, out, killed_by(err, code)[0], code)
 
     def _end_group(self, pgid: int | None) -> str:
         """End a command's process group on the host over a new connection, after the one it
