@@ -72,7 +72,7 @@ class Process:
 
     def lost_why(self, doing: str) -> str:
         """What to say of the lost connection, `doing` what (after `lost`)."""
-        return f"the connection was lost while {doing}"
+        return "the connection was lost"
 
 
 class LocalProcess(Process):
@@ -210,7 +210,9 @@ class SSHProcess(Process):
         return not self._transport.is_active()
 
     def lost_why(self, doing: str) -> str:
-        return self._conn.lost_why(self._lease, doing)
+        if self._lease.link.silent:
+            return self._conn.lost_why(self._lease, doing)
+        return "the connection was lost"
 
     def _end(self) -> None:
         # The channel closed and its session given back, once.
