@@ -80,7 +80,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("connect_timeout", "float", 10.0, minimum=0, above=True, maximum=MAX_SECONDS),
     Setting("connect_retries", "int", 3, minimum=1, maximum=100),
     Setting("retry_backoff", "float", 0.5, minimum=0, maximum=3600.0),
-    Setting("ssh_max_sessions", "int", 10, minimum=3, maximum=1000),
+    Setting("ssh_max_sessions", "int", 10, minimum=1, maximum=1000),
+    # Seconds an SSH keepalive may go unanswered before the host is failed as not answering.
+    Setting("ssh_silence_timeout", "float", 90.0, minimum=0, above=True, maximum=MAX_SECONDS),
     Setting("run_root", "path", "~/.cache/sm120kit/runs"),
     Setting("lock_stale_after", "float", 300.0, minimum=0, above=True, maximum=MAX_SECONDS),
     Setting("recipes_dir", "path", "recipes"),

@@ -209,3 +209,22 @@ def test_number_flags_are_finite(tmp_path: Path, flag: str, value: str) -> None:
     assert proc.returncode == 1, proc.stderr
     assert json_of(proc)["error"].startswith(f"{flag}: ")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "ok"),
+    [("ssh_max_sessions", "1", True), ("ssh_max_sessions", "0", False),
+     ("ssh_max_sessions", "3", True), ("ssh_silence_timeout", "0.5", True),
+     ("ssh_silence_timeout", "0", False), ("ssh_silence_timeout", "-5", False)],
+)  # fmt: skip
+def test_ssh_session_settings_take_one_session_and_a_positive_silence(
+    name: str, value: str, ok: bool
+) -> None:
+    """sshd's MaxSessions 1 is a host the runner serves (runner/sessions.py), so
+    ssh_max_sessions takes 1; the keepalive's silence bound must be above 0."""
+    env = {f"INVOKE_SM120KIT_{name.upper()}": value}
+    if ok:
+        assert float(resolve([], env)[name]) == float(value)
+    else:
+        with pytest.raises(Sm120Error, match=f"^setting {name} "):
+            resolve([], env)

@@ -628,3 +628,36 @@ def test_a_connection_lost_under_the_install_runs_the_step_once_more(
     again = run_invoke(args, env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert json_of(again)["hosts"]["gpu3"]["changed"] == 0
+
+
+def test_provision_finishes_on_a_host_whose_sshd_allows_one_session(
+    index: Any, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """A host whose sshd allows one session per connection (MaxSessions 1), the setting
+    ssh_max_sessions left at its 10: provision installs the tiny lock (commands, SFTP copies,
+    the download service held for the whole stack step, threads beside it) instead of hanging
+    or calling the host unreachable; what sshd allows is learned from its first refusal and
+    noted. The subprocess's own timeout bounds the wait."""
+    fleet = Fleet(
+        tmp_path / "fleet", [("tight", "127.0.0.87", "nogpu")],
+        sshd_options={"tight": "MaxSessions 1"},
+    ).start()  # fmt: skip
+    try:
+        recipes = _tiny_recipes(tmp_path, index)
+        inv = _inventory(fleet, tmp_path, ("tight",))
+        cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
+        env = invoke_env(
+            fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+            SM120KIT_RELEASE_CACHE=cache,
+        )  # fmt: skip
+        proc = run_invoke(["provision", "-H", "tight", "-i", str(inv), "--json"], env, timeout=300)
+    finally:
+        fleet.stop()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    host = json_of(proc)["hosts"]["tight"]
+    steps = {s["name"]: s for s in host["steps"]}
+    assert steps["stack"]["status"] == "changed", steps["stack"]
+    assert "synced by uv 0.13.9 (3 added" in steps["stack"]["message"]
+    log = Path(host["log"]).read_text()
+    assert "sshd allows 1 session(s) per connection (MaxSessions), fewer than setting " \
+        "ssh_max_sessions (10)" in log  # fmt: skip

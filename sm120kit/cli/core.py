@@ -259,6 +259,7 @@ def open_session(
             connect_retries=int(conf["connect_retries"]),
             retry_backoff=float(conf["retry_backoff"]),
             max_sessions=int(conf["ssh_max_sessions"]),
+            silence_timeout=float(conf["ssh_silence_timeout"]),
             ssh_password=ssh_password,
             sudo_password=sudo_password,
         ),

@@ -7,6 +7,8 @@ Nothing here knows a `Connection`; `runner/connection.py` and `runner/process.py
 
 from __future__ import annotations
 
+import re
+import signal
 from typing import Any
 
 #: Variables that carry secrets; no command the tool runs (local or remote) inherits them.
@@ -43,6 +45,26 @@ def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
         f"unset {unset}; if setsid -w true 2>/dev/null; then set -- setsid -w; else set --; fi; "
         f'exec "$@" /bin/sh -c {args}'
     )
+
+
+#: util-linux setsid -w's line for a child that a signal ended (setsid.c: err() with the raw
+#: wait status as its exit code and whatever errno held, often 0: "Success").
+_SETSID_KILLED = re.compile(r"^setsid: child \d+ did not exit normally(: [^\n]*)?$", re.M)
+
+
+def killed_by(stderr: str, code: int | None) -> tuple[str, str | None]:
+    """`stderr` of a wrapped command without setsid's "did not exit normally" line, and the
+    signal that ended the command when that line was there (its exit code is setsid's copy
+    of the wait status: the signal number in the low 7 bits)."""
+    if code is None or not _SETSID_KILLED.search(stderr):
+        return stderr, None
+    number = code & 0x7F
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    text = _SETSID_KILLED.sub(f"killed by {name} on the host", stderr)
+    return text, name
 
 
 #: When paramiko starts a key re-exchange: the limit OpenSSH sets for the ciphers with 16-byte
@@ -99,11 +121,10 @@ def open_channel(transport: Any) -> Any:
     sessions" in sshd's log, ChannelException 'Connect failed' here) although this side is
     within the limit; reproduced on loopback with five threads running short commands and two
     SFTP sessions. Nothing ran on a refused channel, so trying again is safe."""
-    from paramiko import ChannelException
-    from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+    from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
     @retry(
-        retry=retry_if_exception_type(ChannelException),
+        retry=retry_if_exception(lambda exc: refused(exc, transport)),
         stop=stop_after_attempt(OPEN_TRIES),
         wait=wait_exponential(multiplier=0.05, max=OPEN_WAIT_MAX),
         reraise=True,
@@ -112,6 +133,25 @@ def open_channel(transport: Any) -> Any:
         return transport.open_session()
 
     return once()
+
+
+def refused(exc: BaseException, transport: Any) -> bool:
+    """`exc`, from opening a channel on `transport`, is the server refusing the channel.
+
+    paramiko keeps the refusal in one attribute of the transport (``saved_exception``,
+    transport.py _parse_channel_open_failure), which the first thread to look takes: when
+    several threads are refused at once, the others see a bare SSHException "Unable to open
+    channel." although the connection is still up."""
+    from paramiko import ChannelException, SSHException
+
+    if isinstance(exc, ChannelException):
+        return True
+    return (
+        type(exc) is SSHException
+        and str(exc) == "Unable to open channel."
+        and transport is not None
+        and transport.is_active()
+    )
 
 
 def open_sftp(transport: Any) -> Any:

@@ -11,9 +11,9 @@ living on as an orphan. The password variables are removed from every command's
 environment.
 
 An SSH connection keeps under the server's limit on sessions per connection (OpenSSH's
-MaxSessions, 10 by default): commands and SFTP sessions each take one, and a run opens many
-at once (a stack step fetches several files while its install runs). Beyond the limit sshd
-refuses the channel ("administratively prohibited"). SFTP sessions are lent to one thread at a
+MaxSessions, 10 by default): commands, processes and SFTP sessions each take one from the
+host's session pool (`runner.sessions`), which opens more connections to the host when a run
+needs more sessions than one allows and never lets a thread wait on a session it holds. SFTP sessions are lent to one thread at a
 time: paramiko's SFTPClient reads its replies from whichever thread asks, so two threads on
 one client take each other's replies (seen as "Server connection dropped").
 """
@@ -36,15 +36,13 @@ from typing import Any
 from ..errors import ConnectionLost, HostUnreachable, Interrupted, one_line
 from ..inventory.host import Host
 from .channels import (
-    PGID_MARK,
     SECRET_ENV,
     kill_remote_group,
-    open_channel,
-    open_sftp,
+    killed_by,
     rekey_like_openssh,
-    remote_wrapper,
-    send_eof,
 )
+from .exec_channel import Lost, exec_on
+from .sessions import DEFAULT_SILENCE, Lease, Sessions
 
 # paramiko logs a traceback for every failed handshake (e.g. a port that does not speak
 # SSH); our one-line error says it, so its records go nowhere instead of to stderr.
@@ -144,6 +142,8 @@ class ConnectOptions:
     load_ssh_config: bool = True
     #: The most sessions (commands, SFTP) one connection opens at once: sshd's MaxSessions.
     max_sessions: int = 10
+    #: Seconds a keepalive may go unanswered before the connection is closed as silent.
+    silence_timeout: float = DEFAULT_SILENCE
 
     def known_hosts_path(self) -> Path:
         return Path(os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"))
@@ -292,15 +292,22 @@ class SSHConnection(Connection):
         super().__init__(host)
         self.options = options
         self._conn: Any = None
-        limit = max(3, options.max_sessions)
+        #: Every session (command, process, SFTP) of this host comes from here.
+        self.sessions = Sessions(
+            self._dial,
+            options.max_sessions,
+            self._where(),
+            silence=options.silence_timeout,
+            cancelled=cancelled,
+        )
+        self.sessions.reclaim = self._reclaim_sftp
         #: SFTP sessions kept open and lent out (`sftp_session`), at most this many.
-        self._sftp_max = min(SFTP_SESSIONS, limit // 4 or 1)
+        self._sftp_max = SFTP_SESSIONS
         self._sftp_idle: list[Any] = []
         self._sftp_open = 0
+        self._sftp_leases: dict[int, Lease] = {}
         self._sftp_free = threading.Condition()
         self._held = threading.local()
-        # One session stays free for killing a timed-out command's process group.
-        self._exec_slots = threading.BoundedSemaphore(limit - self._sftp_max - 1)
 
     def _fabric(self) -> Any:
         import fabric
@@ -351,6 +358,11 @@ class SSHConnection(Connection):
     def open(self) -> None:
         if self._conn is not None and self._conn.is_connected:
             return
+        self._conn = self._dial()
+        self.sessions.adopt(self._conn)
+
+    def _dial(self) -> Any:
+        """A new open fabric connection to the host (bounded retries), or HostUnreachable."""
         import paramiko
         from tenacity import (
             RetryError,
@@ -395,7 +407,7 @@ class SSHConnection(Connection):
             return conn
 
         try:
-            self._conn = connect()
+            return connect()
         except HostKeyError as exc:
             raise HostUnreachable(str(exc)) from None
         except paramiko.BadHostKeyException as exc:
@@ -426,10 +438,39 @@ class SSHConnection(Connection):
         port = f":{self.host.port}" if self.host.port else ""
         return f"{user}{self.host.address}{port}"
 
-    @property
-    def exec_slots(self) -> threading.BoundedSemaphore:
-        """The sessions commands may hold at once (`runner.process` holds one per process)."""
-        return self._exec_slots
+    def session(self, doing: str, *, urgent: bool = False) -> tuple[Lease, Any]:
+        """A session of the pool and a new channel on it, for `doing` (`urgent`: never waits;
+        a process that holds it for its life). The caller releases the lease once the channel
+        closed."""
+        self.open()
+        lease = self.sessions.lease(urgent=urgent)
+        try:
+            return lease, self.sessions.channel(lease)
+        except (OSError, EOFError, _ssh_exception()) as exc:
+            lease.release()
+            if lease.link.silent:
+                raise ConnectionLost(self.lost_why(lease, doing)) from None
+            raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
+        except BaseException:
+            lease.release()
+            raise
+
+    def kill_group(self, pgid: int) -> None:
+        """End a process group on the host over a session of its own (never waits)."""
+        try:
+            lease = self.sessions.lease(urgent=True)
+        except Exception:  # noqa: BLE001 - no connection at all: nothing to kill over
+            return
+        try:
+            kill_remote_group(lease.transport, pgid)
+        finally:
+            lease.release()
+
+    def lost_why(self, lease: Lease, doing: str) -> str:
+        """What to say when `lease`'s connection went away while `doing`."""
+        if lease.link.silent:
+            return f"host {self._where()}: {lease.link.silent} while {doing}"
+        return f"connection to {self._where()} lost while {doing}"
 
     def transport(self) -> Any:
         """The open connection's paramiko transport (connecting first)."""
@@ -443,19 +484,30 @@ class SSHConnection(Connection):
         # 10 ms, which makes shipping a 10 kB script take minutes.
         if cancelled():
             raise Interrupted(_REASON[0])
-        self.open()
         _count(self)
-        with self._exec_slots:
-            try:
-                transport = self._conn.client.get_transport()
-                return _exec(transport, command, stdin, timeout, self.pgid_dir)
-            except _Lost as lost:
-                ended = self._end_group(lost.pgid)
-                raise ConnectionLost(
-                    f"connection to {self._where()} lost while a command ran ({ended})"
-                ) from None
-            except (OSError, EOFError, _ssh_exception()) as exc:
-                raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
+        lease, chan = self.session(f"running {one_line(command)[:80]!r}")
+        try:
+            out, err, code = exec_on(
+                lease.transport,
+                chan,
+                command,
+                stdin,
+                timeout,
+                self.pgid_dir,
+                self.kill_group,
+                cancelled,
+            )
+        except Lost as lost:
+            ended = self._end_group(lost.pgid)
+            doing = f"running {one_line(command)[:80]!r}" if lease.link.silent else "a command ran"
+            raise ConnectionLost(f"{self.lost_why(lease, doing)} ({ended})") from None
+        except (OSError, EOFError, _ssh_exception()) as exc:
+            raise HostUnreachable(f"connection to {self._where()} lost: {exc}") from None
+        finally:
+            lease.release()
+        if code is None:
+            raise Interrupted(_REASON[0])
+        return CommandResult(command, out, killed_by(err, code)[0], code)
 
     def _end_group(self, pgid: int | None) -> str:
         """End a command's process group on the host over a new connection, after the one it
@@ -525,7 +577,8 @@ class SSHConnection(Connection):
         self._held.sftp = client
         broken = False
         try:
-            yield client
+            with self.sessions.holding():
+                yield client
         except BaseException as exc:
             broken = _sftp_broken(exc) or _gone(client)
             if broken and isinstance(exc, OSError) and not _sftp_broken(exc):
@@ -537,7 +590,7 @@ class SSHConnection(Connection):
             self._held.sftp = None
             with self._sftp_free:
                 if broken or _gone(client):
-                    _close_quietly(client)
+                    self._close_sftp(client)
                     self._sftp_open -= 1
                 else:
                     self._sftp_idle.append(client)
@@ -550,33 +603,72 @@ class SSHConnection(Connection):
                     client = self._sftp_idle.pop()
                     if not _gone(client):
                         return client
-                    _close_quietly(client)
+                    self._close_sftp(client)
                     self._sftp_open -= 1
                 if self._sftp_open < self._sftp_max:
                     self._sftp_open += 1
                     break
                 self._sftp_free.wait()
         try:
-            self.open()
-            return open_sftp(self._conn.client.get_transport())
+            client = self._new_sftp()
         except BaseException:
             with self._sftp_free:
                 self._sftp_open -= 1
                 self._sftp_free.notify()
             raise
+        return client
+
+    def _new_sftp(self, *, urgent: bool = False) -> Any:
+        from paramiko import SFTPClient
+
+        lease, chan = self.session("opening an SFTP session", urgent=urgent)
+        try:
+            chan.invoke_subsystem("sftp")
+            client = SFTPClient(chan)
+        except BaseException:
+            chan.close()
+            lease.release()
+            raise
+        self._sftp_leases[id(client)] = lease
+        return client
+
+    def _close_sftp(self, client: Any) -> None:
+        _close_quietly(client)
+        lease = self._sftp_leases.pop(id(client), None)
+        if lease is not None:
+            lease.release()
+
+    def _reclaim_sftp(self) -> bool:
+        """Close one idle kept SFTP session for a thread waiting for a session."""
+        with self._sftp_free:
+            if not self._sftp_idle:
+                return False
+            client = self._sftp_idle.pop()
+            self._sftp_open -= 1
+            self._sftp_free.notify()
+        self._close_sftp(client)
+        return True
 
     def sftp(self) -> Any:
         """A new SFTP client of this connection, the caller's to own (an SFTP cache store of
-        its own: one per thread)."""
-        self.open()
-        return open_sftp(self._conn.client.get_transport())
+        its own: one per thread); its session is given back when it is closed."""
+        client = self._new_sftp(urgent=True)
+        close, lease = client.close, self._sftp_leases.pop(id(client))
+
+        def closing() -> None:
+            close()
+            lease.release()
+
+        client.close = closing
+        return client
 
     def close(self) -> None:
         with self._sftp_free:
-            for client in self._sftp_idle:
-                _close_quietly(client)
-            self._sftp_idle.clear()
+            idle, self._sftp_idle = self._sftp_idle, []
             self._sftp_open = 0
+        for client in idle:
+            self._close_sftp(client)
+        self.sessions.close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -625,105 +717,6 @@ def _ssh_exception() -> type[Exception]:
     from paramiko.ssh_exception import SSHException
 
     return SSHException
-
-
-#: Seconds to wait for the channel's EOF after the exit status arrived with no output since
-#: (see _exec). On two cores at a load of 20, sshd itself can be off the CPU for seconds
-#: between reaping a command and forwarding its last output.
-_EOF_GRACE = 15.0
-
-
-def _exec(
-    transport: Any,
-    command: str,
-    stdin: str | None,
-    timeout: float | None,
-    pgid_dir: str | None = None,
-) -> CommandResult:
-    """Run one command on an SSH transport: stdin sent whole, stdout/stderr read as they come.
-
-    The command runs in its own process group on the host (`remote_wrapper`); on a timeout or
-    a cancel that group is killed over a second channel before the result returns.
-    """
-    chan = open_channel(transport)
-    chan.exec_command(remote_wrapper(command, pgid_dir))
-    sender: threading.Thread | None = None
-    if stdin:
-        data = stdin.encode()
-
-        def send() -> None:
-            try:
-                chan.sendall(data)
-                send_eof(chan)
-            except OSError:
-                pass  # the command exited without reading all of its stdin
-
-        sender = threading.Thread(target=send, daemon=True)
-        sender.start()
-    else:
-        send_eof(chan)
-    out, err = bytearray(), bytearray()
-    pgid: int | None = None
-    deadline = None if timeout is None else time.monotonic() + timeout
-    drain_until: float | None = None
-    while True:
-        busy = False
-        if chan.recv_ready():
-            out += chan.recv(65536)
-            busy = True
-        if chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-            busy = True
-        if pgid is None and b"\n" in err and err.startswith(PGID_MARK):
-            line, _, rest = bytes(err).partition(b"\n")
-            pgid = int(line[len(PGID_MARK) :] or 0) or None
-            err = bytearray(rest)
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            # OpenSSH sends exit-status as soon as it reaps the command (session.c
-            # session_exit_message), which can be before the command's last output has been
-            # read from its pipes: stopping at exit-status then loses that output (an empty
-            # stdout under load). The output is complete at the channel's EOF; a command that
-            # left a background process holding its stdout never sends one, hence the bound.
-            if chan.eof_received or chan.closed:
-                break
-            now = time.monotonic()
-            drain_until = drain_until or now + _EOF_GRACE
-            if now > drain_until:
-                break
-        elif busy and drain_until is not None:
-            # Output still arriving after exit-status: sshd is behind, not a background
-            # process holding the pipe; the grace counts from the last output seen.
-            drain_until = time.monotonic() + _EOF_GRACE
-        stop = cancelled()
-        if stop or (deadline is not None and time.monotonic() > deadline):
-            if pgid is not None:
-                kill_remote_group(transport, pgid)
-            chan.close()
-            if stop:
-                raise Interrupted(_REASON[0])
-            return CommandResult(
-                command, out.decode(errors="replace"), err.decode(errors="replace"), 124
-            )
-        if not busy:
-            time.sleep(0.005)
-    code = chan.recv_exit_status()
-    chan.close()
-    if sender is not None:
-        sender.join(timeout=1)
-    if err.startswith(PGID_MARK):  # a command too quick for the loop to see its first line
-        err = bytearray(bytes(err).partition(b"\n")[2])
-    if code == -1 and not transport.is_active():
-        raise _Lost(pgid)
-    return CommandResult(command, out.decode(errors="replace"), err.decode(errors="replace"), code)
-
-
-class _Lost(Exception):
-    """The connection went away while a command ran (no exit status came); the command's
-    process group on the host, if it was seen, may still run."""
-
-    def __init__(self, pgid: int | None) -> None:
-        super().__init__(pgid)
-        self.pgid = pgid
 
 
 def connect(host: Host, options: ConnectOptions) -> Connection:

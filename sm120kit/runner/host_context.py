@@ -80,6 +80,8 @@ class HostContext:
         with self._opening:
             if self._conn is None:
                 conn = connect(self.host, self.runner.options.connect)
+                if isinstance(conn, SSHConnection):
+                    conn.sessions.note = self.log.warning
                 self.log.info("connecting to %s", self.host.display())
                 conn.open()
                 self._conn = conn

@@ -4,8 +4,9 @@ script that serves many requests runs on (`remote.service`).
 `Connection.run` sends all of stdin, then reads all the output: one command, one answer.
 A `Process` stays open instead: lines go in while it runs and lines come back as it writes
 them. Like every command it runs in its own process group (a new session), so `kill` ends it
-whole, and over SSH it holds one of the connection's sessions (sshd's MaxSessions) until it
-is closed.
+whole, and over SSH it holds one of the host's sessions (sshd's MaxSessions) until it is
+closed: taken without waiting (`runner.sessions`: a new connection when every one is full), so
+a service that lives for a whole step never starves the commands the step still runs.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import HostUnreachable, Interrupted
-from .channels import PGID_MARK, kill_remote_group, open_channel, remote_wrapper, send_eof
+from ..errors import HostUnreachable, Interrupted, one_line
+from .channels import PGID_MARK, remote_wrapper, send_eof
 from .connection import (
     Connection,
     LocalConnection,
@@ -30,6 +31,9 @@ from .connection import (
     cancelled,
     scrubbed_env,
 )
+
+if TYPE_CHECKING:
+    from .sessions import Lease
 
 #: How much of a process's stderr is kept for its error message.
 STDERR_TAIL = 4000
@@ -65,6 +69,10 @@ class Process:
     def lost(self) -> bool:
         """Whether the connection under it went away (it ended with no exit status)."""
         return False
+
+    def lost_why(self, doing: str) -> str:
+        """What to say of the lost connection, `doing` what (after `lost`)."""
+        return "the connection was lost"
 
 
 class LocalProcess(Process):
@@ -130,12 +138,15 @@ class SSHProcess(Process):
     held until it ends)."""
 
     def __init__(
-        self, command: str, transport: Any, pgid_dir: str | None, on_end: Callable[[], None]
+        self, command: str, conn: SSHConnection, lease: Lease, chan: Any, on_end: Callable[[], None]
     ) -> None:
-        self._transport = transport
+        self._conn = conn
+        self._lease = lease
+        self._transport = lease.transport
         self._on_end: Callable[[], None] | None = on_end
         self._ended = threading.Lock()
-        self._chan = open_channel(transport)
+        self._chan = chan
+        pgid_dir = conn.pgid_dir
         self._chan.exec_command(remote_wrapper(command, pgid_dir))
         self._out = self._chan.makefile("rb")
         self._err = bytearray()
@@ -192,11 +203,16 @@ class SSHProcess(Process):
 
     def kill(self) -> None:
         if self._pgid is not None:
-            kill_remote_group(self._transport, self._pgid)
+            self._conn.kill_group(self._pgid)
         self._end()
 
     def lost(self) -> bool:
         return not self._transport.is_active()
+
+    def lost_why(self, doing: str) -> str:
+        if self._lease.link.silent:
+            return self._conn.lost_why(self._lease, doing)
+        return "the connection was lost"
 
     def _end(self) -> None:
         # The channel closed and its session given back, once.
@@ -226,17 +242,15 @@ def start(conn: Connection, command: str) -> Process:
         return proc
     if not isinstance(conn, SSHConnection):
         raise TypeError(f"no processes on a {type(conn).__name__}")
-    transport = conn.transport()
     _count(conn)
-    slots = conn.exec_slots
-    slots.acquire()
+    lease, chan = conn.session(f"starting {one_line(command)[:80]!r}", urgent=True)
     try:
-        return SSHProcess(command, transport, conn.pgid_dir, slots.release)
+        return SSHProcess(command, conn, lease, chan, lease.release)
     except (OSError, EOFError, _ssh_exception()) as exc:
-        slots.release()
+        lease.release()
         raise HostUnreachable(f"connection to {conn.host.address} lost: {exc}") from None
     except BaseException:
-        slots.release()
+        lease.release()
         raise
 
 

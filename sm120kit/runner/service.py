@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConnectionLost, HostFailed, Interrupted, one_line
 from ..remote import NO_SITE, SERVICES, script_program
+from .channels import killed_by
 from .connection import cancel_reason, cancelled
 
 if TYPE_CHECKING:
@@ -92,11 +93,16 @@ class Service:
                 pending.reply = reply
                 pending.done.set()
         code = self._proc.wait(5)
-        lines = self._proc.stderr_tail().strip().splitlines()
-        tail = one_line(lines[-1]) if lines else ""
+        err, signal_name = killed_by(self._proc.stderr_tail(), code)
+        lines = err.strip().splitlines()
+        tail = one_line(lines[-1]) if lines and not signal_name else ""
         why = f"exit {code}" if code is not None else "its output ended"
+        if signal_name:
+            # Killed on the host by someone else (a person, an OOM killer): the requests
+            # waiting fail, the next request starts it again (HostContext.ask).
+            why = f"killed by {signal_name} on the host; the next request starts it again"
         if self._proc.lost():
-            why = "the connection was lost"
+            why = self._proc.lost_why(f"waiting for a reply of remote service {self.name}")
         with self._lock:
             self._lost = self._proc.lost()
             self._ended = f"remote service {self.name} ended ({why}){': ' + tail if tail else ''}"
