@@ -343,8 +343,8 @@ def cache_prune(c, **f):
     cli_cache.prune_command(
         c,
         json_output=f["json"],
-        older_than_days=f["older_than"] or None,
-        keep=f["keep"] or None,
+        older_than_days=f["older_than"],
+        keep=f["keep"],
         max_size=f["max_size"],
         store=f["store"],
     )

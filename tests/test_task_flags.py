@@ -87,8 +87,8 @@ HELP = {
     "program or Python module/script is sglang/vllm/uvicorn-like)",
     "launch": "the launch command as one string (python -m sglang.launch_server ARGS), "
     "instead of the words after --",
-    "older-than": "prune entries older than this many days",
-    "keep": "prune all but the newest N entries per package",
+    "older-than": "prune entries older than this many days (0: every entry)",
+    "keep": "prune all but the newest N entries per package (0: all of them)",
     "max-size": "prune least recently used entries until the store is below this (e.g. 50G)",
     "store": "only this store (name from invoke.yaml's cache.stores, or 'local')",
     "directory": "directory to export to / import from (usable with pip --find-links)",

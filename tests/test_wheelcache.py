@@ -1130,3 +1130,23 @@ def test_invoke_build_minikernel_on_three_hosts_builds_once(fleet: Any, tmp_path
         f"\nminikernel through `invoke build` on three hosts: first run {first:.1f}s "
         f"(build {rec['seconds']:.1f}s), second run {second:.1f}s"
     )
+
+
+@pytest.mark.parametrize("flag", ["--keep", "--older-than"])
+def test_prune_zero_is_a_value_not_unset(
+    tmp_path: Path, tiny_wheels: dict[str, Path], flag: str
+) -> None:
+    """`cache.prune --keep 0` removes every entry of each package and `--older-than 0` every
+    entry older than now (issue #45: both were refused as 'give --older-than ...'); a negative
+    or non-numeric value is one line naming the flag. A real local store."""
+    env = cli_env(tmp_path)
+    store = LocalStore(tmp_path / "xdg" / "sm120kit" / "wheels")
+    keys = fill_store(store, tiny_wheels)
+    proc = run_invoke(["cache.prune", "--json", flag, "0"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r["key"] for r in json_of(proc)["removed"]) == sorted(keys.values())
+    assert store.keys() == []
+    for bad in ("-1", "abc", "nan"):
+        proc = run_invoke(["cache.prune", flag, bad], env)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert flag in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

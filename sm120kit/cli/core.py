@@ -95,7 +95,9 @@ class Sm120Task(invoke.Task):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         for name, kind in getattr(self, "_numeric", {}).items():
             value = kwargs.get(name)
-            if isinstance(value, str):
+            if not isinstance(value, str) and getattr(flags.FLAGS.get(name), "optional", False):
+                kwargs[name] = None
+            elif isinstance(value, str):
                 flag = "--" + name.replace("_", "-")
                 try:
                     kwargs[name] = validate.number(

@@ -27,6 +27,9 @@ class Flag:
     default: Any
     help: str
     maximum: float | None = None
+    #: A number whose every value means something (0 included): not given, it reaches the task
+    #: as None rather than as its default, so that 0 is a value and not "unset".
+    optional: bool = False
 
 
 FLAGS: dict[str, Flag] = {
@@ -105,8 +108,18 @@ FLAGS: dict[str, Flag] = {
         "instead of the words after --",
     ),
     # cache.*
-    "older_than": Flag(0.0, "prune entries older than this many days", maximum=MAX_SECONDS / 86400),
-    "keep": Flag(0, "prune all but the newest N entries per package", maximum=1_000_000),
+    "older_than": Flag(
+        0.0,
+        "prune entries older than this many days (0: every entry)",
+        maximum=MAX_SECONDS / 86400,
+        optional=True,
+    ),
+    "keep": Flag(
+        0,
+        "prune all but the newest N entries per package (0: all of them)",
+        maximum=1_000_000,
+        optional=True,
+    ),
     "max_size": Flag(
         None, "prune least recently used entries until the store is below this (e.g. 50G)"
     ),

@@ -211,6 +211,15 @@ def model_check(launch: Launch, probe: Mapping[str, Any]) -> Check:
             model,
             "copy the model there, or fix --model-path",
         )
+    if model.get("form") == "bad_config":
+        config = f"{launch.model_path.rstrip('/')}/config.json"
+        return check(
+            "model_path",
+            "fail",
+            f"{config} {model.get('config_error') or 'is not a readable JSON object'}",
+            model,
+            f"replace {config} with the model's own config.json (a JSON object, UTF-8)",
+        )
     why = NOT_A_MODEL.get(str(model.get("form")))
     if why:
         return check(

@@ -22,7 +22,8 @@ Output::
      "modules": [{"dist", "prefix", "installed_dist", "files": [{"rel", "path", "sass", "ptx"}]}],
      "port": {"port", "host", "in_use", "detail"},
      "model": {"path", "local", "exists", "is_dir", "is_file", "form", "bytes", "files", "truncated",
-               "config": {"architectures", "model_type", "kv_lora_rank"} | null},
+               "config": {"architectures", "model_type", "kv_lora_rank"} | null,
+               "config_error": str (form "bad_config": what is wrong with config.json) | absent},
      "resolved": {"ran", "reason", "version", "gpu", "driver",
                   "cases": [{"error", "backends"}]} | absent}
 
@@ -40,6 +41,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 from typing import Any
@@ -56,6 +58,75 @@ from sm120kit.remote.lib.targets import (
 #: Files counted when sizing a model directory (a checkpoint has hundreds, not millions).
 MAX_MODEL_FILES = 200000
 CONFIG_KEYS = ("architectures", "model_type", "kv_lora_rank", "num_attention_heads")
+#: A model's config.json is a few KB; one larger than this is not read (a wrong file, a hang).
+MAX_CONFIG_BYTES = 16 << 20
+#: Nesting a config may have: real ones nest 3-5 deep, and json's C decoder raises
+#: RecursionError near the interpreter's limit (1000), which a pre-scan keeps it from reaching.
+MAX_CONFIG_DEPTH = 64
+
+
+def json_depth(text: str, limit: int) -> int:
+    """How deep `text`'s arrays and objects nest (brackets outside strings), stopping early once
+    past `limit`: a scan, not a parse, so no input can recurse."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def read_config(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A model's config.json as sglang (transformers' PretrainedConfig) needs it, a UTF-8 JSON
+    object, or None and what is wrong with it ("is a directory", "is not JSON: ..."): never
+    an exception, whatever the file is (a symlink loop, a FIFO, 100000 nested lists)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return None, "cannot be read: %s" % (exc.strerror or exc)
+    if stat.S_ISDIR(st.st_mode):
+        return None, "is a directory, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return None, "is not a regular file (a device, pipe or socket)"
+    if st.st_size > MAX_CONFIG_BYTES:
+        return None, "is %d bytes, over the %d a model config has" % (st.st_size, MAX_CONFIG_BYTES)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        return None, "cannot be read: %s" % (exc.strerror or exc)
+    if not raw.strip():
+        return None, "is empty"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, "is not UTF-8 text (byte %d)" % exc.start
+    if json_depth(text, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        return None, "nests arrays/objects deeper than %d levels" % MAX_CONFIG_DEPTH
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return None, "is not JSON: %s" % exc
+    except RecursionError:
+        return None, "nests arrays/objects too deeply to parse"
+    if not isinstance(doc, dict):
+        return None, "is a JSON %s, not an object" % type(doc).__name__.replace("dict", "object")
+    return doc, None
 
 
 def port_state(host: str, port: int) -> dict[str, Any]:
@@ -137,15 +208,15 @@ def model_state(path: str) -> dict[str, Any]:
     elif out["is_file"]:
         total, files = os.path.getsize(expanded), 1
     out.update(bytes=total, files=files, truncated=truncated, config=None)
-    config = os.path.join(expanded, "config.json")
-    if os.path.isfile(config):
-        try:
-            with open(config) as fh:
-                doc = json.load(fh)
-            text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else {}
+    if out["form"] == "hf":
+        doc, problem = read_config(os.path.join(expanded, "config.json"))
+        if doc is None:
+            out["form"] = "bad_config"
+            out["config_error"] = problem
+        else:
+            sub = doc.get("text_config")
+            text: dict[str, Any] = sub if isinstance(sub, dict) else {}
             out["config"] = {k: doc.get(k, text.get(k)) for k in CONFIG_KEYS}
-        except (OSError, ValueError, AttributeError) as exc:
-            out["config_error"] = "%s: %s" % (type(exc).__name__, exc)
     return out
 
 
@@ -278,6 +349,9 @@ def resolve(
                 "reason": "the model is a hub id with no config.json in this host's Hugging Face "
                 "cache (%s): preflight does not download" % hub_cache(),
             }
+        problem = read_config(cached)[1]
+        if problem:
+            return {"ran": False, "reason": "the cached %s %s" % (cached, problem)}
     elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
     env = None
