@@ -22,7 +22,7 @@ import yaml
 
 from sm120kit.errors import InventoryError
 from sm120kit.inventory.files import _load_vars_dir, _looks_like_ini, _parse_ini, _YamlInventory
-from sm120kit.inventory.host import Host
+from sm120kit.inventory.host import Host, unsafe_host_name
 from sm120kit.inventory.hostvars import check_host_vars
 from sm120kit.inventory.patterns import (
     _apply_subscript,
@@ -281,6 +281,9 @@ class Inventory:
 
     def _extra_host(self, name: str, conn: dict[str, Any], source: str) -> Host:
         """A host outside the inventory: the `all` variables, then its connection vars."""
+        problem = unsafe_host_name(name)
+        if problem:
+            raise InventoryError(f"{source}: bad host name {name[:80]!r}: {problem}")
         values = {k: copy.deepcopy(v) for k, (v, _) in self._all_vars.items()}
         sources = {k: o.source for k, (_, o) in self._all_vars.items()}
         for key, value in conn.items():
