@@ -353,9 +353,15 @@ def load_inventory(path: str | os.PathLike[str] | None) -> Inventory:
         return Inventory(None, hosts, groups, all_vars)
     file = Path(path)
     display = _display_path(file)
-    if not file.exists():
+    try:
+        exists, is_dir = file.exists(), file.is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP: a path that cannot be looked up at all
+        raise InventoryError(
+            f"{display[:120]}: cannot read the inventory file: {exc.strerror}"
+        ) from None
+    if not exists:
         raise InventoryError(f"{display}: inventory file does not exist")
-    if file.is_dir():
+    if is_dir:
         raise InventoryError(f"{display}: is a directory; give the inventory file inside it")
     raw = _parse_file(file, display)
     hosts, groups, all_vars = _resolve(raw, file.parent)
