@@ -359,9 +359,16 @@ def duplicate_keys(path: str) -> None:
 
 def config_layers(config: Any) -> list[tuple[str, Mapping[str, Any]]]:
     """The ``sm120kit`` sections of an invoke Config's files, lowest precedence first, each
-    named by its file (invoke keeps every level apart: system, user, project, runtime -f)."""
+    named by its file (invoke keeps every level apart: invoke/config.py's ``_system``,
+    ``_user``, ``_project``, ``_runtime``).
+
+    The project level is this repository's own invoke.yaml, which sets every key: in invoke's
+    order (system < user < project < runtime) it would hide ``~/.invoke.yaml`` and
+    ``/etc/invoke.yaml`` entirely. It holds the project's defaults, so it is taken first, below
+    the system and user files; ``-f`` runtime files, then ``INVOKE_SM120KIT_*``, still win.
+    """
     layers: list[tuple[str, Mapping[str, Any]]] = []
-    for level in ("system", "user", "project", "runtime"):
+    for level in ("project", "system", "user", "runtime"):
         data = getattr(config, f"_{level}", None)
         if not isinstance(data, Mapping) or "sm120kit" not in data:
             continue

@@ -435,9 +435,9 @@ def _parse_ini_host(raw: _Raw, group: str, line: str, where: str, display: str) 
             f"{where}: expected a host name first, got {pattern!r}"
             f" (variables for the whole group go under [{group}:vars])"
         )
-    names, port = _expand_host(pattern, f"{where} {pattern}")
-    if "---" in names:
+    if pattern == "---":
         raise InventoryError(f"{where}: host '---' is a sign this is a YAML file")
+    names, port = _expand_host(pattern, f"{where} {pattern}")
     for name in names:
         raw.add_host(group, name)
     assignments: list[tuple[str, Any]] = [] if port is None else [("ansible_port", port)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # DEFAULT_WORK_ROOT: where everything the tool keeps on a host lives, unless the host var
@@ -64,3 +65,33 @@ class Host:
             return f"{self.name} (local)"
         where = self.address + (f":{self.port}" if self.port else "")
         return f"{self.name} ({self.user + '@' if self.user else ''}{where})"
+
+
+# A host name becomes a file name on the controller (`<run_dir>/<host>.log`, build logs
+# `<host>-build-<name>.log`), so it must be one safe path component; 200 bytes leaves room for
+# the longest suffix under the usual 255-byte NAME_MAX.
+HOST_NAME_MAX_BYTES = 200
+
+
+def unsafe_host_name(name: str) -> str | None:
+    """Why ``name`` cannot be a host name (a file name on the controller), or None if it can."""
+    if name in ("", ".", ".."):
+        return "not a file name"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character"
+    if name.startswith("-"):
+        return "starts with '-'"
+    if len(name.encode("utf-8", errors="replace")) > HOST_NAME_MAX_BYTES:
+        return f"longer than {HOST_NAME_MAX_BYTES} bytes"
+    return None
+
+
+def host_file(directory: str | os.PathLike[str], name: str, suffix: str) -> Path:
+    """``directory/<name><suffix>``: the one place a host name is joined into a path. Names are
+    checked at inventory load; this refuses again so no caller can escape ``directory``."""
+    problem = unsafe_host_name(name)
+    if problem or "/" in suffix:
+        raise ValueError(f"host name {name!r} is not safe as a file name: {problem or suffix}")
+    return Path(directory) / f"{name}{suffix}"

@@ -22,7 +22,7 @@ import yaml
 
 from sm120kit.errors import InventoryError
 from sm120kit.inventory.files import _load_vars_dir, _looks_like_ini, _parse_ini, _YamlInventory
-from sm120kit.inventory.host import Host
+from sm120kit.inventory.host import Host, unsafe_host_name
 from sm120kit.inventory.hostvars import check_host_vars
 from sm120kit.inventory.patterns import (
     _apply_subscript,
@@ -281,6 +281,9 @@ class Inventory:
 
     def _extra_host(self, name: str, conn: dict[str, Any], source: str) -> Host:
         """A host outside the inventory: the `all` variables, then its connection vars."""
+        problem = unsafe_host_name(name)
+        if problem:
+            raise InventoryError(f"{source}: bad host name {name[:80]!r}: {problem}")
         values = {k: copy.deepcopy(v) for k, (v, _) in self._all_vars.items()}
         sources = {k: o.source for k, (_, o) in self._all_vars.items()}
         for key, value in conn.items():
@@ -350,9 +353,15 @@ def load_inventory(path: str | os.PathLike[str] | None) -> Inventory:
         return Inventory(None, hosts, groups, all_vars)
     file = Path(path)
     display = _display_path(file)
-    if not file.exists():
+    try:
+        exists, is_dir = file.exists(), file.is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP: a path that cannot be looked up at all
+        raise InventoryError(
+            f"{display[:120]}: cannot read the inventory file: {exc.strerror}"
+        ) from None
+    if not exists:
         raise InventoryError(f"{display}: inventory file does not exist")
-    if file.is_dir():
+    if is_dir:
         raise InventoryError(f"{display}: is a directory; give the inventory file inside it")
     raw = _parse_file(file, display)
     hosts, groups, all_vars = _resolve(raw, file.parent)

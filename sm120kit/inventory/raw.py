@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import InventoryError
+from sm120kit.inventory.host import unsafe_host_name
 
 #: The only keys a YAML group may hold.
 GROUP_KEYS = ("hosts", "children", "vars")
@@ -252,6 +253,9 @@ def _expand_host(pattern: str, where: str) -> tuple[list[str], int | None]:
     for host in names:
         if not host or _BAD_NAME_CHARS.search(host):
             raise InventoryError(f"{where}: bad host name {host!r}")
+        problem = unsafe_host_name(host)
+        if problem:
+            raise InventoryError(f"{where}: bad host name {host[:80]!r}: {problem}")
     return names, port
 
 

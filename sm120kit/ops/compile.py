@@ -13,7 +13,6 @@ import posixpath
 import re
 import shlex
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..builds import compile_cache
@@ -22,6 +21,7 @@ from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
+from ..inventory.host import host_file
 from ..packages import registry
 from ..remote.lib.frontend import build_command
 from ..runner.host_context import HostContext
@@ -305,7 +305,7 @@ def _fetch_log(ctx: HostContext, log: str, name: str) -> None:
     if run_dir is None:
         return
     try:
-        ctx.get(log, str(Path(run_dir) / f"{ctx.host.name}-build-{name}.log"))
+        ctx.get(log, str(host_file(run_dir, ctx.host.name, f"-build-{name}.log")))
     except Exception as exc:  # the error message already names the log on the host
         ctx.log.warning("could not copy %s: %s", log, exc)
 

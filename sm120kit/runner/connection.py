@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import ConnectionLost, HostUnreachable, Interrupted, one_line
 from ..inventory.host import Host
+from . import known_hosts as known_hosts_file
 from .channels import (
     SECRET_ENV,
     kill_remote_group,
@@ -338,12 +339,12 @@ class SSHConnection(Connection):
                 f"known_hosts {known} is not a file (a directory?); point setting known_hosts "
                 "(or ssh_config's UserKnownHostsFile) at a known_hosts file"
             )
-        client = conn.client
-        if known.exists():
-            # Loaded as "system" keys so paramiko never rewrites the file behind our back.
-            client.get_host_keys().load(str(known))
-        client.set_missing_host_key_policy(
-            _AcceptNewPolicy(known) if self.options.accept_new_host_keys else _RejectPolicy(known)
+        # paramiko's own store stays empty so every presented key reaches the policy, which
+        # reads known_hosts as OpenSSH does (known_hosts.py: markers, several keys per host).
+        conn.client.set_missing_host_key_policy(
+            (_AcceptNewPolicy if self.options.accept_new_host_keys else _RejectPolicy)(
+                known, self.host
+            )
         )
         return conn
 
@@ -747,29 +748,41 @@ def _policy_base() -> type:
 
 
 class _RejectPolicy(_policy_base()):  # type: ignore[misc]
-    """Unknown host keys are refused: trust must be explicit."""
+    """Every presented key is judged against known_hosts; unknown keys are refused."""
 
-    def __init__(self, known_hosts: Path) -> None:
+    def __init__(self, known_hosts: Path, host: Host) -> None:
         self.known_hosts = known_hosts
+        self.host = host
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        if self._judge(hostname, key) is not known_hosts_file.Verdict.UNKNOWN:
+            return
         raise HostKeyError(
             f"host key of {hostname} ({_fingerprint(key)}) is not in {self.known_hosts}; "
             "verify it and add it (ssh-keyscan), or pass --accept-new-host-keys to trust it "
             "on first use"
         )
 
+    def _judge(self, hostname: str, key: Any) -> known_hosts_file.Verdict:
+        """ACCEPT or UNKNOWN; a revoked or changed key raises HostKeyError."""
+        result = known_hosts_file.check_host(
+            self.known_hosts, self.host.address, self.host.port, key.asbytes()
+        )
+        refusal = known_hosts_file.refusal(result, hostname, _fingerprint(key), self.known_hosts)
+        if refusal:
+            raise HostKeyError(refusal)
+        return result.verdict
 
-class _AcceptNewPolicy(_policy_base()):  # type: ignore[misc]
-    """Trust on first use: record a new key in known_hosts; changed keys are still refused."""
 
-    def __init__(self, known_hosts: Path) -> None:
-        self.known_hosts = known_hosts
+class _AcceptNewPolicy(_RejectPolicy):
+    """Trust on first use: record a new key in known_hosts; changed or revoked keys are still
+    refused."""
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         import fcntl
 
-        client.get_host_keys().add(hostname, key.get_name(), key)
+        if self._judge(hostname, key) is not known_hosts_file.Verdict.UNKNOWN:
+            return
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         with _KNOWN_HOSTS_LOCK:
             self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

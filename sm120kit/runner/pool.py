@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import disk
 from ..errors import HostUnreachable, Interrupted, LockHeld, Sm120Error, one_line
-from ..inventory.host import Host
+from ..inventory.host import Host, host_file
 from ..output.progress import NullProgress, Progress
 from . import controller
 from .connection import ConnectOptions, cancel_all, reset_cancel, uncancelled, uncounted
@@ -116,7 +116,7 @@ class Runner:
         log = logging.getLogger(f"sm120kit.runner.run.{run_dir.name}.{host}")
         log.propagate = False
         log.setLevel(logging.INFO)
-        handler = logging.FileHandler(run_dir / f"{host}.log", encoding="utf-8")
+        handler = logging.FileHandler(host_file(run_dir, host, ".log"), encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         handler.addFilter(
             _redactor(
@@ -191,7 +191,7 @@ class Runner:
     ) -> None:
         started.add(host.name)
         log = self._logger(run_dir, host.name)
-        result.log = str(run_dir / f"{host.name}.log")
+        result.log = str(host_file(run_dir, host.name, ".log"))
         ctx = HostContext(host, self, result, log)
         self.progress.host_started(host.name)
         start = time.monotonic()

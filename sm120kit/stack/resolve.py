@@ -82,7 +82,11 @@ def parse_python(text: Any, flag: str = "--python") -> str:
 def parse_index(text: Any, flag: str = "--index") -> str:
     """An index URL (http, https or file), without a trailing slash."""
     value = text.strip() if isinstance(text, str) else ""
-    parsed = urllib.parse.urlparse(value)
+    try:
+        parsed = urllib.parse.urlparse(value)
+        parsed.port  # noqa: B018 - raises ValueError on a bad port, as urlparse does on "[::1"
+    except ValueError as exc:
+        raise RecipeError(f"{flag} {text!r}: not a URL ({exc})") from None
     if parsed.scheme not in ("http", "https", "file") or (
         parsed.scheme != "file" and not parsed.netloc
     ):
