@@ -36,7 +36,7 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from ..cache.key import KeyInputs
+from ..cache.key import RELEASE_TAG, KeyInputs
 from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
@@ -157,11 +157,6 @@ def index_problems(entries: Iterable[LockEntry], indexes: Iterable[str]) -> list
         if problem is not None:
             out.append(f"{e.name} {e.version}: {shown(e.url)} is refused: {problem}")
     return out
-
-
-#: ``source_digest`` tag of a released file: the sha256 of the file itself (a build's
-#: sources are ``sha256:`` of an sdist, ``git:`` or ``tree:``), so the two never share a key.
-RELEASE_TAG = "release-sha256:"
 
 
 def release_inputs(entry: LockEntry) -> KeyInputs:
