@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120kit.remote.lib.download import request_of, shown
+from sm120kit.remote.lib.download import redact_text, request_of, shown
 from sm120kit.remote.lib.obtain import url_problem
 
 PY = ["https://files.pythonhosted.org"]
@@ -77,3 +77,16 @@ def test_credentials_in_a_url_become_basic_auth_and_leave_the_url() -> None:
     req = request_of("https://us%40er:p%3Ass@host:8/x.whl")
     assert req.full_url == "https://host:8/x.whl"
     assert req.get_header("Authorization") == "Basic dXNAZXI6cDpzcw=="  # base64 of us@er:p:ss
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("uv pip install --index https://u:pw@h/simple x", "uv pip install --index https://u:****@h/simple x"),
+        ('{"url": "http://a:b@h:1/x", "i": "https://c:d@h2/s"}', '{"url": "http://a:****@h:1/x", "i": "https://c:****@h2/s"}'),
+        ("mail me at a@b.example: no URL", "mail me at a@b.example: no URL"),
+        ("https://user@h/x keeps a bare user", "https://user@h/x keeps a bare user"),
+    ],
+)  # fmt: skip
+def test_every_output_channel_filters_url_passwords(text: str, want: str) -> None:
+    assert redact_text(text) == want

@@ -385,7 +385,8 @@ def test_plan_and_provision_refuse_a_file_the_host_cannot_take_before_any_change
 @pytest.mark.parametrize(
     "hostile",
     ["file:///etc/passwd", "http://127.0.0.10:{port}/files/x.whl", "http://127.0.0.1:{port}@127.0.0.10/x.whl",
-     "HTTP://127.0.0.1:{port}/../../etc/x.whl", "ftp://127.0.0.1/x.whl"],
+     "HTTP://127.0.0.1:{port}/../../etc/x.whl", "ftp://127.0.0.1/x.whl",
+     "http://user:s3cret-pw@127.0.0.10:{port}/files/x.whl"],
 )  # fmt: skip
 def test_plan_and_provision_refuse_a_lock_with_a_url_outside_its_indexes(
     fleet: Fleet, index: Any, tmp_path: Path, hostile: str
@@ -404,6 +405,7 @@ def test_plan_and_provision_refuse_a_lock_with_a_url_outside_its_indexes(
         out = proc.stdout + proc.stderr
         assert proc.returncode == 1, out
         assert "Traceback" not in out and "pylock" in out and "packages.wheels.url" in out, out
+        assert "s3cret-pw" not in out  # a password in a URL is shown as ****
         assert not (tmp_path / "work" / "gpu7").exists() or not any(
             (tmp_path / "work" / "gpu7").rglob("*.whl")
         )

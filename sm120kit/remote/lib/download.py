@@ -4,6 +4,7 @@ fetcher use."""
 import base64
 import hashlib
 import os
+import re
 import urllib.parse
 import urllib.request
 
@@ -55,6 +56,17 @@ def shown(url):
     user = userinfo.partition(":")[0]
     netloc = "%s:****@%s" % (user, host)
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+#: ``scheme://user:password@``: the userinfo of any URL inside a text (a command line, a log
+#: line, a JSON document).
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@\"'<>]*):[^/\s@\"'<>]*@")
+
+
+def redact_text(text):
+    """`text` with the password of every URL in it shown as ``****``: the one filter every
+    output channel (console, --json, run logs, result.json) passes text through."""
+    return _USERINFO.sub(r"\1:****@", text) if "@" in text else text
 
 
 def download(url, dest, sha256="", timeout=60):
