@@ -672,3 +672,39 @@ def test_export_installs_offline_with_pip_then_imports(tmp_path: Path, tiny_whee
     (export / "index.json").unlink()
     with pytest.raises(CacheError, match="index.json"):
         manage.import_dir(export, target)
+
+
+@pytest.mark.parametrize("swap", ["bytes and meta.json", "put under the key"])
+def test_a_released_files_entry_must_hold_the_sha256_of_its_key(tmp_path: Path, swap: str) -> None:
+    """A released file's entry (key: the lock's sha256) whose bytes are another valid wheel,
+    with meta.json edited to match (or put so by a hostile writer): never served, and verify
+    reports it corrupt and quarantines it. Real store dir, real wheels (tests/support)."""
+    from sm120kit.ops.stack_files import release_inputs
+    from sm120kit.stack.lock import LockEntry
+    from tests.support.tiny_index import make_wheel as real_wheel
+    from tests.support.tiny_index import sha256_of
+
+    good = real_wheel(tmp_path / "a", "demo-lib", "2.0")
+    other = real_wheel(tmp_path / "b", "demo-lib", "2.0", requires=("demo-extra",))
+    assert sha256_of(good) != sha256_of(other)
+    entry = LockEntry("demo-lib", "2.0", good.name, "https://x/" + good.name, sha256_of(good),
+                      "release", False)  # fmt: skip
+    inputs = release_inputs(entry)
+    key = compute_key(inputs)
+    store = LocalStore(tmp_path / "store")
+    meta = {"inputs": inputs.to_dict()}
+    if swap == "put under the key":
+        store.put(key, other, meta)
+    else:
+        store.put(key, good, meta)
+        assert store.get_meta(key) is not None
+        folder = tmp_path / "store" / entry_dir(key)
+        (folder / good.name).write_bytes(other.read_bytes())
+        doc = json.loads((folder / "meta.json").read_text())
+        doc.update(sha256=sha256_of(other), size=other.stat().st_size)
+        (folder / "meta.json").write_text(json.dumps(doc))
+    rows = manage.verify([store])
+    assert [(r["key"], r["status"]) for r in rows] == [(key, "corrupt")]
+    assert "is not its key's" in rows[0]["reason"], rows[0]
+    assert store.keys() == [] and [q["key"] for q in store.quarantined()] == [key]
+    assert store.get_meta(key) is None

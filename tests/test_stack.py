@@ -12,6 +12,7 @@ object of this machine, the sshd fleet. Simulated: the target GPU and driver (ho
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -361,8 +362,6 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         (lambda t: t.replace("manylinux_2_17_x86_64.whl", "manylinux_2_99_x86_64.whl"),
          "cannot install demo-native 0.1 (demo_native-0.1-cp311-cp311-manylinux_2_99_x86_64.whl):"
          " needs glibc 2.99, host has "),
-        (lambda t: t.replace('url = "http://127.0.0.1:', 'url = "http://127.0.0.10:', 1),
-         "is under none of the lock's indexes (http://127.0.0.1:"),
     ],
 )  # fmt: skip
 def test_plan_and_provision_refuse_a_file_the_host_cannot_take_before_any_change(
@@ -381,6 +380,35 @@ def test_plan_and_provision_refuse_a_file_the_host_cannot_take_before_any_change
         assert host["status"] == "failed" and says in host["error"], host["error"]
         work = tmp_path / "work" / "gpu7"
         assert not (work / "envs").exists() and not (work / "releases").exists()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["file:///etc/passwd", "http://127.0.0.10:{port}/files/x.whl", "http://127.0.0.1:{port}@127.0.0.10/x.whl",
+     "HTTP://127.0.0.1:{port}/../../etc/x.whl", "ftp://127.0.0.1/x.whl",
+     "http://user:s3cret-pw@127.0.0.10:{port}/files/x.whl"],
+)  # fmt: skip
+def test_plan_and_provision_refuse_a_lock_with_a_url_outside_its_indexes(
+    fleet: Fleet, index: Any, tmp_path: Path, hostile: str
+) -> None:
+    """A lock whose file URL is not under its indexes (the controller's own files by file://,
+    another host, a userinfo trick, a climbing path, another scheme): one error line naming
+    the lock file, the entry and the URL, exit 1, and nothing at all on the host."""
+    port = index[1].split(":")[2].split("/")[0]
+    url = hostile.format(port=port)
+    edit = lambda t: re.sub(r'url = "http://127\.0\.0\.1:[^"]*"', f'url = "{url}"', t, count=1)  # noqa: E731
+    recipes = _tiny_recipes(tmp_path, index, edit=edit)
+    inv = _inventory(fleet, tmp_path, ("gpu7",))
+    env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
+    for task in ("plan", "provision"):
+        proc = run_invoke([task, "-H", "gpu7", "-i", str(inv), "--json"], env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out
+        assert "Traceback" not in out and "pylock" in out and "packages.wheels.url" in out, out
+        assert "s3cret-pw" not in out  # a password in a URL is shown as ****
+        assert not (tmp_path / "work" / "gpu7").exists() or not any(
+            (tmp_path / "work" / "gpu7").rglob("*.whl")
+        )
 
 
 def test_a_lock_of_207_tiny_files_installs_over_ssh(

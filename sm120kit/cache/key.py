@@ -112,6 +112,12 @@ def filter_build_env(env: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str,
     return kept, tuple(dropped)
 
 
+#: ``source_digest`` tag of a released file (a lock's wheel): the sha256 of the file itself
+#: (a build's sources are ``sha256:`` of an sdist, ``git:`` or ``tree:``), so the two never
+#: share a key, and an entry under such a key must hold exactly those bytes.
+RELEASE_TAG = "release-sha256:"
+
+
 @dataclass(frozen=True)
 class KeyInputs:
     """Everything that can change a built wheel. Build with keywords; see module docstring.

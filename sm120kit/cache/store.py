@@ -590,7 +590,7 @@ def _parse_lock(raw: bytes) -> dict[str, Any]:
 def key_unproven(meta: Mapping[str, Any], key: str) -> str:
     """Why `meta` does not prove it belongs under `key` ("" when it does): its own ``key``
     must be `key`, and its recorded ``inputs`` must hash to `key`."""
-    from .key import KeyInputs, compute_key
+    from .key import RELEASE_TAG, KeyInputs, compute_key
 
     named = meta.get("key")
     if named != key:
@@ -604,6 +604,15 @@ def key_unproven(meta: Mapping[str, Any], key: str) -> str:
         return f"meta.json's inputs are unreadable ({type(exc).__name__}: {exc})"
     if hashed != key:
         return f"meta.json's inputs hash to {hashed[:12]}, not to its key {key[:12]}"
+    # A released file's key is its sha256: the entry's recorded sha256 (which serving, placing
+    # and verify check the bytes against) must be that one, or another valid wheel with a
+    # meta.json edited to match would be served for the lock's file.
+    digest = str(inputs.get("source_digest") or "")
+    if digest.startswith(RELEASE_TAG) and str(meta.get("sha256")) != digest[len(RELEASE_TAG) :]:
+        return (
+            f"released file's sha256 {str(meta.get('sha256'))[:12]} is not its key's"
+            f" {digest[len(RELEASE_TAG) :][:12]}"
+        )
     return ""
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import secrets
 import shlex
 import shutil
 import time
@@ -35,10 +36,13 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from ..cache.key import KeyInputs
+from ..cache.key import RELEASE_TAG, KeyInputs
 from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
+from ..remote.lib.download import shown
+from ..remote.lib.files import sha256_file
+from ..remote.lib.obtain import url_problem
 from ..runner.pool import HostContext
 from ..stack.draft import cached_copy, local_path
 from ..stack.lock import LockEntry
@@ -143,22 +147,16 @@ def tag_problems(
 
 
 def index_problems(entries: Iterable[LockEntry], indexes: Iterable[str]) -> list[str]:
-    """One line per file whose URL is under none of the lock's `indexes` (none when the lock
-    names no index: an older lock)."""
-    idx = [i.rstrip("/") for i in indexes]
-    if not idx:
-        return []
-    return [
-        f"{e.name} {e.version}: {e.url} is under none of the lock's indexes ({', '.join(idx)})"
-        for e in entries
-        if e.url.startswith(("http://", "https://"))
-        and not any(e.url == i or e.url.startswith(i + "/") for i in idx)
-    ]
-
-
-#: ``source_digest`` tag of a released file: the sha256 of the file itself (a build's
-#: sources are ``sha256:`` of an sdist, ``git:`` or ``tree:``), so the two never share a key.
-RELEASE_TAG = "release-sha256:"
+    """One line per file whose URL may not be fetched for the lock's `indexes` (`url_problem`:
+    scheme, host and port of an index, path under its path; any http(s) URL when the lock
+    names no index), passwords shown as ``****``."""
+    idx = tuple(indexes)
+    out = []
+    for e in entries:
+        problem = url_problem(e.url, idx)
+        if problem is not None:
+            out.append(f"{e.name} {e.version}: {shown(e.url)} is refused: {problem}")
+    return out
 
 
 def release_inputs(entry: LockEntry) -> KeyInputs:
@@ -172,7 +170,9 @@ def release_inputs(entry: LockEntry) -> KeyInputs:
     )
 
 
-def controller_copy(ctx: HostContext, entry: LockEntry, dest: str) -> bool:
+def controller_copy(
+    ctx: HostContext, entry: LockEntry, dest: str, indexes: tuple[str, ...] = ()
+) -> bool:
     """Hand the controller's own copy of `entry` to the host at `dest`, when that is cheaper
     than any download: copied for this machine's ``local`` host (a hard link would make one
     file of the two, and one corruption would damage both), sent over
@@ -181,20 +181,42 @@ def controller_copy(ctx: HostContext, entry: LockEntry, dest: str) -> bool:
     here = cached_copy(entry)
     if here is None:
         return False
+    if not ctx.host.is_local and local_path(entry.url) is None and entry != UV:
+        return False
+    if local_path(entry.url) is not None and url_problem(entry.url, indexes) is not None:
+        # A file:// URL the lock's indexes do not allow: never a reason to send this
+        # machine's files anywhere (plan refuses the lock; this is the second line).
+        raise HostFailed(f"{ctx.host.name}: {entry.name} {entry.version}: {shown(entry.url)}"
+                         f" is refused: {url_problem(entry.url, indexes)}")  # fmt: skip
+    # Checked before it goes anywhere: the controller's copy may have been changed since it
+    # was fetched (or a file:// index edited), and the host trusts a placed file as checked.
+    got = sha256_file(str(here))
+    if got != entry.sha256:
+        raise HostFailed(
+            f"{ctx.host.name}: {entry.name} {entry.version}: the controller's copy {here} has"
+            f" sha256 {got}, the lock's is {entry.sha256}; not sent"
+        )
+    token = secrets.token_hex(6)
+    part = f"{dest}.{token}.part"
     if ctx.host.is_local:
         os.makedirs(posixpath.dirname(dest), exist_ok=True)
-        part = dest + ".part"
-        shutil.copyfile(here, part)
-        os.replace(part, dest)
+        try:
+            shutil.copyfile(here, part)
+            os.replace(part, dest)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
         return True
     # uv is the tool's own file (not the lock's): a controller that has it sends it, so a host
     # installs without reaching uv's index even before the stores hold it.
-    if local_path(entry.url) is not None or entry == UV:
-        ctx.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}")
-        ctx.put(str(here), dest + ".part")
-        ctx.run(f"mv -f {shlex.quote(dest + '.part')} {shlex.quote(dest)}")
-        return True
-    return False
+    ctx.run(f"mkdir -p {shlex.quote(posixpath.dirname(dest))}")
+    try:
+        ctx.put(str(here), part)
+        ctx.run(f"mv -f {shlex.quote(part)} {shlex.quote(dest)}")
+    except BaseException:
+        ctx.run(f"rm -f {shlex.quote(part)}", check=False)
+        raise
+    return True
 
 
 def obtain_release(
@@ -209,7 +231,7 @@ def obtain_release(
     ``"index"`` when this host downloaded it, ``"cache:<store>"``) and the bytes this host
     downloaded from the index. A download is only from under `indexes` (when given), and a
     compiled file is verified for `target` on the host as soon as it has arrived."""
-    if controller_copy(ctx, entry, dest):
+    if controller_copy(ctx, entry, dest, UV_INDEXES if entry == UV else indexes):
         return "controller", 0
     fetched: list[int] = []
 

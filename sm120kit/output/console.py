@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from ..remote.lib.download import redact_text
+
 
 def make_console(stderr: bool = False) -> Console:
     """A console; wide when not a terminal so CI logs keep table rows on one line."""
@@ -21,13 +23,14 @@ def make_console(stderr: bool = False) -> Console:
 
 def print_json(doc: Mapping[str, Any]) -> None:
     """Write `doc` as the one JSON document on stdout (what --json promises)."""
-    sys.stdout.write(json.dumps(doc, default=str, sort_keys=False) + "\n")
+    sys.stdout.write(redact_text(json.dumps(doc, default=str, sort_keys=False)) + "\n")
     sys.stdout.flush()
 
 
 def print_error(message: str) -> None:
     """The one line a user-input error prints on stderr."""
-    Console(stderr=True).print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    line = escape(redact_text(message))
+    Console(stderr=True).print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
 
 
 def show_document(

@@ -35,6 +35,7 @@ from .. import disk
 from ..errors import HostUnreachable, Interrupted, LockHeld, Sm120Error, one_line
 from ..inventory.host import Host, host_file
 from ..output.progress import NullProgress, Progress
+from ..remote.lib.download import redact_text
 from . import controller
 from .connection import ConnectOptions, cancel_all, reset_cancel, uncancelled, uncounted
 from .host_context import HostContext, SkipHost
@@ -61,7 +62,7 @@ class RunOptions:
 def _redactor(secrets_: list[str]) -> logging.Filter:
     class Redact(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
-            message = record.getMessage()
+            message = redact_text(record.getMessage())
             for secret in secrets_:
                 if secret:
                     message = message.replace(secret, "********")
@@ -176,7 +177,9 @@ class Runner:
                     res.error = f"not started: the run was interrupted ({interrupted})"
         result = RunResult(task, results, str(run_dir), self.options.check_mode)
         result.interrupted = interrupted
-        (run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+        (run_dir / "result.json").write_text(
+            redact_text(json.dumps(result.to_dict(), indent=2, default=str))
+        )
         return result
 
     def _one(

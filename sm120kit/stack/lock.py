@@ -74,6 +74,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
+from ..remote.lib.download import shown
+from ..remote.lib.obtain import url_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -337,6 +339,17 @@ def parse_lock(path: Path, text: str, where: str | None = None) -> Lock:
         if entry.key in seen:
             raise w.error("packages.name", f"{entry.name} is listed twice", i)
         seen[entry.key] = i
+    for i, entry in enumerate(entries):
+        # Every file's URL passes the lock's indexes when the lock is read (plan and load
+        # alike): a lock naming file://, another host or a look-alike of an index is refused
+        # before any host is touched.
+        problem = url_problem(entry.url, vals["indexes"])
+        if problem is not None:
+            raise w.error(
+                "packages.wheels.url",
+                f"{entry.name} {entry.version}: {shown(entry.url)}: {problem}",
+                i,
+            )
     lock = Lock(path=path, packages=tuple(entries), **vals)
     top = Requirement(lock.top)
     top_entry = lock.entry(top.name)

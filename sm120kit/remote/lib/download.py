@@ -1,8 +1,11 @@
 """One URL to one file on the host, checked: the download both the steps and the source
 fetcher use."""
 
+import base64
 import hashlib
 import os
+import re
+import urllib.parse
 import urllib.request
 
 from sm120kit.remote.lib.files import CHUNK, remove
@@ -30,6 +33,42 @@ class ChecksumMismatch(DownloadFailed):
     """The whole file arrived and is not the one asked for (no other mirror should be tried)."""
 
 
+def request_of(url):
+    """A urllib request for `url`; userinfo in it (``https://user:pass@host/...``) is taken out
+    of the URL and sent as HTTP basic auth (urllib would read ``pass@host`` as the port)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return urllib.request.Request(url)
+    host = parts.netloc.rpartition("@")[2]
+    plain = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(("%s:%s" % (user, password)).encode("utf-8")).decode("ascii")
+    return urllib.request.Request(plain, headers={"Authorization": "Basic " + token})
+
+
+def shown(url):
+    """`url` as messages print it: a password in its userinfo as ``****``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    netloc = "%s:****@%s" % (user, host)
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+#: ``scheme://user:password@``: the userinfo of any URL inside a text (a command line, a log
+#: line, a JSON document).
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@\"'<>]*):[^/\s@\"'<>]*@")
+
+
+def redact_text(text):
+    """`text` with the password of every URL in it shown as ``****``: the one filter every
+    output channel (console, --json, run logs, result.json) passes text through."""
+    return _USERINFO.sub(r"\1:****@", text) if "@" in text else text
+
+
 def download(url, dest, sha256="", timeout=60):
     """Fetch `url` to `dest`, checking `sha256` when given; the hex digest it had.
 
@@ -41,7 +80,7 @@ def download(url, dest, sha256="", timeout=60):
         os.makedirs(parent)
     digest = hashlib.sha256()
     try:
-        with open(dest, "wb") as out, opener().open(url, timeout=timeout) as resp:
+        with open(dest, "wb") as out, opener().open(request_of(url), timeout=timeout) as resp:
             expected = resp.headers.get("Content-Length")
             total = 0
             while True:
@@ -58,10 +97,12 @@ def download(url, dest, sha256="", timeout=60):
     except Exception as exc:  # urllib raises many types; all mean "no file"
         remove(dest)
         raise DownloadFailed(
-            "download of %s failed: %s: %s" % (url, type(exc).__name__, exc)
+            "download of %s failed: %s: %s" % (shown(url), type(exc).__name__, exc)
         ) from None
     got = digest.hexdigest()
     if sha256 and got.lower() != sha256.lower():
         remove(dest)
-        raise ChecksumMismatch("sha256 mismatch for %s: expected %s, got %s" % (url, sha256, got))
+        raise ChecksumMismatch(
+            "sha256 mismatch for %s: expected %s, got %s" % (shown(url), sha256, got)
+        )
     return got

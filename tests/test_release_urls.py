@@ -1,0 +1,92 @@
+"""The URL rule of a lock's files (remote/lib/obtain.py `url_problem`, used by the lock's
+loader, plan and the host's downloader) and the one redaction of a URL's password
+(remote/lib/download.py `shown`): pure tables, no network."""
+
+from __future__ import annotations
+
+import pytest
+
+from sm120kit.remote.lib.download import redact_text, request_of, shown
+from sm120kit.remote.lib.obtain import url_problem
+
+PY = ["https://files.pythonhosted.org"]
+
+
+@pytest.mark.parametrize(
+    ("url", "indexes", "why"),
+    [
+        ("https://files.pythonhosted.org/packages/a.whl", PY, None),
+        ("HTTPS://FILES.PYTHONHOSTED.ORG/packages/a.whl", PY, None),
+        ("https://files.pythonhosted.org:443/packages/a.whl", PY, None),
+        ("https://files.pythonhosted.org:8443/packages/a.whl", PY, "not under"),
+        ("http://files.pythonhosted.org/packages/a.whl", PY, "not under"),
+        ("https://files.pythonhosted.org.evil.com/a.whl", PY, "not under"),
+        ("https://files.pythonhosted.org@evil.example/a.whl", PY, "not under"),
+        ("https://evil.example@files.pythonhosted.org/a.whl", PY, "not under"),
+        ("https://files.pythonhosted.org%2eevil.com/a.whl", PY, "percent-encoded"),
+        ("https://files.pythonhosted.org/packages/%2e%2e/a.whl", PY, "percent-encoded"),
+        ("https://files.pythonhosted.org/../a.whl", PY, "'..'"),
+        ("https://files.pythonhosted.org", PY, "not under"),
+        ("file:///etc/passwd", PY, "not under"),
+        ("file:///etc/passwd", [], "file://"),
+        ("ftp://files.pythonhosted.org/a.whl", PY, "scheme"),
+        ("data:text/plain,hello", PY, "scheme"),
+        ("packages/a.whl", PY, "scheme"),
+        ("/abs/a.whl", PY, "scheme"),
+        ("https:///a.whl", PY, "no host"),
+        (" https://files.pythonhosted.org/a.whl", PY, "absolute"),
+        ("https://files.pythonhosted.org/a b.whl", PY, "control character"),
+        ("https://files.pythonhosted.org\\@evil/a.whl", PY, "backslash"),
+        ("http://[::1]:8000/files/a.whl", ["http://[::1]:8000/files"], None),
+        ("http://[::2]:8000/files/a.whl", ["http://[::1]:8000/files"], "not under"),
+        ("http://[::1/a.whl", PY, "not a valid URL"),
+        ("http://127.0.0.1:8/files/a.whl", ["http://127.0.0.1:8/files/"], None),
+        ("http://127.0.0.1:8/filesx/a.whl", ["http://127.0.0.1:8/files/"], "not under"),
+        ("http://127.0.0.1:9/files/a.whl", ["http://127.0.0.1:8/"], "not under"),
+        ("https://mirror.example/a.whl", [], None),
+        ("https://u:p@mirror.example/a.whl", [], "userinfo"),
+        ("https://u:p@idx.example/s/a.whl", ["https://u:p@idx.example/s"], None),
+        ("https://idx.example/s/a.whl", ["https://u:p@idx.example/s"], "not under"),
+        ("file:///srv/wheels/a.whl", ["file:///srv/wheels"], None),
+        ("file:///srv/other/a.whl", ["file:///srv/wheels"], "not under"),
+    ],
+)  # fmt: skip
+def test_a_file_url_must_be_under_one_of_the_locks_indexes(
+    url: str, indexes: list[str], why: str | None
+) -> None:
+    got = url_problem(url, indexes)
+    assert (got is None) if why is None else (got is not None and why in got), got
+
+
+@pytest.mark.parametrize(
+    ("url", "want"),
+    [
+        ("https://user:s3cret@host/simple", "https://user:****@host/simple"),
+        ("https://user:s3cret@host:8080/a?b#c", "https://user:****@host:8080/a?b#c"),
+        ("https://user@host/simple", "https://user@host/simple"),
+        ("https://host/simple", "https://host/simple"),
+        ("https://us%40er:p%3Ass@host/x", "https://us%40er:****@host/x"),
+        ("not a url", "not a url"),
+    ],
+)  # fmt: skip
+def test_a_urls_password_is_never_shown(url: str, want: str) -> None:
+    assert shown(url) == want
+
+
+def test_credentials_in_a_url_become_basic_auth_and_leave_the_url() -> None:
+    req = request_of("https://us%40er:p%3Ass@host:8/x.whl")
+    assert req.full_url == "https://host:8/x.whl"
+    assert req.get_header("Authorization") == "Basic dXNAZXI6cDpzcw=="  # base64 of us@er:p:ss
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("uv pip install --index https://u:pw@h/simple x", "uv pip install --index https://u:****@h/simple x"),
+        ('{"url": "http://a:b@h:1/x", "i": "https://c:d@h2/s"}', '{"url": "http://a:****@h:1/x", "i": "https://c:****@h2/s"}'),
+        ("mail me at a@b.example: no URL", "mail me at a@b.example: no URL"),
+        ("https://user@h/x keeps a bare user", "https://user@h/x keeps a bare user"),
+    ],
+)  # fmt: skip
+def test_every_output_channel_filters_url_passwords(text: str, want: str) -> None:
+    assert redact_text(text) == want
