@@ -90,3 +90,22 @@ def test_credentials_in_a_url_become_basic_auth_and_leave_the_url() -> None:
 )  # fmt: skip
 def test_every_output_channel_filters_url_passwords(text: str, want: str) -> None:
     assert redact_text(text) == want
+
+
+def test_the_consoles_and_a_drafted_lock_show_no_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a person reads (plan, the live view, the recap: every console the tool makes) and
+    the lock lock.draft writes from a private index: the password is masked or left out."""
+    from sm120kit.output.console import make_console
+    from sm120kit.stack.draft import _indexes
+    from sm120kit.stack.lock import LockEntry
+
+    line = "fetch of https://me:s3cr3t-T0ken@idx.example/simple/a failed"
+    make_console(stderr=True).print(line)
+    make_console().print(line)
+    out, err = capsys.readouterr()
+    assert "s3cr3t" not in out + err and "me:****@idx.example" in err + out
+    url = "https://me:s3cr3t-T0ken@idx.example/packages/a-1-py3-none-any.whl"
+    entry = LockEntry("a", "1", "a-1-py3-none-any.whl", url, "0" * 64, "release", False)
+    assert _indexes([entry]) == ["https://idx.example"]

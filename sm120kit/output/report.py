@@ -15,6 +15,7 @@ from rich.text import Text
 from ..builds import compile_cache
 from ..facts import cuda_summary, driver_summary, gb, gpu_summary
 from ..runner.results import RunResult
+from .console import redacting
 from .progress import STATUS_STYLE
 
 
@@ -169,7 +170,7 @@ def short_value(value: Any, limit: int = SHORT_VALUE_CHARS) -> str:
 def print_explain(result: RunResult) -> None:
     """``--explain``: per host and package, the build settings with the reason for each, on
     stderr once the run is over (the library records the rows in each host's result)."""
-    console = Console(stderr=True, width=160)
+    console = Console(file=redacting(True), width=160)
     for host, res in result.hosts.items():
         rows: list[dict[str, str]] = res.data.get("explain") or []
         for package in dict.fromkeys(str(r.get("package", "")) for r in rows):

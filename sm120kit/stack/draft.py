@@ -288,7 +288,9 @@ def _indexes(entries: list[LockEntry]) -> list[str]:
     out: list[str] = []
     for e in entries:
         parsed = urllib.parse.urlparse(e.url)
-        where = f"{parsed.scheme}://{parsed.netloc}" if parsed.netloc else os.path.dirname(e.url)
+        # A private index's credentials never go into the lock (a file people commit).
+        netloc = parsed.netloc.rpartition("@")[2]
+        where = f"{parsed.scheme}://{netloc}" if netloc else os.path.dirname(e.url)
         if where not in out:
             out.append(where)
     return out

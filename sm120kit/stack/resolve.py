@@ -39,6 +39,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
+from ..remote.lib.download import redact_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -275,7 +276,7 @@ def compile_pylock(
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"uv's pylock for {top} is not TOML: {exc}") from None
     shown = " ".join(a for a in argv[3:] if a != "-")
-    return doc, f"uv {UV_VERSION} {shown}"
+    return doc, redact_text(f"uv {UV_VERSION} {shown}")  # recorded in the lock: no password
 
 
 def stub_index(sdist: bytes) -> str | None:

@@ -44,7 +44,11 @@ def request_of(url):
     user = urllib.parse.unquote(parts.username)
     password = urllib.parse.unquote(parts.password or "")
     token = base64.b64encode(("%s:%s" % (user, password)).encode("utf-8")).decode("ascii")
-    return urllib.request.Request(plain, headers={"Authorization": "Basic " + token})
+    req = urllib.request.Request(plain)
+    # Not on a redirect: an index that redirects to another host (a CDN) must not get the
+    # credentials passed on to it.
+    req.add_unredirected_header("Authorization", "Basic " + token)
+    return req
 
 
 def shown(url):
