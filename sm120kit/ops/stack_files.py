@@ -183,11 +183,12 @@ def controller_copy(
         return False
     if not ctx.host.is_local and local_path(entry.url) is None and entry != UV:
         return False
-    if local_path(entry.url) is not None and url_problem(entry.url, indexes) is not None:
+    problem = url_problem(entry.url, indexes) if local_path(entry.url) is not None else None
+    if problem is not None:
         # A file:// URL the lock's indexes do not allow: never a reason to send this
         # machine's files anywhere (plan refuses the lock; this is the second line).
         raise HostFailed(f"{ctx.host.name}: {entry.name} {entry.version}: {shown(entry.url)}"
-                         f" is refused: {url_problem(entry.url, indexes)}")  # fmt: skip
+                         f" is refused: {problem}")  # fmt: skip
     # Checked before it goes anywhere: the controller's copy may have been changed since it
     # was fetched (or a file:// index edited), and the host trusts a placed file as checked.
     got = sha256_file(str(here))

@@ -9,7 +9,7 @@ import os
 import threading
 from urllib.parse import urlsplit
 
-from sm120kit.remote.lib.download import DownloadFailed, download
+from sm120kit.remote.lib.download import DownloadFailed, download, redact_text
 from sm120kit.remote.lib.download import shown as redact
 from sm120kit.remote.lib.files import remove, sha256_file
 
@@ -101,7 +101,7 @@ def obtain(entry, timeout, indexes):
         try:
             got = download(entry["url"], part, "", timeout=timeout)
         except DownloadFailed as exc:
-            return "%s %s: %s" % (entry["name"], entry["version"], redact(str(exc))), 0, False
+            return "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc))), 0, False
         fetched = os.path.getsize(part)
         if got != want:
             remove(part)  # never at its final name: a streaming install takes what is there
