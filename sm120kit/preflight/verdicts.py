@@ -15,7 +15,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import one_line
@@ -284,6 +286,77 @@ def _unseen_why(probe: Mapping[str, Any], entry: Backend, files: list[dict[str, 
     )
 
 
+def is_installed(probe: Mapping[str, Any], dist: str) -> bool:
+    """Whether the serving env holds distribution `dist`: the env's own listing of every
+    distribution (the probe's ``installed``) when it was read, else the probe's per-name
+    answer. Never a fixed list of names: a locked package outside it is still installed."""
+    listing = probe.get("installed")
+    if listing:
+        return canonicalize_name(dist) in listing
+    return bool(((probe.get("dists") or {}).get(dist) or {}).get("installed"))
+
+
+def missing_fix(probe: Mapping[str, Any], missing: Sequence[str], other: str) -> str:
+    """The fix for a backend whose packages the env lacks: sglang's own Requires-Dist line when
+    sglang names the package (the env misses a dependency of sglang's: reinstall those), else
+    installing it; with `other`, the backends that need nothing missing."""
+    sglang = (probe.get("dists") or {}).get("sglang") or {}
+    wanted = {canonicalize_name(d) for d in missing}
+    named = []
+    for text in sglang.get("requires") or []:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) in wanted:
+            named.append(str(req))
+    if named:
+        fix = (
+            f"sglang {sglang.get('version')} requires {', '.join(named)} (its Requires-Dist): "
+            f"install sglang's dependencies into the env (pip install 'sglang=="
+            f"{sglang.get('version')}')"
+        )
+    else:
+        fix = f"pip install {missing[0]} into the env"
+    return f"{fix}, or {other}" if other else fix
+
+
+def alternatives(
+    table: Mapping[str, Backend],
+    probe: Mapping[str, Any],
+    cc: CC | None,
+    name: str,
+    role: str,
+) -> str:
+    """The other backends of `table` that preflight would not refuse on `cc` for what they
+    load (JIT or torch kernels whose packages the env holds), as a fix: "--flag a or b"."""
+    ok = []
+    for key, entry in table.items():
+        if key == name or entry.alias_of or key == "auto":
+            continue
+        if entry.sm12x is not None and cc is not None and cc[0] == 12:
+            entry = entry.sm12x
+        if entry.kind in ("jit", "torch") and all(is_installed(probe, d) for d in entry.needs):
+            ok.append(key)
+    flag = ROLE_FLAGS.get(role, "--" + role.replace("_", "-") + "-backend")
+    if role == "attention" and {"flashinfer", "triton"} & set(ok):
+        # The two sglang itself defaults to on 12.x (DEFAULT_ATTENTION).
+        ok = [k for k in ("flashinfer", "triton") if k in ok]
+    if not ok:
+        return f"another {flag}"
+    return f"{flag} " + " or ".join(sorted(ok)[:3])
+
+
+#: The launch flag of each backend role (checks named ``<role>_backend``).
+ROLE_FLAGS = {
+    "attention": "--attention-backend",
+    "moe": "--moe-runner-backend",
+    "moe_a2a": "--moe-a2a-backend",
+    "fp8_gemm_runner": "--fp8-gemm-backend",
+    "fp4_gemm_runner": "--fp4-gemm-backend",
+}
+
+
 def backend_verdict(
     role: str,
     name: str,
@@ -337,7 +410,13 @@ def backend_verdict(
     evidence: dict[str, Any] = {"backend": name, "kind": entry.kind, "source": entry.source}
     where = cc_text(cc) if cc else "this GPU"
     if entry.kind == "platform":
-        return check(f"{role}_backend", "fail", f"{label}: {entry.note}", evidence, "flashinfer")
+        return check(
+            f"{role}_backend",
+            "fail",
+            f"{label}: {entry.note}",
+            evidence,
+            alternatives(table, probe, cc, name, role),
+        )
     if entry.kind == "unknown":
         return check(
             f"{role}_backend",
@@ -345,14 +424,14 @@ def backend_verdict(
             f"{label}: {entry.note or 'not modelled'} (modules not checked)",
             evidence,
         )
-    missing = [d for d in entry.needs if not (dists.get(d) or {}).get("installed")]
+    missing = [d for d in entry.needs if not is_installed(probe, d)]
     if missing:
         return check(
             f"{role}_backend",
             "fail",
             f"{label} imports {', '.join(missing)}, which is not installed in the serving env",
             evidence,
-            f"pip install {missing[0]} into the env, or another backend",
+            missing_fix(probe, missing, alternatives(table, probe, cc, name, role)),
         )
     if entry.kind == "cubin":
         # Judged with the catalogue's cubin-set facts when it has them; else unknown, never
@@ -371,7 +450,7 @@ def backend_verdict(
             status,
             f"{label}: {entry.note}: {why}",
             evidence,
-            "--attention-backend flashinfer (or triton)" if status == "fail" else None,
+            alternatives(table, probe, cc, name, role) if status == "fail" else None,
         )
     if entry.kind in ("jit", "torch"):
         return check(
@@ -430,7 +509,7 @@ def backend_verdict(
         worst,
         f"{label}: no code for {where}: " + "; ".join(lines),
         evidence,
-        "--attention-backend flashinfer (or triton)" if role == "attention" else None,
+        alternatives(table, probe, cc, name, role),
     )
 
 
