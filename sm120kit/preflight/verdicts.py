@@ -330,14 +330,17 @@ def alternatives(
 ) -> str:
     """The other backends of `table` that preflight would not refuse on `cc` for what they
     load (JIT or torch kernels whose packages the env holds), as a fix: "--flag a or b"."""
-    ok = []
+    named, bare = [], []
     for key, entry in table.items():
         if key == name or entry.alias_of or key == "auto":
             continue
         if entry.sm12x is not None and cc is not None and cc[0] == 12:
             entry = entry.sm12x
         if entry.kind in ("jit", "torch") and all(is_installed(probe, d) for d in entry.needs):
-            ok.append(key)
+            (named if entry.needs else bare).append(key)
+    # A backend whose package the env was seen to hold first: one that names none is only
+    # known to be JIT (the DSA table's triton is refused by sglang off ROCm).
+    ok = named or bare
     flag = ROLE_FLAGS.get(role, "--" + role.replace("_", "-") + "-backend")
     if role == "attention" and {"flashinfer", "triton"} & set(ok):
         # The two sglang itself defaults to on 12.x (DEFAULT_ATTENTION).
