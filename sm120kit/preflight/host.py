@@ -63,7 +63,14 @@ def gpu_count_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
     evidence: dict[str, Any] = {"needed": need, "present": len(gpus)}
     if not gpus:
         reason = (facts.get("gpu") or {}).get("error") or "no GPU found"
-        return check("gpus", "fail", f"{parts} needs {need} GPU(s); {reason}", evidence)
+        return check(
+            "gpus",
+            "fail",
+            f"{parts} needs {need} GPU(s); {reason}",
+            evidence,
+            "run it on a host whose driver lists its GPUs (nvidia-smi), or --arch X.Y to "
+            "judge the launch for a GPU elsewhere",
+        )
     if need > len(gpus):
         return check(
             "gpus",

@@ -670,6 +670,38 @@ def rule_checks(
     return out
 
 
+#: The resolved fields judged under another check's name (the others are judged under their own).
+_JUDGED_AS = {
+    "prefill_attention_backend": "attention_backend",
+    "decode_attention_backend": "attention_backend",
+    "moe_runner_backend": "moe_backend",
+}
+
+
+def shorten_resolution(checks: list[Check], res: Mapping[str, Any]) -> None:
+    """The sglang_resolution line names only the backends that decide the verdict: those a
+    check judged (not skipped), and the attention phases; the rest of the ~25 fields sglang
+    answered stay in its evidence (``--json``)."""
+    judged = {c["check"] for c in checks if c["status"] != "skip"}
+    target = next((c for c in checks if c["check"] == "sglang_resolution"), None)
+    if target is None or target["status"] != "pass":
+        return
+    shown, rest = [], 0
+    for field, value in sorted((res.get("backends") or {}).items()):
+        if value in (None, "None"):
+            continue
+        if field in judged or _JUDGED_AS.get(field) in judged:
+            shown.append(f"{field}={value}")
+        else:
+            rest += 1
+    more = f" (+{rest} more fields in --json)" if rest else ""
+    gpu = str(res.get("gpu") or "")
+    if str(res.get("driver") or "").startswith("no driver"):
+        gpu += "; no driver: the tool's libcuda.so.1 stub"
+    head = f"resolved by: {res['by']}" + (f" ({gpu})" if gpu else "")
+    target["reason"] = f"{head}: {', '.join(shown) or 'no backend field judged'}{more}"
+
+
 def judge(
     launch: Launch,
     facts: Mapping[str, Any],
@@ -711,6 +743,8 @@ def judge(
         port_check(probe),
         model_check(launch, probe),
     ]
+    if res.get("backends"):
+        shorten_resolution(checks, res)
     failed = [c for c in checks if c["status"] == "fail"]
     return {
         "ok": not failed,
