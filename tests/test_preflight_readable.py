@@ -20,9 +20,10 @@ from rich.console import Console
 
 from sm120kit.output import checks as out_checks
 from sm120kit.output import report
+from sm120kit.preflight.fixes import is_installed
 from sm120kit.preflight.host import stack_check
 from sm120kit.preflight.rules import FIELD_TABLES
-from sm120kit.preflight.verdicts import backend_verdict, is_installed
+from sm120kit.preflight.verdicts import backend_verdict
 from sm120kit.remote.preflight_probe import torch_cuda
 from tests.support.public_corpus import RECORDED, load, verdict
 

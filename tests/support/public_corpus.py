@@ -115,7 +115,8 @@ def record(env_python: str, reports: list[Report], timeout: float = 900) -> dict
     request["timeout"] = timeout
     doc = probe(request)
     resolved = doc.get("resolved") or {}
-    cases = [dict(case, id=r.id) for r, case in zip(reports, resolved.get("cases") or [])]
+    answered = resolved.get("cases") or []  # none when the resolution could not run
+    cases = [dict(c, id=r.id) for r, c in zip(reports[: len(answered)], answered, strict=True)]
     return _portable(
         {
             "recorded": "tests/support/public_corpus.py record() in the real sglang "
@@ -185,9 +186,27 @@ def score(reports: list[Report], recorded: dict[str, Any]) -> list[Scored]:
     return out
 
 
+def markdown(scored: list[Scored]) -> str:
+    """The docs/preflight.md table of the corpus: launch, report, truth, verdict, right."""
+    rows = ["| launch | report | truth (0.5.23) | expected | preflight | right? |"]
+    rows.append("|---|---|---|---|---|---|")
+    for s in scored:
+        r = s.report
+        where = r.url.replace("https://github.com/", "").replace("/issues/", "#")
+        where = where.replace("/pull/", "#")
+        got = s.got + (f" ({', '.join(s.failed)})" if s.failed else "")
+        want = r.expected + (f" ({r.reason})" if r.reason else "")
+        mark = "yes" if s.right else f"no (class {r.owner})" if r.owner else "no"
+        rows.append(f"| `{r.id}` | [{where}]({r.url}) | {r.truth} | {want} | {got} | {mark} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str]) -> int:
+    if argv[1:] == ["--table"]:
+        print(markdown(score(load(), json.loads(RECORDED.read_text()))))
+        return 0
     if len(argv) != 2:
-        print("usage: python3 -m tests.support.public_corpus ENV_PYTHON", file=sys.stderr)
+        print("usage: python3 -m tests.support.public_corpus ENV_PYTHON | --table", file=sys.stderr)
         return 1
     doc = record(argv[1], load())
     RECORDED.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
