@@ -93,5 +93,9 @@ def test_real_serving_env_resolves_the_corpus_like_the_recording() -> None:
         assert (got["error"] is None) == (want["error"] is None), (want["id"], got)
         assert got["backends"] == want["backends"], want["id"]
     assert fresh["env"]["installed"] == RECORDING["env"]["installed"]
+    # Issue 44 class 6: the locked tilelang is in the env's own listing, and torch's CUDA is
+    # read from its torch/version.py (PyPI's torch 2.14.1 has no +cu130 tag).
+    assert fresh["env"]["installed"]["tilelang"] == "0.1.12"
+    assert fresh["env"]["dists"]["torch"]["cuda"] == "13.0"
     scored = score(REPORTS, fresh)
     print(f"\nreal env: {sum(s.right for s in scored)}/{len(scored)} right")

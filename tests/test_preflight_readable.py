@@ -96,10 +96,11 @@ TILELANG_REQ = ["tilelang==0.1.12", "flashinfer_python[cu13]==0.7.2"]
             "sglang 0.5.23 requires tilelang==0.1.12 (its Requires-Dist)",
             "pip install tilelang",
         ),
-        # Missing and not sglang's dependency: installing it is the fix, or a backend that is.
+        # Missing and not sglang's dependency (an extra's is not): installing it is the fix,
+        # or a backend the env can run.
         (
             {"flashinfer-python": "0.7.2"},
-            [],
+            ['tilelang==0.1.9; extra == "dev"'],
             "fail",
             "pip install tilelang into the env, or --dsa-prefill-backend flashinfer_sparse_mla",
             "requires",

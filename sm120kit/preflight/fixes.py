@@ -41,6 +41,9 @@ def missing_fix(probe: Mapping[str, Any], missing: Sequence[str], other: str) ->
             req = Requirement(text)
         except InvalidRequirement:
             continue
+        # An extra's requirement (`; extra == "dev"`) is not one sglang itself needs.
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
         if canonicalize_name(req.name) in wanted:
             named.append(str(req))
     if named:
