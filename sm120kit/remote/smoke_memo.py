@@ -63,23 +63,23 @@ def tree_fingerprint(env):
     entries the interpreter rewrites as it imports), in a sorted walk: any file added, removed
     or renamed into place changes its directory's mtime. Directories, not files: the real
     serving env has 8,700 of them and 76,000 files, and a stat of each file would cost the
-    no-op a second. A write into an existing file in place changes no directory: not seen."""
+    no-op 1-2 s (0.2-0.4 s for the directories, on a loaded 2-core machine). A write into an
+    existing file in place changes no directory: not seen."""
     h = hashlib.sha256()
-    todo = [env]
+    todo = [""]  # paths relative to env
     while todo:
-        path = todo.pop()
+        rel = todo.pop()
+        path = os.path.join(env, rel) if rel else env
         try:
-            st = os.lstat(path)
-            entries = sorted(os.scandir(path), key=lambda e: e.name)
+            mtime = os.lstat(path).st_mtime_ns
+            with os.scandir(path) as it:
+                dirs = [e.name for e in it
+                        if e.name != "__pycache__" and e.is_dir(follow_symlinks=False)]  # fmt: skip
         except OSError:
-            h.update(("%s\0missing\n" % os.path.relpath(path, env)).encode())
+            h.update(("%s\0missing\n" % rel).encode())
             continue
-        h.update(("%s\0%d\n" % (os.path.relpath(path, env), st.st_mtime_ns)).encode())
-        todo.extend(
-            e.path
-            for e in reversed(entries)
-            if e.name != "__pycache__" and e.is_dir(follow_symlinks=False)
-        )
+        h.update(("%s\0%d\n" % (rel, mtime)).encode())
+        todo.extend(os.path.join(rel, d) if rel else d for d in sorted(dirs, reverse=True))
     return h.hexdigest()
 
 
