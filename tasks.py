@@ -107,7 +107,7 @@ def recipes(c, **f):
     cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
-@task(*COMMON, *RECIPE, "explain", "package", "stack", "no_stack")
+@task(*COMMON, *RECIPE, "explain", "package", "stack", "no_stack", "verbose")
 def plan(c, **f):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands
     (with --package: the dry run of `invoke build --package P`, its steps only)."""
@@ -123,7 +123,7 @@ def plan(c, **f):
     result = s.run("plan", provision.plan_or_provision_op(opts))
     if f["explain"]:
         report.print_explain(result)
-    cli.finish(s, result, report.render_plan)
+    cli.finish(s, result, lambda out, r: report.render_plan(out, r, verbose=f["verbose"]))
 
 
 @task(
@@ -136,6 +136,7 @@ def plan(c, **f):
     "recheck",
     "stack",
     "no_stack",
+    "verbose",
 )
 def provision(c, **f):
     """Toolkit, env, builds (through the wheel cache), serving stack, smoke: one run, one recap."""
@@ -154,9 +155,8 @@ def provision(c, **f):
     )
     s = _session(c, f, break_lock=f["break_lock"])
     _check_recipes(s, opts)
-    cli.finish(
-        s, s.run("provision", provision.plan_or_provision_op(opts), lock=True), report.render_plan
-    )
+    result = s.run("provision", provision.plan_or_provision_op(opts), lock=True)
+    cli.finish(s, result, lambda out, r: report.render_plan(out, r, verbose=f["verbose"]))
 
 
 @task(*COMMON, *RECIPE, "break_lock", name="install-cuda")

@@ -32,6 +32,11 @@ class HostFailed(Sm120Error):
     """A step on a host ran and failed."""
 
 
+class ChecksFailed(HostFailed):
+    """A smoke check ran to its end and judged the env bad (not a probe that could not run):
+    a verdict that holds until something it depends on changes, so it may be remembered."""
+
+
 class LockHeld(HostFailed):
     """Another run holds the per-host lock."""
 

@@ -49,8 +49,10 @@ from __future__ import annotations
 import json
 import posixpath
 import shlex
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from .remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE
 
@@ -224,3 +226,58 @@ def render(step: Mapping[str, Any]) -> list[str]:
 def commands(steps: Iterable[Mapping[str, Any]]) -> list[str]:
     """The shell lines of every step, in order."""
     return [line for step in steps for line in render(step)]
+
+
+#: A run of at least this many steps of one op with a summariser is shown as one line.
+SUMMARY_RUN = 4
+
+
+def _origin(url: str) -> str:
+    """``scheme://host[:port]`` of a URL (never its userinfo)."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return "file://"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"
+
+
+def _fetch_summary(steps: list[Mapping[str, Any]]) -> str:
+    by_origin = Counter(_origin(str(s["url"])) for s in steps)
+    known = sum(int(s.get("size") or 0) for s in steps)
+    size = f", {known / 1e9:.2f} GB known" if known else ""
+    origins = ", ".join(f"{o} ({n})" for o, n in by_origin.most_common())
+    homes = {posixpath.dirname(posixpath.dirname(str(s["dest"]))) for s in steps}
+    into = f" into {homes.pop()}/<sha256>/" if len(homes) == 1 else ""
+    return (
+        f"fetch {len(steps)} files{size}, each sha256-pinned: the wheel stores first, else "
+        f"{origins}{into} (--verbose lists each)"
+    )
+
+
+#: Ops whose long runs `summary` shows as one line (their steps -> the line).
+SUMMARISERS: dict[str, Callable[[list[Mapping[str, Any]]], str]] = {"fetch": _fetch_summary}
+
+
+def summary(steps: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The lines people read for `steps`: `commands`, but each run of `SUMMARY_RUN` or more
+    consecutive steps of an op with a summariser (a lock's 207 ``fetch`` steps) as one line
+    that counts them (``--verbose`` and ``--json`` keep every command)."""
+    out: list[str] = []
+    run: list[Mapping[str, Any]] = []
+
+    def flush() -> None:
+        if len(run) >= SUMMARY_RUN:
+            out.append(SUMMARISERS[run[0]["op"]](run))
+        else:
+            out.extend(line for step in run for line in render(step))
+        run.clear()
+
+    for step in steps:
+        if run and step["op"] != run[0]["op"]:
+            flush()
+        if step["op"] in SUMMARISERS:
+            run.append(step)
+        else:
+            out.extend(render(step))
+    flush()
+    return out

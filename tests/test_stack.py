@@ -12,6 +12,7 @@ object of this machine, the sshd fleet. Simulated: the target GPU and driver (ho
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -274,7 +275,7 @@ def test_provision_installs_the_lock_verified_and_idempotent(
     assert planned.returncode == 0, planned.stdout + planned.stderr
     first = run_invoke(args, env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "[gpu3] stack fetch [" in first.stderr  # progress on stderr under --json too
+    assert "[gpu3] stack (" in first.stderr  # progress on stderr under --json too
     fetched = 0
     for name, host in json_of(first)["hosts"].items():
         steps = {s["name"]: s for s in host["steps"]}
@@ -451,12 +452,38 @@ def test_a_lock_of_207_tiny_files_installs_over_ssh(
             INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
         )  # fmt: skip
         args = ["provision", "-H", "gpu2", "-i", str(inv), "--json"]
-        first = run_invoke(args, env)
-        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-        host = json_of(first)["hosts"]["gpu2"]
+        host = _read_like_a_person(args[:-1], env)["hosts"]["gpu2"]
         assert host["stack"]["sync"]["added"] and len(host["stack"]["sync"]["added"]) == 207
         again = run_invoke(args, env)
         assert again.returncode == 0 and json_of(again)["hosts"]["gpu2"]["changed"] == 0
+
+
+def _read_like_a_person(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """`plan` and `provision` of the 207 files as a person (or a CI log) reads them, stdout and
+    stderr not terminals: plan sums the fetches up in one line (``--verbose`` lists each),
+    provision prints its steps, the recap and no command, and the progress lines are one per
+    step start (and a heartbeat at most every 30 s of a step), never one per file."""
+    plan = run_invoke(["plan", *args[1:]], env)
+    assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+    words = " ".join(plan.stdout.split())  # rich wraps long cells
+    assert plan.stdout.count("$ fetch ") == 1 and "$ fetch 208 files, 0.02 GB known" in words
+    verbose = run_invoke(["plan", *args[1:], "--verbose"], env)
+    assert verbose.stdout.count("$ fetch ") == 208  # the lock's files and uv
+    # What the wider plan prints besides the recipe's values table: a bounded page.
+    assert len(plan.stdout.splitlines()) < len(verbose.stdout.splitlines()) - 400
+    run = run_invoke(args, env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = run.stdout + run.stderr
+    assert "$ " not in run.stdout and "wheel " not in run.stderr
+    assert "synced by uv 0.13.9 (207 added, 0 removed, 0 replaced)" in " ".join(run.stdout.split())
+    assert "RECAP provision" in run.stderr and len(out.splitlines()) < 60, out
+    doc = json.loads(Path(run.stderr.split("logs in ", 1)[1].split()[0], "result.json").read_text())
+    steps = doc["hosts"]["gpu2"]["steps"]
+    lines = [line for line in run.stderr.splitlines() if "[gpu2]" in line]
+    beats = sum(int(st["seconds"] // 30) for st in steps)  # heartbeats the steps' time allows
+    # One per step start (and the run's lock), the host's end, and the heartbeats.
+    assert len(lines) <= len(steps) + 2 + beats, lines
+    return dict(doc)
 
 
 def test_a_lock_whose_sha256_differs_is_refused_before_install(

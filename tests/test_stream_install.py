@@ -335,19 +335,19 @@ def test_compile_all_takes_leftovers_and_a_dead_workers_modules(tmp_path: Path) 
         (
             {"phase": "fetch", "done": 3, "total": 207, "bytes": 2e9, "checked": 120,
              "installed": 80, "compiled": 12000, "modules": 20000},
-            "150/207 files placed (3.10 GB)",
-            "fetch 120/207 files checked, 80 installed, 12,000/20,000 modules compiled, "
-            "2.00 GB downloaded by the host, 150/207 files placed (3.10 GB) 40s",
+            "150/207 files, 3.10 GB/4.36 GB, 77.5 MB/s, ETA 16s",
+            "fetch 150/207 files, 3.10 GB/4.36 GB, 77.5 MB/s, ETA 16s; host: 120/207 checked, "
+            "80 installed, 12,000/20,000 modules compiled, 2.00 GB downloaded by the host; 40s",
         ),
         (  # the compile's tail: the phase word says what is left
             {"phase": "compile", "done": 0, "total": 207, "bytes": 0, "checked": 207,
              "installed": 207, "compiled": 30112, "modules": 34562},
             "",
-            "compile 207/207 files checked, 207 installed, 30,112/34,562 modules compiled 40s",
+            "compile 207/207 checked, 207 installed, 30,112/34,562 modules compiled; 40s",
         ),
-        ({"phase": "install", "done": 3, "total": 207, "bytes": 0}, "", "install [3/207] 40s"),
+        ({"phase": "install", "done": 3, "total": 207, "bytes": 0}, "", "install 3/207 files; 40s"),
         ({"phase": "fetch", "done": 3, "total": 9, "bytes": 5e8}, "",
-         "fetch [3/9], 0.50 GB downloaded by the host 40s"),  # fmt: skip
+         "fetch 3/9 files, 0.50 GB downloaded by the host; 40s"),  # fmt: skip
     ],
 )  # fmt: skip
 def test_the_stack_steps_progress_line(doc: dict[str, object], extra: str, want: str) -> None:

@@ -25,10 +25,11 @@ EXPECTED: dict[str, set[str]] = {
     "facts": COMMON,
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
-    "plan": COMMON | RECIPE | {"explain", "package", "stack", "no-stack"},
+    "plan": COMMON | RECIPE | {"explain", "package", "stack", "no-stack", "verbose"},
     "provision": COMMON
     | RECIPE
-    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack", "no-stack"},
+    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack", "no-stack"}
+    | {"verbose"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
@@ -79,6 +80,8 @@ HELP = {
     "max-jobs": "override MAX_JOBS (parallel compile jobs) for this run",
     "nvcc-threads": "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run",
     "recheck": "run the smoke checks even where a remembered verdict still applies",
+    "verbose": "list every command of every step (a lock's fetches one by one; --json has them "
+    "all)",
     "python": "check this interpreter or venv instead of the recipe's managed env",
     "url": "server URL as seen from the host, e.g. http://127.0.0.1:8000",
     "timeout": "seconds to wait for readiness",
@@ -128,6 +131,7 @@ BOOL_FLAGS = {
     "refresh",
     "stack",
     "no-stack",
+    "verbose",
 }
 
 

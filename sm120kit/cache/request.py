@@ -74,7 +74,11 @@ class WheelRequest:
         return f"{self.inputs.package} (key {self.key[:12]})"
 
     def progress(self, detail: str) -> None:
-        """Show what this host's wheel is waiting for or doing."""
+        """Show what this host's wheel is waiting for or doing. Not for a released file: it is
+        one of a lock's hundreds fetched at once, and the step that asked for them shows their
+        sum (files, bytes, rate, ETA) on the host's row, which one file's word would hide."""
+        if self.any_host:
+            return
         self.ctx.runner.progress.step(self.ctx.host.name, f"wheel {self.inputs.package}", detail)
 
 

@@ -62,6 +62,10 @@ FLAGS: dict[str, Flag] = {
     "nvcc_threads": Flag(
         0, "override NVCC_THREADS / SGL_KERNEL_COMPILE_THREADS for this run", maximum=MAX_COUNT
     ),
+    "verbose": Flag(
+        False,
+        "list every command of every step (a lock's fetches one by one; --json has them all)",
+    ),
     "recheck": Flag(False, "run the smoke checks even where a remembered verdict still applies"),
     "stack": Flag(
         False,

@@ -17,6 +17,9 @@ PROGRESS_POLL_SECONDS = 2.0
 
 
 def _progress_detail(text: str, seconds: float, extra: str = "") -> str:
+    """The live row of a running step from its progress file: the stack install's phase with
+    the controller's transfer first (`extra`: files, bytes, rate, ETA, so no count hides
+    behind another), then the host's counts; a build's units; else the time."""
     try:
         doc = json.loads(text) if text.strip() else {}
     except ValueError:
@@ -25,22 +28,23 @@ def _progress_detail(text: str, seconds: float, extra: str = "") -> str:
         total = doc.get("total", 0)
         if "installed" in doc:  # a new env filled as the files arrive (install_lock stage)
             parts = [
-                f"{doc.get('checked', 0)}/{total} files checked",
+                f"{doc.get('checked', 0)}/{total} checked",
                 f"{doc['installed']} installed",
                 f"{doc.get('compiled', 0):,}/{doc.get('modules', 0):,} modules compiled",
             ]
         else:
-            parts = [f"[{doc.get('done', 0)}/{total}]"]
+            parts = [f"{doc.get('done', 0)}/{total} files"]
         if doc.get("bytes"):
             parts.append(f"{doc['bytes'] / 1e9:.2f} GB downloaded by the host")
+        host = ", ".join(parts)
         if extra:
-            parts.append(extra)
-        return f"{doc['phase']} {', '.join(parts)} {seconds:.0f}s"
+            return f"{doc['phase']} {extra}; host: {host}; {seconds:.0f}s"
+        return f"{doc['phase']} {host}; {seconds:.0f}s"
     if doc.get("total"):
         return f"[{doc.get('done', 0)}/{doc['total']}] {seconds:.0f}s"
     if doc.get("units"):
         return f"{doc['units']} units {seconds:.0f}s"
-    return f"{seconds:.0f}s"
+    return f"{extra}; {seconds:.0f}s" if extra else f"{seconds:.0f}s"
 
 
 @contextmanager

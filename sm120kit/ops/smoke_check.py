@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import HostFailed, RecipeError, Sm120Error
+from ..errors import ChecksFailed, HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
 from ..packages import registry
@@ -372,7 +372,8 @@ def run_probe(ctx: HostContext, target: Target) -> SmokeRun:
 
 
 def raise_on_failure(ctx: HostContext, target: Target, run: SmokeRun) -> None:
-    """HostFailed (one line) when the env is missing, uninspectable, or a package fails."""
+    """HostFailed (one line) when the env is missing or uninspectable; ChecksFailed when the
+    probe ran and a package or the stack fails its checks."""
     report = run.report
     if report.missing_python and target.env is not None:
         raise HostFailed(
@@ -391,7 +392,7 @@ def raise_on_failure(ctx: HostContext, target: Target, run: SmokeRun) -> None:
                          else f"JIT toolchain: {c['reason']}" for c in failed)  # fmt: skip
         why = f"{why}; {line}" if why else line
     if why:
-        raise HostFailed(f"smoke failed: {why}")
+        raise ChecksFailed(f"smoke failed: {why}")
 
 
 def nothing_checked(target: Target, run: SmokeRun) -> str | None:
@@ -553,26 +554,41 @@ def stack_verdict_context(state: ProvisionState) -> dict[str, Any]:
     }
 
 
+def failed_again(memo: Mapping[str, Any], what: str) -> str:
+    """The line a remembered failed verdict fails the step with, instead of running the same
+    checks again: when, where its log is, why, and how to run them anyway."""
+    run = f", run {memo['run_dir']}" if memo.get("run_dir") else ""
+    return (
+        f"check failed last time ({memo.get('checked_at')}{run}): {memo.get('failed')}; "
+        f"{what}, the checks and the target are unchanged since, so it was not run again "
+        "(re-run it with invoke provision --recheck)"
+    )
+
+
 def smoke_stack(
     ctx: HostContext, state: ProvisionState, env: str, *, memo: dict[str, Any] | None
 ) -> dict[str, Any] | None:
     """`provision --stack`'s last step: smoke the serving env as ``invoke smoke --python ENV``
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
     package's toolchain), judged for the host's target arch (`choose_arch`: the arch the
-    stack was verified for), or, given a remembered passing verdict (`memo`, found by
-    `smoke.memo.stack_smoke_or_reuse`), reuse it. Returns the verdict to remember after a run
-    that passed (None after a reuse); a fail raises HostFailed."""
+    stack was verified for), or, given a remembered verdict (`memo`, found by
+    `smoke.memo.stack_smoke_or_reuse`), reuse it: a pass passes, a remembered fail fails again
+    without running (`failed_again`). Returns the verdict to remember after a run that passed
+    (None after a reuse); a fail raises ChecksFailed (HostFailed when the probe could not
+    judge)."""
     gpu = gpu_capability(state.facts) is not None
     chosen = choose_arch(state.host, state.facts, None, state.resolved)
     cc, cc_source = chosen.cc, chosen.label
     names = tuple(state.resolved.package_names())
     with ctx.step("stack smoke") as step:
         if memo is not None:
+            ctx.set(stack_smoke={**memo, "reused": True})
+            if memo.get("failed"):
+                raise HostFailed(failed_again(memo, "the serving env"))
             step.message = (
                 f"reused the verdict of {memo.get('checked_at')} ({memo.get('summary')}): "
                 "the serving env is unchanged"
             )
-            ctx.set(stack_smoke={**memo, "reused": True})
             return None
         target = Target(
             posixpath.join(env, "bin", "python"),

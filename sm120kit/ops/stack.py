@@ -33,6 +33,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
+from ..output.progress import Meter
 from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
@@ -43,7 +44,7 @@ from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..stack.lock import Lock, LockEntry
 from ..state import ProvisionState
-from ..steps import Step, commands
+from ..steps import Step, commands, summary
 from .build_progress import poll_progress
 from .pyenv import choose_python
 from .stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
@@ -279,11 +280,13 @@ def _stack_step(
     if not plan.steps:
         step.message = plan.what
         return
-    # What check mode shows is what runs: the same Steps, rendered.
+    # What check mode shows is what runs: the same Steps, rendered (people read them summed
+    # up: one line for the lock's hundreds of fetches).
+    step.summary = summary(plan.steps)
     if not ctx.may_act(step, plan.what, commands(plan.steps)):
         return
     ran = _install(ctx, state, lock, doc, facts, plan)
-    step.commands = commands(ran)
+    step.commands, step.summary = commands(ran), summary(ran)
     step.message = f"{plan.what}: {doc.pop('install_message')}" if plan.drift else plan.what
 
 
@@ -359,17 +362,18 @@ def _fetch(
     wanted: list[LockEntry],
     target: dict[str, Any] | None,
     *,
-    done: list[int] | None = None,
+    meter: Meter | None = None,
     show: bool = True,
     stop: Callable[[], bool] | None = None,
     judged: Collection[str] = (),
 ) -> list[tuple[str, int]]:
-    """Obtain `wanted` on the host (`stack_files.obtain_release`), several at once, showing
-    files and bytes on the progress display as each arrives (with `show`; the sizes of those
-    placed are appended to `done`). Once `stop()` is true the files not yet started are
-    skipped (``("skipped", 0)``): the host's install has failed and needs no more."""
+    """Obtain `wanted` on the host (`stack_files.obtain_release`), several at once, counting
+    each file placed on `meter` (files, the bytes the lock knows, rate, ETA) and, with `show`,
+    showing its words on the progress display as each arrives. Once `stop()` is true the
+    files not yet started are skipped (``("skipped", 0)``): the host's install has failed and
+    needs no more."""
     total = len(wanted)
-    done = [] if done is None else done
+    meter = meter or Meter(total, sum(e.size or 0 for e in wanted))
 
     def one(entry: LockEntry) -> tuple[str, int]:
         if stop is not None and stop():
@@ -378,12 +382,9 @@ def _fetch(
         # A file the catalogue judged is not read on the host (its sha256 still is).
         judge = None if entry.sha256 in judged else target
         got = obtain_release(ctx, entry, release_path(state, entry), target=judge, indexes=indexes)
-        done.append(entry.size or 0)
+        meter.add(entry.size or 0)
         if show:
-            known = sum(done) / 1e9
-            ctx.runner.progress.step(
-                ctx.host.name, "stack", f"fetch [{len(done)}/{total}] {known:.2f} GB"
-            )
+            ctx.runner.progress.step(ctx.host.name, "stack", f"fetch {meter.words()}")
         return got
 
     # Several files at once: most of a lock's 200 files are small, where one file's lookup,
@@ -444,14 +445,11 @@ def _fetch_while_installing(
     token = secrets.token_hex(8)
     args = {**args, "fetched": {"path": marker, "token": token}}
     box: dict[str, Any] = {}
-    placed: list[int] = []
-
-    def placed_words() -> str:
-        return f"{len(placed)}/{len(rest)} files placed ({sum(placed) / 1e9:.2f} GB)"
+    placed = Meter(len(rest), sum(wanted[i].size or 0 for i in rest))
 
     def host() -> None:
         try:
-            with poll_progress(ctx, "stack", str(args["progress"]), extra=placed_words):
+            with poll_progress(ctx, "stack", str(args["progress"]), extra=placed.words):
                 box["result"] = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
@@ -488,7 +486,7 @@ def _fetch_while_installing(
             lock,
             [wanted[i] for i in rest],
             None,
-            done=placed,
+            meter=placed,
             show=False,
             stop=lambda: not thread.is_alive(),
         )

@@ -155,7 +155,8 @@ def drift(files: tuple[StackFile, ...], probe: Mapping[str, Any]) -> list[str]:
 
 
 def fetch_step(f: StackFile) -> Step:
-    return Step("fetch", name=f.name, url=f.url, dest=f.dest, sha256=f.sha256)
+    # `size` (0: unknown) is for the summary people read (`steps.summary`), not the command.
+    return Step("fetch", name=f.name, url=f.url, dest=f.dest, sha256=f.sha256, size=f.size)
 
 
 def uv_step(facts: StackFacts, *args: str, timeout: float) -> Step:
@@ -264,9 +265,10 @@ def plan_stack(facts: StackFacts, probe: Mapping[str, Any]) -> StackPlan:
         present = set(probe.get("present") or [])
         fetch = [f for f in facts.files if f.dest not in present]
         size = sum(f.size for f in fetch)
+        have = f", {n - len(fetch)} on the host already" if len(fetch) < n else ""
         what = (
             f"install exactly the {n} locked distributions of {facts.top} into {facts.env} "
-            f"({'; '.join(why)}; {len(fetch)} files to fetch, {size / 1e9:.2f} GB known)"
+            f"({'; '.join(why)}; {len(fetch)} files to fetch, {size / 1e9:.2f} GB known{have})"
         )
         if facts.uv.dest not in present:
             fetch.append(facts.uv)

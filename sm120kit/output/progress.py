@@ -1,4 +1,14 @@
-"""Live per-host progress: a rich table on a terminal, plain timestamped lines elsewhere."""
+"""Live per-host progress: a rich table on a terminal, plain timestamped lines elsewhere.
+
+A step reports its start with `Progress.step` and no detail; every call with a detail is an
+update of the running step (a file placed, a poll of the host's progress file, a wait). The
+live table shows the latest update. Plain output (a CI log, a pipe) has no per-second lines:
+one line per step start per host, a heartbeat of the latest update at most every
+`HEARTBEAT_S` seconds per host, and each host's end (`PlainProgress`).
+
+A transfer's words (`transfer_words`, kept by a `Meter`): files and bytes done of the total,
+the rate and the ETA, e.g. ``57/207 files, 1.23/4.36 GB, 48.2 MB/s, ETA 1m04s``.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +23,9 @@ from rich.table import Table
 if TYPE_CHECKING:
     from ..runner.results import HostResult
 
+#: Seconds between two update lines of one host in plain output (a step's start always prints).
+HEARTBEAT_S = 30.0
+
 STATUS_STYLE = {
     "ok": "green",
     "changed": "yellow",
@@ -22,8 +35,83 @@ STATUS_STYLE = {
 }
 
 
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _rate(n: float) -> str:
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B/s"
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``1m04s``, ``2h03m``: an ETA or an elapsed time as people read it."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def transfer_words(
+    files_done: int, files_total: int, bytes_done: int, bytes_total: int, seconds: float
+) -> str:
+    """A transfer's progress for the live row: files and bytes done of the total, the mean rate
+    since it started and the ETA at that rate. Bytes are those of files whose size is known
+    (`bytes_total`; none known: files alone, and the ETA from the files' rate). Done: the
+    total and the time it took."""
+    if files_total and files_done >= files_total:
+        size = f" ({_size(bytes_done)})" if bytes_total else ""
+        return f"all {files_total} files{size} in {duration(seconds)}"
+    parts = [f"{files_done}/{files_total} files"]
+    if bytes_total:
+        parts.append(f"{_size(bytes_done)}/{_size(bytes_total)}")
+    if seconds <= 0 or (bytes_done if bytes_total else files_done) <= 0:
+        return ", ".join(parts)
+    if bytes_total:
+        rate = bytes_done / seconds
+        parts.append(_rate(rate))
+        left = (bytes_total - bytes_done) / rate
+    else:
+        rate = files_done / seconds
+        parts.append(f"{rate:.1f} files/s")
+        left = (files_total - files_done) / rate
+    parts.append(f"ETA {duration(left)}")
+    return ", ".join(parts)
+
+
+class Meter:
+    """A transfer's counts as its parts arrive (from several threads), and its words."""
+
+    def __init__(self, files: int, nbytes: int) -> None:
+        self.files_total, self.bytes_total = files, nbytes
+        self.files_done, self.bytes_done = 0, 0
+        self.start = time.monotonic()
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int) -> None:
+        """One file placed, of `nbytes` known bytes (0: its size is not known)."""
+        with self._lock:
+            self.files_done += 1
+            self.bytes_done += nbytes
+
+    def words(self) -> str:
+        with self._lock:
+            done, got = self.files_done, self.bytes_done
+        return transfer_words(
+            done, self.files_total, got, self.bytes_total, time.monotonic() - self.start
+        )
+
+
 class Progress:
-    """Progress events from the runner; the base class ignores them."""
+    """Progress events from the runner; the base class ignores them. `step` with no detail:
+    a step starts; with a detail: an update of the running step."""
 
     def start(self, task: str, hosts: list[str], run_dir: str) -> None: ...
 
@@ -41,11 +129,16 @@ class NullProgress(Progress):
 
 
 class PlainProgress(Progress):
-    """One line per event, for logs and CI (output that is not a terminal)."""
+    """Lines for logs and CI (output that is not a terminal): the run's start, each step's
+    start per host, an update at most every `heartbeat` seconds per host (the latest one, so
+    a long step says how far it got), each host's end. A lock of 207 files or an install
+    polled every 2 s prints no line per file or per poll."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, heartbeat: float = HEARTBEAT_S) -> None:
         self.console = console
+        self.heartbeat = heartbeat
         self._start: dict[str, float] = {}
+        self._last: dict[str, float] = {}  # per host: when its last line printed
         self._lock = threading.Lock()
 
     def _line(self, text: str) -> None:
@@ -59,7 +152,12 @@ class PlainProgress(Progress):
         self._start[host] = time.monotonic()
 
     def step(self, host: str, name: str, detail: str = "") -> None:
-        elapsed = time.monotonic() - self._start.get(host, time.monotonic())
+        now = time.monotonic()
+        with self._lock:
+            if detail and now - self._last.get(host, self._start.get(host, now)) < self.heartbeat:
+                return  # an update within the heartbeat: the next line says where it got
+            self._last[host] = now
+        elapsed = now - self._start.get(host, now)
         self._line(f"[{host}] {name}{' ' + detail if detail else ''} ({elapsed:.1f}s)")
 
     def host_done(self, host: str, result: HostResult) -> None:

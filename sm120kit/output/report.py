@@ -14,7 +14,7 @@ from rich.text import Text
 
 from ..builds import compile_cache
 from ..facts import cuda_summary, driver_summary, gb, gpu_summary
-from ..runner.results import RunResult
+from ..runner.results import RunResult, StepResult
 from .console import redacting
 from .progress import STATUS_STYLE
 
@@ -110,8 +110,11 @@ def render_recipes(console: Console, result: RunResult) -> None:
     console.print(table)
 
 
-def render_plan(console: Console, result: RunResult) -> None:
-    """`invoke plan` / `provision` / `install-cuda`: per host the recipe, values, then every step."""
+def render_plan(console: Console, result: RunResult, verbose: bool = False) -> None:
+    """`invoke plan` / `provision` / `install-cuda`: per host the recipe, values, then every
+    step. Plan shows what each step would run summed up (`StepResult.summary`: a lock's
+    hundreds of fetches as one line); a run that changed hosts shows what each step did, not
+    its commands. `verbose` (``--verbose``) lists every command, as ``--json`` has them."""
     for name, host in result.hosts.items():
         d = host.data
         head = f"[bold]{name}[/]"
@@ -142,12 +145,23 @@ def render_plan(console: Console, result: RunResult) -> None:
                 state = "would change"
             style = STATUS_STYLE.get(step.status, "white")
             detail = escape(step.message)
-            if step.commands:
-                detail += "".join(f"\n  $ {escape(cmd)}" for cmd in step.commands)
+            lines = _command_lines(step, result.check_mode, verbose)
+            detail += "".join(f"\n  $ {escape(cmd)}" for cmd in lines)
             steps.add_row(f"[{style}]{state}[/]", step.name, detail)
         console.print(steps)
         if host.error:
             console.print(f"  [red]{host.status}:[/] {escape(host.error)}", highlight=False)
+
+
+def _command_lines(step: StepResult, check_mode: bool, verbose: bool) -> list[str]:
+    """The command lines shown under a step: all of them with `verbose`; in check mode its
+    summary (or its commands when it has none); after a real run none (the message says what
+    it did; the host log and ``--json`` have every command)."""
+    if verbose:
+        return step.commands
+    if not check_mode:
+        return []
+    return step.summary or step.commands
 
 
 def inventory_table(path: Any, doc: dict[str, Any]) -> Table:

@@ -33,6 +33,9 @@ class StepResult:
     seconds: float = 0.0
     #: In check mode: the exact commands the step would run (empty when it is "ok").
     commands: list[str] = field(default_factory=list)
+    #: The lines people read instead of `commands` (`steps.summary`: a long run of one op as
+    #: one line); empty: `commands` as they are. Not in the JSON, which has every command.
+    summary: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -2,19 +2,25 @@
 
 Smoke imports torch in fresh interpreters, which costs seconds to tens of seconds per host;
 nothing it looks at changes unless the installed builds, the env or the checks change. So
-`provision` keys each passing verdict by a fingerprint of exactly those (remote/smoke_memo.py):
+`provision` keys each verdict by a fingerprint of exactly those (remote/smoke_memo.py):
 
 - per package, the sha256 of the installed distribution's RECORD (the sha256 of every file pip
   installed: another build of the same version differs) and the install record's wheel sha256;
 - the sha256 of the env's marker (Python, torch build and its facts, tools);
+- the env's tree: every directory under it but ``__pycache__``, by path and mtime (a
+  distribution installed, removed or rewritten, a file replaced by hand: another key);
 - the sha256 of the probe and of the code that judges it (a changed check re-smokes);
 - the recipe's arch list and the host's GPUs (none, or their compute capabilities).
 
 The verdict is stored on the host under ``<work_root>/state/smoke/<key>.json`` after a smoke
-run without failures; a later run with the same key reuses it (one remote command) and says so:
-``"smoke": {"reused": true, ...}`` in the JSON, ``"reused": true`` in each package's verdict.
-`provision --recheck` always runs the checks (and refreshes the memo); the `smoke` task never
-reads it.
+run, keyed by the state the run left (fingerprinted again after it: a check that wrote into
+the env does not miss its own verdict next time). A passing verdict is reused (one remote
+command) and says so: ``"smoke": {"reused": true, ...}`` in the JSON, ``"reused": true`` in
+each package's verdict. A failed one (the checks ran and judged the env bad: `ChecksFailed`,
+not a probe that could not run) fails the step again at once with the old reason, when it
+was judged, and the hint to run it with ``--recheck`` (`smoke_check.failed_again`), instead
+of the same 14-46 s of checks. `provision --recheck` always runs the checks (and refreshes
+the memo); the `smoke` task never reads it.
 
 `provision --stack`'s ``stack smoke`` (`stack_smoke_or_reuse`) uses the same mechanism
 (`look_up`, `remember`) for the serving env: its marker is the env's record of what it holds
@@ -30,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import ChecksFailed, HostFailed, one_line
 from ..remote import script_bundle
 from ..remote.lib.names import ENV_MARKER, STACK_RECORD
 from ..runner.pool import HostContext
@@ -83,9 +90,10 @@ def look_up(
     context: dict[str, Any],
 ) -> tuple[str | None, dict[str, Any] | None]:
     """One remote command: the key of a verdict's inputs (the sha256 of `env`'s `marker` file,
-    of each package's RECORD and install record, and of `context`), and the verdict remembered
-    under it (None: none). The key is None when something is not fingerprintable (no marker,
-    a package not installed): such a verdict is never remembered."""
+    of each package's RECORD and install record, of the env's tree and of `context`), and the
+    verdict remembered under it (None: none). The key is None when something is not
+    fingerprintable (no marker, a package not installed): such a verdict is never
+    remembered."""
     args = {
         "action": "check",
         "env": env,
@@ -93,6 +101,7 @@ def look_up(
         "packages": list(packages),
         "memo_dir": memo_dir(state),
         "context": context,
+        "tree": True,
     }
     found = ctx.script(SCRIPT, args)
     key, memo = found.get("key"), found.get("memo")
@@ -100,8 +109,35 @@ def look_up(
 
 
 def remember(ctx: HostContext, state: ProvisionState, key: str, doc: dict[str, Any]) -> None:
-    """Store a passing verdict under `key` (from `look_up`) on the host."""
+    """Store a verdict under `key` (from `look_up`) on the host."""
     ctx.script(SCRIPT, {"action": "store", "memo_dir": memo_dir(state), "key": key, "doc": doc})
+
+
+def remember_after(
+    ctx: HostContext,
+    state: ProvisionState,
+    doc: dict[str, Any],
+    *,
+    env: str,
+    marker: str,
+    packages: list[str],
+    context: dict[str, Any],
+) -> None:
+    """Store `doc` under the key of the state the check left (fingerprinted again: whatever
+    the check itself wrote into the env is in it), unless that state is not fingerprintable."""
+    key, _memo = look_up(ctx, state, env=env, marker=marker, packages=packages, context=context)
+    if key:
+        remember(ctx, state, key, doc)
+
+
+def failed_doc(ctx: HostContext, exc: ChecksFailed, summary: str) -> dict[str, Any]:
+    """The remembered form of a failed check: its one line, when, and the run that has its log."""
+    return {
+        "failed": one_line(str(exc)),
+        "summary": summary,
+        "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "run_dir": str(ctx.runner.run_dir) if ctx.runner.run_dir else None,
+    }
 
 
 def smoke_or_reuse(
@@ -119,33 +155,55 @@ def smoke_or_reuse(
     )
     looked_up = time.monotonic() - start  # counted in the smoke step's time below
     if memo and not recheck:
-        with ctx.step("smoke") as step:
-            verdicts = memo.get("packages") or {}
-            for name in names:
-                verdict = dict(verdicts.get(name) or {})
-                state.packages.setdefault(name, {})["smoke"] = {**verdict, "reused": True}
-            ctx.set(
-                smoke={
-                    "reused": True,
-                    "key": key,
-                    "checked_at": memo.get("checked_at"),
-                    "run_dir": memo.get("run_dir"),
-                    "packages": {n: (verdicts.get(n) or {}).get("status") for n in names},
-                }
-            )
-            step.message = (
-                f"reused the verdict of {memo.get('checked_at')} ({memo.get('summary')}): "
-                "installed builds, env, checks, arch and GPUs unchanged"
-            )
-        _add_seconds(ctx, looked_up)
+        try:
+            with ctx.step("smoke") as step:
+                verdicts = memo.get("packages") or {}
+                for name in names:
+                    verdict = dict(verdicts.get(name) or {})
+                    state.packages.setdefault(name, {})["smoke"] = {**verdict, "reused": True}
+                ctx.set(
+                    smoke={
+                        "reused": True,
+                        "key": key,
+                        "checked_at": memo.get("checked_at"),
+                        "run_dir": memo.get("run_dir"),
+                        "packages": {n: (verdicts.get(n) or {}).get("status") for n in names},
+                    }
+                )
+                if memo.get("failed"):
+                    raise HostFailed(
+                        smoke_check.failed_again(memo, "the installed builds, the env")
+                    )
+                step.message = (
+                    f"reused the verdict of {memo.get('checked_at')} ({memo.get('summary')}): "
+                    "installed builds, env, checks, arch and GPUs unchanged"
+                )
+        finally:
+            _add_seconds(ctx, looked_up)
         return
+    fingerprint: dict[str, Any] = {
+        "env": env,
+        "marker": ENV_MARKER,
+        "packages": names,
+        "context": context(state),
+    }
     try:
-        smoke_check.smoke_packages(ctx, state, names)  # raises on a failed check: nothing stored
+        smoke_check.smoke_packages(ctx, state, names)
+    except ChecksFailed as exc:
+        # Judged bad: remembered, so that a rerun with nothing changed says so in a second.
+        last = ctx.result.steps[-1] if ctx.result.steps else None
+        doc = {
+            **failed_doc(ctx, exc, last.message if last else ""),
+            "packages": _verdicts(state, names),
+        }
+        if key:
+            remember_after(ctx, state, doc, **fingerprint)
+        raise
     finally:
         _add_seconds(ctx, looked_up)
-    doc = ctx.result.data.get("smoke")
-    if isinstance(doc, dict):
-        doc["reused"] = False
+    ran = ctx.result.data.get("smoke")
+    if isinstance(ran, dict):
+        ran["reused"] = False
     for name in names:
         fresh = state.packages.get(name, {}).get("smoke")
         if isinstance(fresh, dict):
@@ -153,34 +211,51 @@ def smoke_or_reuse(
     if not key:
         return  # something not fingerprintable (no marker or RECORD): never remembered
     last = ctx.result.steps[-1] if ctx.result.steps else None
-    remember(
-        ctx,
-        state,
-        key,
-        {
-            "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "summary": last.message if last is not None else "",
-            "run_dir": str(ctx.runner.run_dir) if ctx.runner.run_dir else None,
-            "packages": {
-                n: {k: v for k, v in state.packages[n]["smoke"].items() if k != "reused"}
-                for n in names
-                if isinstance(state.packages.get(n, {}).get("smoke"), dict)
-            },
-        },
-    )
+    passed = {
+        "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "summary": last.message if last is not None else "",
+        "run_dir": str(ctx.runner.run_dir) if ctx.runner.run_dir else None,
+        "packages": _verdicts(state, names),
+    }
+    remember_after(ctx, state, passed, **fingerprint)
+
+
+def _verdicts(state: ProvisionState, names: list[str]) -> dict[str, Any]:
+    """Each package's smoke verdict as remembered (without the run's ``reused``)."""
+    return {
+        n: {k: v for k, v in state.packages[n]["smoke"].items() if k != "reused"}
+        for n in names
+        if isinstance(state.packages.get(n, {}).get("smoke"), dict)
+    }
 
 
 def stack_smoke_or_reuse(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
-    """`provision --stack`'s ``stack smoke``: reuse the serving env's remembered passing verdict
-    while nothing it depends on changed, else run it (`ops/smoke_check.smoke_stack`) and
-    remember a pass. `fresh` (the stack step changed the env, or ``--recheck``): always run."""
+    """`provision --stack`'s ``stack smoke``: reuse the serving env's remembered verdict (a
+    pass passes, a fail fails again at once) while nothing it depends on changed, else run it
+    (`ops/smoke_check.smoke_stack`) and remember what it judged. `fresh` (the stack step
+    changed the env, or ``--recheck``): always run."""
     from ..ops import smoke_check
 
     context = {**smoke_check.stack_verdict_context(state), "code": code_digest()}
-    key, memo = look_up(ctx, state, env=env, marker=STACK_RECORD, packages=[], context=context)
-    passed = smoke_check.smoke_stack(ctx, state, env, memo=None if fresh else memo)
+    fingerprint: dict[str, Any] = {
+        "env": env,
+        "marker": STACK_RECORD,
+        "packages": [],
+        "context": context,
+    }
+    key, memo = look_up(ctx, state, **fingerprint)
+    try:
+        passed = smoke_check.smoke_stack(ctx, state, env, memo=None if fresh else memo)
+    except ChecksFailed as exc:
+        if key:
+            judged = ctx.result.data.get("stack_smoke") or {}
+            doc = {k: judged.get(k) for k in ("checked", "arch")}
+            doc.update(failed_doc(ctx, exc, str(judged.get("summary") or "")))
+            remember_after(ctx, state, doc, **fingerprint)
+        raise
     if passed is not None and key:
-        remember(ctx, state, key, passed)
+        passed["run_dir"] = str(ctx.runner.run_dir) if ctx.runner.run_dir else None
+        remember_after(ctx, state, passed, **fingerprint)
 
 
 def _add_seconds(ctx: HostContext, seconds: float) -> None:
