@@ -102,3 +102,35 @@ def cubin_coverage(
         f"no catalogue read the cubin sets of {dist} {version} ({', '.join(wanted)}): "
         "their kernels are loaded at run time and were not read"
     )
+
+
+def gate_refusals(
+    gates: Iterable[tuple[str, str]],
+    versions: Mapping[str, str | None],
+    arch: str,
+    cats: Iterable[Catalogue],
+) -> list[str]:
+    """Why the arch gates `gates` ((distribution, gate name) pairs, rules.py
+    ``Backend.gates``) of the installed `versions` refuse `arch`: one line per refusing gate,
+    quoting it with its source and the catalogue it was read in. A gate of a distribution not
+    installed, of a version no catalogue read, or not among the gates read for that version
+    refuses nothing here (the backend's other facts judge it)."""
+    cats = list(cats)
+    out = []
+    for dist, name in gates:
+        version = versions.get(dist)
+        if not version:
+            continue
+        for cat in cats:
+            found = cat.lookup(dist, version)
+            if found.facts is None:
+                continue
+            gate = found.facts.gate(name)
+            if gate is not None and not gate.admits(arch):
+                why = gate.not_on.get(arch) or (
+                    f"{dist} {version} {gate.source}: {gate.text}: admits "
+                    f"{', '.join(gate.archs)} only, not {arch}"
+                )
+                out.append(f"{why} (read from the catalogue {cat.source or cat.path})")
+            break
+    return out

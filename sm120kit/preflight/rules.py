@@ -47,6 +47,13 @@ class Backend:
     cubins: tuple[str, ...] = ()
     #: What it runs on a 12.x GPU when that differs (a package that dispatches by arch).
     sm12x: Backend | None = None
+    #: Arch gates its path passes, as (distribution, gate name) of the catalogue's
+    #: ``[[release.arch_gate]]`` (``<path in the wheel>:<symbol>``, read from the package's
+    #: own source by sm120kit/stack/catalogue_gates.py): a gate of the installed version
+    #: that does not admit the GPU refuses the backend, quoting it.
+    gates: tuple[tuple[str, str], ...] = ()
+    #: The backend to use instead when it is refused on 12.x (read in the release's code).
+    fix: str = ""
 
 
 SGL_KERNEL = ("sglang-kernel", "sgl-kernel")
@@ -64,6 +71,20 @@ _FLASHINFER = ("flashinfer-python",)
 _FMHA = ("TRTLLM_GEN_FMHA",)
 _BMM = ("TRTLLM_GEN_BMM",)
 _GEMM = ("TRTLLM_GEN_GEMM",)
+#: flashinfer's trtllm-gen gates (flashinfer-python 0.7.2): the FMHA runner's constructor
+#: (``TllmGenFmhaRunner``: ``FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103 || mSM ==
+#: kSM_107, "Unsupported architecture")``), the batched-GEMM (MoE) and GEMM runners'
+#: ``isArchCompatible`` (cubins for sm100, sm103, sm107 only) and the GEMM module's JIT flags.
+_FI_FMHA_GATE = (
+    ("flashinfer-python", "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:TllmGenFmhaRunner"),
+)
+_FI_BMM_GATE = (
+    ("flashinfer-python", "flashinfer/data/csrc/trtllm_batched_gemm_runner.cu:isArchCompatible"),
+)
+_FI_GEMM_GATE = (
+    ("flashinfer-python", "flashinfer/data/csrc/trtllm_gemm_runner.cu:isArchCompatible"),
+    ("flashinfer-python", "flashinfer/jit/gemm/core.py:_trtllm_gen_gemm_nvcc_flags"),
+)
 _AMD = "AMD ROCm backend (choices.py: 'AMD specific')"
 _OTHER = "not an NVIDIA backend (choices.py: 'Other platforms')"
 
@@ -106,6 +127,8 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM MLA kernels (trtllm_mla_backend.py imports flashinfer)",
         source=_REG,
+        gates=_FI_FMHA_GATE,
+        fix="--attention-backend triton (MLA models) or flashinfer",
     ),
     "cutedsl_mla": Backend(
         "jit",
@@ -147,7 +170,14 @@ MOE_BACKENDS: dict[str, Backend] = {
     "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS MoE"),
     "flashinfer_mxfp4": Backend("jit", needs=_FLASHINFER, note="flashinfer MXFP4 MoE"),
     "flashinfer_trtllm": Backend(
-        "cubin", cubins=_BMM, needs=_FLASHINFER, note="flashinfer TRT-LLM MoE (trtllm-gen cubins)"
+        "cubin",
+        cubins=_BMM,
+        needs=_FLASHINFER,
+        note="flashinfer TRT-LLM MoE (trtllm-gen batched-GEMM cubins: flashinfer/fused_moe/"
+        "core.py get_trtllm_moe_sm100_module)",
+        source=f"{SGLANG_WHEEL}: sglang/srt/layers/moe/moe_runner/flashinfer_trtllm.py",
+        gates=_FI_BMM_GATE,
+        fix="--moe-runner-backend triton (or flashinfer_cutlass)",
     ),
     "hpc_ops": Backend("unknown", note="Tencent HPC-Ops: FP8 MoE on Hopper (SM90) only"),
     "aiter": Backend("platform", note=_AMD),
@@ -190,18 +220,16 @@ DSA_BACKENDS: dict[str, Backend] = {
         "cubin",
         cubins=_FMHA,
         needs=_FLASHINFER,
-        note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla: flashinfer's trtllm-gen "
-        "MLA cubins",
-        source=f"{_DSA} (_forward_trtllm)",
-        sm12x=Backend(
-            "jit",
-            needs=_FLASHINFER,
-            note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla with backend 'auto', "
-            "which picks 'sparse' (flashinfer/mla/_sparse_mla_sm120, CuTe DSL, JIT) on "
-            "SM120/SM121 when sparse_mla_top_k > 0, not the trtllm-gen cubins",
-            source=f"{_DSA} (_forward_trtllm); flashinfer-python 0.7.2 flashinfer/mla/_core.py "
-            "trtllm_batch_decode_with_kv_cache_mla docstring",
-        ),
+        # sglang passes backend="trtllm-gen" explicitly, so flashinfer's "auto" choice of its
+        # SM120 sparse kernel never happens on this path: the trtllm-gen FMHA runner is built
+        # and refuses the GPU.
+        note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(backend='trtllm-gen'): "
+        "flashinfer's trtllm-gen FMHA runner (get_trtllm_gen_fmha_module)",
+        source=f"{_DSA} (_forward_trtllm: backend=\"trtllm-gen\"); flashinfer-python 0.7.2 "
+        "flashinfer/mla/_core.py _trtllm_batch_decode_with_kv_cache_mla_impl",
+        gates=_FI_FMHA_GATE,
+        fix="--dsa-prefill-backend tilelang --dsa-decode-backend tilelang (TileLang, JIT); "
+        "GLM DSA with an fp8_e4m3 KV cache: flashinfer_sparse_mla (sglang's SM120 default)",
     ),
     "flashinfer_sparse_mla": Backend(
         "jit",
@@ -252,6 +280,16 @@ FP8_GEMM_BACKENDS: dict[str, Backend] = {
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM GEMM cubins",
         source=_EXEC,
+        gates=(
+            (
+                "sglang",
+                "sglang/srt/layers/quantization/fp8_utils.py:_dispatch_explicit_backend:"
+                "--fp8-gemm-backend=flashinfer_trtllm",
+            ),
+            *_FI_GEMM_GATE,
+        ),
+        fix="--fp8-gemm-backend cutlass (sglang's SM120 FP8 GEMM, fp8_utils.py "
+        "_dispatch_explicit_backend) or flashinfer_cutlass",
     ),
     "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS, JIT"),
     "flashinfer_deepgemm": Backend("unknown", note="'Hopper SM90 only' per sglang's help"),
@@ -272,8 +310,11 @@ FP4_GEMM_BACKENDS: dict[str, Backend] = {
         "cubin",
         cubins=_GEMM,
         needs=_FLASHINFER,
-        note="flashinfer's TensorRT-LLM FP4 GEMM cubins",
+        note="flashinfer's TensorRT-LLM FP4 GEMM cubins (flashinfer/gemm/gemm_base.py "
+        "mm_fp4 'trtllm': get_trtllm_gemm_module().trtllm_fp4_gemm_runner)",
         source=_EXEC,
+        gates=_FI_GEMM_GATE,
+        fix="--fp4-gemm-backend flashinfer_cutlass",
     ),
     "marlin": Backend("unknown", note="Marlin W4A16: not modelled"),
 }

@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
 from ..stack.catalogue import Catalogue
-from .from_catalogue import cubin_coverage, with_catalogue
+from .from_catalogue import cubin_coverage, gate_refusals, with_catalogue
 from .host import (
     CC,
     Check,
@@ -345,6 +345,20 @@ def backend_verdict(
             f"{label}: {entry.note or 'not modelled'} (modules not checked)",
             evidence,
         )
+    if entry.gates and cc is not None:
+        # The package's own arch gate on this path, read from the installed release's source
+        # (the catalogue): a refusal there ends the launch whatever the kernels are.
+        installed = {d: (v or {}).get("version") for d, v in dists.items()}
+        refused = gate_refusals(entry.gates, installed, cc_text(cc), cats)
+        if refused:
+            evidence["gates"] = refused
+            return check(
+                f"{role}_backend",
+                "fail",
+                f"{label}: {entry.note}: refused on {where} by " + "; ".join(refused),
+                evidence,
+                entry.fix or None,
+            )
     missing = [d for d in entry.needs if not (dists.get(d) or {}).get("installed")]
     if missing:
         return check(
@@ -371,7 +385,9 @@ def backend_verdict(
             status,
             f"{label}: {entry.note}: {why}",
             evidence,
-            "--attention-backend flashinfer (or triton)" if status == "fail" else None,
+            (entry.fix or "--attention-backend flashinfer (or triton)")
+            if status == "fail"
+            else None,
         )
     if entry.kind in ("jit", "torch"):
         return check(
