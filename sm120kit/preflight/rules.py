@@ -9,7 +9,11 @@ docs/preflight.md lists the same rules for people.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 #: The sglang release whose ATTENTION_BACKEND_CHOICES `ATTENTION_BACKENDS` lists in full.
 TABLE_SGLANG = "0.5.23"
@@ -76,7 +80,10 @@ _GEMM = ("TRTLLM_GEN_GEMM",)
 #: kSM_107, "Unsupported architecture")``), the batched-GEMM (MoE) and GEMM runners'
 #: ``isArchCompatible`` (cubins for sm100, sm103, sm107 only) and the GEMM module's JIT flags.
 _FI_FMHA_GATE = (
-    ("flashinfer-python", "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:TllmGenFmhaRunner"),
+    (
+        "flashinfer-python",
+        "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:TllmGenFmhaRunner",
+    ),
 )
 _FI_BMM_GATE = (
     ("flashinfer-python", "flashinfer/data/csrc/trtllm_batched_gemm_runner.cu:isArchCompatible"),
@@ -225,7 +232,7 @@ DSA_BACKENDS: dict[str, Backend] = {
         # and refuses the GPU.
         note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(backend='trtllm-gen'): "
         "flashinfer's trtllm-gen FMHA runner (get_trtllm_gen_fmha_module)",
-        source=f"{_DSA} (_forward_trtllm: backend=\"trtllm-gen\"); flashinfer-python 0.7.2 "
+        source=f'{_DSA} (_forward_trtllm: backend="trtllm-gen"); flashinfer-python 0.7.2 '
         "flashinfer/mla/_core.py _trtllm_batch_decode_with_kv_cache_mla_impl",
         gates=_FI_FMHA_GATE,
         fix="--dsa-prefill-backend tilelang --dsa-decode-backend tilelang (TileLang, JIT); "
@@ -353,7 +360,10 @@ class Rule:
 
     `when`: launch settings that trigger it (key -> accepted values; "prefill"/"decode"/"any"
     attention keys match the backend each phase resolves to); `majors`: compute capability
-    majors it applies to; `versions`: (distribution, PEP 440 specifier) pairs, any matching.
+    majors it applies to; `versions`: (distribution, PEP 440 specifier set) pairs, the range
+    it was verified in: it applies only when every one of those distributions that is
+    installed is inside its range (and one is installed); each range is closed above, so a
+    newer release is outside until someone re-reads the source (`Rule.scope`).
     """
 
     id: str
@@ -368,6 +378,41 @@ class Rule:
     #: the rule when a new release no longer has that module or it now has code for the arch
     #: (sm120kit/preflight/recheck.py).
     cites: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for dist, spec in self.versions:
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier:
+                raise ValueError(
+                    f"rule {self.id}: {dist}{spec!r} is not a PEP 440 specifier set"
+                ) from None
+
+    def scope(
+        self, versions: Mapping[str, str | None], holder: str = "the env has"
+    ) -> tuple[bool, str]:
+        """Whether the installed `versions` ({distribution: version or None}) are inside the
+        range the rule was verified for, and the words saying so (``applies to sglang
+        0.5.23``, or why not: the distribution and version outside, or none installed)."""
+        named = ", ".join(f"{d}{s}" for d, s in self.versions)
+        have = [(d, s, versions.get(d)) for d, s in self.versions if versions.get(d)]
+        if not have:
+            dists = ", ".join(dict.fromkeys(d for d, _s in self.versions))
+            return False, f"verified for {named}; none of {dists} is installed"
+        outside = [(d, s, v) for d, s, v in have if not version_in(s, str(v))]
+        if outside:
+            got = ", ".join(f"{d} {v} (outside {s})" for d, s, v in outside)
+            return False, f"verified for {named}; {holder} {got}"
+        return True, "applies to " + ", ".join(f"{d} {v}" for d, _s, v in have)
+
+
+def version_in(spec: str, version: str) -> bool:
+    """Whether PEP 440 `version` is in specifier set `spec` (pre-releases included; a local
+    label such as ``+cu130`` is the same release). A version that is not PEP 440 is outside."""
+    try:
+        return SpecifierSet(spec).contains(Version(version).public, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
 
 
 RULES: tuple[Rule, ...] = (
@@ -404,7 +449,7 @@ RULES: tuple[Rule, ...] = (
         "fail",
         {"attention": ("trtllm_mla",)},
         (12,),
-        (("sglang", ">=0.5.10"), ("flashinfer-python", "<=0.7.2")),
+        (("sglang", ">=0.5.10,<=0.5.23"), ("flashinfer-python", "<=0.7.2")),
         "trtllm_mla reaches flashinfer's TllmGenFmhaRunner, which rejects SM120 with "
         "'Unsupported architecture' (sglang allows trtllm_mla on every Blackwell, SM12x "
         "included)",
@@ -452,19 +497,26 @@ RULES: tuple[Rule, ...] = (
         "fail",
         {"moe": ("deep_gemm",)},
         (12,),
-        (("sglang", ">=0.5.10"),),
+        # Closed below 0.5.23: sglang 0.5.23 serves DeepGEMM on SM120 (deep_gemm_wrapper/
+        # configurer.py probes the SM120 APIs, moe_runner/deep_gemm_sm120.py), and its pin
+        # sgl-deep-gemm 0.2.3.post2 ships SM120 kernels (deep_gemm/include/deep_gemm/impls/
+        # sm120_*.cuh): lock.draft's recheck flags the rule against that release's files.
+        (("sglang", ">=0.5.10,<0.5.23"),),
         "DeepGEMM asserts 'Unsupported architecture' on SM120 (no TMEM/tcgen05); "
         "DeepSeek-class models crash before loading",
         "--moe-runner-backend triton (or flashinfer_cutlass / flashinfer_mxfp4 for MXFP4)",
         "sgl-project/sglang#24047 (SM120 fallbacks for DeepGEMM, FlashMLA, Marlin MXFP4); "
-        "deepseek-ai/DeepGEMM#305 (no SM120 support planned upstream)",
+        "deepseek-ai/DeepGEMM#305 (no SM120 support planned upstream); disproved for sglang "
+        "0.5.23 by its wheel (sglang/srt/layers/deep_gemm_wrapper/configurer.py "
+        "_compute_enable_deep_gemm) and sgl-deep-gemm 0.2.3.post2's (impls/sm120_*.cuh)",
+        cites=(("sgl-deep-gemm", "deep_gemm/"),),
     ),
     Rule(
         "marlin-mxfp4-sm120",
         "warn",
         {"moe": ("marlin",), "quantization": ("mxfp4",)},
         (12,),
-        (("sglang", ">=0.5.10"),),
+        (("sglang", ">=0.5.10,<=0.5.23"),),
         "Marlin MXFP4 MoE was reported to produce NaN on SM120 (later sglang made "
         "flashinfer_mxfp4 the SM120 default for DeepSeek V4)",
         "--moe-runner-backend flashinfer_mxfp4",

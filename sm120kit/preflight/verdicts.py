@@ -15,9 +15,6 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
 from ..stack.catalogue import Catalogue
@@ -35,6 +32,7 @@ from .host import (
     stack_check,
 )
 from .launch import Launch, server_args
+from .recheck import premise_disproved
 from .rules import (
     A2A_BACKENDS,
     ATTENTION_BACKENDS,
@@ -558,40 +556,30 @@ def rule_applies(rule: Rule, launch: Launch, phases: Mapping[str, Any], cc: CC |
     return all(_setting(launch, phases, key) & set(values) for key, values in rule.when.items())
 
 
-def version_match(rule: Rule, versions: Mapping[str, str | None]) -> str | None:
-    """The "dist version" the rule was verified for that is installed, or None."""
-    for dist, spec in rule.versions:
-        have = versions.get(dist)
-        if not have:
-            continue
-        try:
-            if Version(have) in SpecifierSet(spec):
-                return f"{dist} {have}"
-        except (InvalidVersion, InvalidSpecifier):
-            continue
-    return None
-
-
 def rule_checks(
     launch: Launch,
     phases: Mapping[str, Any],
     cc: CC | None,
     versions: Mapping[str, str | None],
     rules: Iterable[Rule] = RULES,
+    cats: Sequence[Catalogue] = (),
 ) -> list[Check]:
-    """One check per known-bad combination the launch hits (warn when outside its versions)."""
+    """One check per known-bad combination the launch hits: a warning, not a failure, when
+    the env is outside the range the rule was verified for (`Rule.scope`) or the installed
+    release's files disprove its premise (`recheck.premise_disproved`), saying why."""
     out = []
+    where = cc_text(cc) if cc else "?"
     for rule in rules:
         if not rule_applies(rule, launch, phases, cc):
             continue
-        matched = version_match(rule, versions)
-        status, scope = rule.status, f"applies to {matched}"
-        if matched is None:
-            status = "warn"
-            named = ", ".join(f"{d}{s}" for d, s in rule.versions)
-            scope = f"verified for {named} only; the env has other versions"
+        inside, scope = rule.scope(versions)
+        status = rule.status
+        if not inside:
+            status, scope = "warn", f"{scope}: not applied outside that range"
+        disproved = premise_disproved(rule, versions, cats, where) if inside else []
+        if disproved:
+            status, scope = "warn", f"{scope}; not applied: " + "; ".join(disproved)
         evidence = {"rule": rule.id, "source": rule.source, "scope": scope}
-        where = cc_text(cc) if cc else "?"
         out.append(
             check(
                 f"rule:{rule.id}",
@@ -637,7 +625,7 @@ def judge(
     checks += moe_checks(launch, probe, cc, cats)
     if res.get("backends"):
         checks += field_checks(launch, res["backends"], probe, cc, cats)
-    checks += rule_checks(launch, phases, cc, versions)
+    checks += rule_checks(launch, phases, cc, versions, RULES, cats)
     checks += [
         gpu_count_check(launch, facts),
         gpu_memory_check(launch, facts),

@@ -113,7 +113,7 @@ def cpp_gates(path: str, text: str) -> list[ArchGate]:
                 archs=_sorted(caps),
                 source=f"{path}:{line} {m.group(1)}",
                 text=f"{m.group(1)}(int {m.group(2)}, ...) admits {m.group(2)} == "
-                + ", ".join(sorted({c.replace('.', '') for c in caps}, key=int)),
+                + ", ".join(sorted({c.replace(".", "") for c in caps}, key=int)),
             )
         )
     return out
@@ -141,9 +141,7 @@ def _message(node: ast.Raise) -> str:
 
 def _sm_names(test: ast.expr) -> list[str]:
     """The capabilities of the ``is_smNNN`` names a negated test asks (``not is_sm100``)."""
-    negated = any(
-        isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) for n in ast.walk(test)
-    )
+    negated = any(isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) for n in ast.walk(test))
     if not negated:
         return []
     caps = []
