@@ -214,3 +214,34 @@ def test_every_rule_range_is_a_pep440_specifier_closed_above() -> None:
             assert ops & {"==", "<", "<=", "~=", "==="}, f"{rule.id}: {dist}{spec} is open above"
     with pytest.raises(ValueError, match="not a PEP 440 specifier set"):
         replace(FA3, versions=(("sglang", "0.5.23"),))
+
+
+@pytest.mark.parametrize(
+    ("versions", "status", "words"),
+    [
+        # Inside the verified range, nothing disproving it installed: the rule refuses.
+        ({"sglang": "0.5.15"}, "fail", "applies to sglang 0.5.15"),
+        # sglang 0.5.23 is outside it: a warning saying why, not applied.
+        ({"sglang": "0.5.23"}, "warn", "(outside >=0.5.10,<0.5.23): not applied outside"),
+        # In range, but the installed sgl-deep-gemm's files (the real 0.5.23 catalogue's facts)
+        # ship SM120 kernels: a warning, not applied.
+        (
+            {"sglang": "0.5.15", "sgl-deep-gemm": "0.2.3.post2"},
+            "warn",
+            "not applied: cites deep_gemm/*, and sgl-deep-gemm 0.2.3.post2 ships kernel "
+            "sources for 12.0",
+        ),
+    ],
+)
+def test_preflight_applies_a_rule_only_in_range_and_undisproved(
+    versions: dict[str, str], status: str, words: str
+) -> None:
+    from sm120kit.preflight.launch import parse_launch
+    from sm120kit.preflight.verdicts import attention_phases, rule_checks
+
+    launch = parse_launch(
+        ["sglang", "serve", "--model-path", "m", "--moe-runner-backend", "deep_gemm"]
+    )
+    phases = attention_phases(launch, None)
+    (got,) = rule_checks(launch, phases, (12, 0), dict(versions), (DEEP_GEMM,), [_shipped()])
+    assert got["status"] == status and words in got["reason"], got["reason"]
