@@ -201,12 +201,29 @@ def _render_preflight_host(console: Console, name: str, host: Any) -> None:
     table = Table(show_header=True, show_lines=False, box=None, pad_edge=False)
     for column in ("check", "status", "reason / fix"):
         table.add_column(column, overflow="fold")
+    said: dict[str, str] = {}
     for item in doc.get("checks") or []:
         status = item.get("status", "?")
-        text = Text(item.get("reason") or "")
+        reason = item.get("reason") or ""
+        # One reason is printed once: a check whose reason an earlier row gave points there.
+        first = said.setdefault(reason, item.get("check", "?")) if reason else None
+        shown = reason if first in (None, item.get("check", "?")) else f"(as {first})"
+        text = Text(shown)
         if item.get("fix") and status in ("fail", "warn"):
             text.append(f"\nfix: {item['fix']}", style="cyan")
         table.add_row(item.get("check", "?"), Text(status, style=_STYLE.get(status, "")), text)
     console.print(table)
-    for line in doc.get("failed") or []:
-        console.print(Text(f"FAILED {line}", style="red"))
+    for line in failed_lines(doc):
+        console.print(Text(line, style="red"))
+
+
+def failed_lines(doc: dict[str, Any]) -> list[str]:
+    """One ``FAILED check`` line per failed check, with its fix: the reason is in the table
+    just above (and in --json), so it is not printed again."""
+    out = []
+    for item in doc.get("checks") or []:
+        if item.get("status") != "fail":
+            continue
+        fix = f": fix {item['fix']}" if item.get("fix") else ""
+        out.append(f"FAILED {item.get('check', '?')}{fix}")
+    return out

@@ -40,8 +40,19 @@ def recap(console: Console, result: RunResult) -> None:
         for note in host.data.get("lock_notes") or []:
             console.print(Text(f"{'':<{width}}   lock: {note}", style="yellow"))
         if host.error:
-            console.print(Text(f"{'':<{width}}   {host.status}: {host.error}", style="red"))
+            console.print(Text(f"{'':<{width}}   {host.status}: {_error_line(host)}", style="red"))
     console.print(f"logs: {result.run_dir}", highlight=False)
+
+
+def _error_line(host: Any) -> str:
+    """The host's error for the recap; a preflight failure whose reasons the FAILED lines and
+    the checks table already gave is named by its checks, not printed a third time."""
+    doc = host.data.get("preflight") if isinstance(host.data, dict) else None
+    failed = (doc or {}).get("failed") if isinstance(doc, dict) else None
+    if failed and host.error == "; ".join(failed):
+        names = [line.split(": ", 1)[0] for line in failed]
+        return f"preflight refused the launch: {', '.join(names)} (reasons above)"
+    return str(host.error)
 
 
 def facts_table(result: RunResult) -> Table:

@@ -63,7 +63,14 @@ def gpu_count_check(launch: Launch, facts: Mapping[str, Any]) -> Check:
     evidence: dict[str, Any] = {"needed": need, "present": len(gpus)}
     if not gpus:
         reason = (facts.get("gpu") or {}).get("error") or "no GPU found"
-        return check("gpus", "fail", f"{parts} needs {need} GPU(s); {reason}", evidence)
+        return check(
+            "gpus",
+            "fail",
+            f"{parts} needs {need} GPU(s); {reason}",
+            evidence,
+            "run it on a host whose driver lists its GPUs (nvidia-smi), or --arch X.Y to "
+            "judge the launch for a GPU elsewhere",
+        )
     if need > len(gpus):
         return check(
             "gpus",
@@ -300,6 +307,13 @@ def _torch_cuda(version: str) -> str | None:
     return None
 
 
+def _installed(probe: Mapping[str, Any], name: str) -> str | None:
+    """The version of distribution `name` in the env's own full listing (the probe's
+    ``installed``), or None when the env does not hold it or no listing was read."""
+    listing = probe.get("installed") or {}
+    return listing.get(canonicalize_name(name))
+
+
 def stack_check(probe: Mapping[str, Any], facts: Mapping[str, Any], cc: CC | None) -> Check:
     """The env's kernel stack against sglang's own pins, and torch's CUDA against the driver."""
     dists = probe.get("dists") or {}
@@ -316,6 +330,8 @@ def stack_check(probe: Mapping[str, Any], facts: Mapping[str, Any], cc: CC | Non
         if spec is None:
             continue
         if have is None:
+            have = _installed(probe, name)
+        if have is None:
             problems.append(
                 (status, f"{name} not installed (sglang {sglang['version']} pins {spec})")
             )
@@ -323,7 +339,9 @@ def stack_check(probe: Mapping[str, Any], facts: Mapping[str, Any], cc: CC | Non
             problems.append((status, f"{name} {have}, sglang {sglang['version']} pins {spec}"))
     torch = (dists.get("torch") or {}).get("version")
     driver = (facts.get("gpu") or {}).get("driver_version")
-    cuda = _torch_cuda(torch) if torch else None
+    # The +cuXYZ tag when the wheel has one, else what torch/version.py says (the probe reads
+    # it: torch 2.14.1 from PyPI is a CUDA 13.0 build with no local tag).
+    cuda = (_torch_cuda(torch) or (dists.get("torch") or {}).get("cuda")) if torch else None
     evidence.update(torch=torch, torch_cuda=cuda, driver=driver)
     if cuda == "cpu":
         problems.append(("fail", f"torch {torch} is a CPU build: no CUDA at all"))
@@ -350,7 +368,8 @@ def stack_check(probe: Mapping[str, Any], facts: Mapping[str, Any], cc: CC | Non
                 )
             )
     if not problems:
-        what = f"torch {torch} (CUDA {cuda}) on driver {driver}; " if torch else ""
+        built = f"CUDA {cuda}" if cuda else "its CUDA version not read"
+        what = f"torch {torch} ({built}) on driver {driver}; " if torch else ""
         return check("kernel_stack", "pass", f"{what}matches sglang's pins", evidence)
     worst = "fail" if any(s == "fail" for s, _ in problems) else "warn"
     return check(

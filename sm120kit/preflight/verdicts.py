@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
 from ..stack.catalogue import Catalogue
+from .fixes import alternatives, is_installed, missing_fix, shorten_resolution
 from .from_catalogue import cubin_coverage, gate_refusals, with_catalogue
 from .host import (
     CC,
@@ -335,7 +336,13 @@ def backend_verdict(
     evidence: dict[str, Any] = {"backend": name, "kind": entry.kind, "source": entry.source}
     where = cc_text(cc) if cc else "this GPU"
     if entry.kind == "platform":
-        return check(f"{role}_backend", "fail", f"{label}: {entry.note}", evidence, "flashinfer")
+        return check(
+            f"{role}_backend",
+            "fail",
+            f"{label}: {entry.note}",
+            evidence,
+            alternatives(table, probe, cc, name, role),
+        )
     if entry.kind == "unknown":
         return check(
             f"{role}_backend",
@@ -355,16 +362,16 @@ def backend_verdict(
                 "fail",
                 f"{label}: {entry.note}: refused on {where} by " + "; ".join(refused),
                 evidence,
-                entry.fix or None,
+                entry.fix or alternatives(table, probe, cc, name, role),
             )
-    missing = [d for d in entry.needs if not (dists.get(d) or {}).get("installed")]
+    missing = [d for d in entry.needs if not is_installed(probe, d)]
     if missing:
         return check(
             f"{role}_backend",
             "fail",
             f"{label} imports {', '.join(missing)}, which is not installed in the serving env",
             evidence,
-            f"pip install {missing[0]} into the env, or another backend",
+            missing_fix(probe, missing, alternatives(table, probe, cc, name, role)),
         )
     if entry.kind == "cubin":
         # Judged with the catalogue's cubin-set facts when it has them; else unknown, never
@@ -383,9 +390,7 @@ def backend_verdict(
             status,
             f"{label}: {entry.note}: {why}",
             evidence,
-            (entry.fix or "--attention-backend flashinfer (or triton)")
-            if status == "fail"
-            else None,
+            (entry.fix or alternatives(table, probe, cc, name, role)) if status == "fail" else None,
         )
     if entry.kind in ("jit", "torch"):
         return check(
@@ -444,7 +449,7 @@ def backend_verdict(
         worst,
         f"{label}: no code for {where}: " + "; ".join(lines),
         evidence,
-        "--attention-backend flashinfer (or triton)" if role == "attention" else None,
+        alternatives(table, probe, cc, name, role),
     )
 
 
@@ -633,6 +638,8 @@ def judge(
         port_check(probe),
         model_check(launch, probe),
     ]
+    if res.get("backends"):
+        shorten_resolution(checks, res)
     failed = [c for c in checks if c["status"] == "fail"]
     return {
         "ok": not failed,

@@ -18,7 +18,8 @@ Arguments (argv[1], JSON)::
 Output::
 
     {"python": path, "error": str | null,
-     "dists": {name: {"installed", "version", "location", "requires"}},
+     "dists": {name: {"installed", "version", "location", "requires"[, "cuda"]}},
+     "installed": {canonical name: version} (every distribution of the env),
      "modules": [{"dist", "prefix", "installed_dist", "files": [{"rel", "path", "sass", "ptx"}]}],
      "port": {"port", "host", "in_use", "detail"},
      "model": {"path", "local", "exists", "is_dir", "is_file", "form", "bytes", "files", "truncated",
@@ -39,6 +40,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -247,6 +249,27 @@ def module_files(info: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]
     return entry
 
 
+#: torch's build-time CUDA as its generated torch/version.py states it (``cuda: Optional[str] =
+#: '13.0'``, ``cuda = None`` for a CPU build): torch 2.14.1 from PyPI has no ``+cu130`` tag.
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)", re.M)
+
+
+def torch_cuda(location: str | None) -> str | None:
+    """The CUDA version torch was built with ("13.0"), "cpu" for a CPU build, or None when
+    its torch/version.py cannot be read: from the dist's own file, without importing torch."""
+    if not location:
+        return None
+    try:
+        with open(os.path.join(location, "torch", "version.py")) as fh:
+            text = fh.read(1 << 16)
+    except (OSError, UnicodeDecodeError):
+        return None
+    m = _TORCH_CUDA.search(text)
+    if m is None:
+        return None
+    return m.group(1) or m.group(2) or "cpu"
+
+
 def probe(args: dict[str, Any]) -> dict[str, Any]:
     """Everything preflight reads on the host; JSON-ready."""
     out: dict[str, Any] = {"error": None, "dists": {}, "modules": []}
@@ -263,7 +286,10 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     for wanted in args.get("modules") or []:
         names += [n for n in wanted["dist"] if n not in names]
     info, err = run_target(
-        python, INSPECT_SRC, {"packages": names}, float(args.get("timeout") or 120)
+        python,
+        INSPECT_SRC,
+        {"packages": names, "all_dists": True},
+        float(args.get("timeout") or 120),
     )
     if info is None:
         out["error"] = "cannot inspect %s: %s" % (python, err)
@@ -276,6 +302,9 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
             "location": pkg.get("location"),
             "requires": pkg.get("requires") or [],
         }
+        if name == "torch" and pkg.get("installed"):
+            out["dists"][name]["cuda"] = torch_cuda(pkg.get("location"))
+    out["installed"] = dict(info.get("installed") or {})
     out["modules"] = [module_files(info, w) for w in args.get("modules") or []]
     if args.get("resolve"):
         site = ((info.get("packages") or {}).get("sglang") or {}).get("location")

@@ -45,6 +45,10 @@ try:
     out["torch_dist_version"] = md.version("torch")
 except Exception:
     pass
+if ARGS.get("all_dists"):
+    # Every distribution the env holds (name -> version), so that "is X installed" is read
+    # from the env itself, not from a list the caller guessed.
+    out["installed"] = {k: d.version for k, d in sorted(dists.items())}
 shlib = re.compile(r"\.so(\.\d+)*$")
 aliases = ARGS.get("distributions") or {}
 for name in ARGS["packages"]:
