@@ -296,3 +296,24 @@ def test_real_env_refuses_dsa_trtllm(flags: list[str]) -> None:
         assert "fmhaRunner.cuh" in got["reason"] and "kSM_100" in got["reason"]
         assert "tilelang" in got["fix"]
     assert not verdict["ok"]
+
+
+@pytest.mark.parametrize(
+    ("version", "arch", "status"),
+    [
+        ("0.2.3.post2", "12.0", "pass"),  # sm120_*.cuh in the real wheel: a JIT pass
+        ("0.2.3.post2", "11.0", "fail"),  # no sm110 sources
+        ("0.2.4", "12.0", None),  # a version no catalogue read: the module judges it
+        (None, "12.0", None),  # not installed: the module check says so
+    ],
+)
+def test_deep_gemm_is_judged_by_its_kernel_sources(
+    version: str | None, arch: str, status: str | None
+) -> None:
+    from sm120kit.preflight.from_catalogue import kernel_sources
+    from sm120kit.preflight.rules import DEEP_GEMM_KERNELS
+
+    got = kernel_sources(DEEP_GEMM_KERNELS, {"sgl-deep-gemm": version}, arch, [_shipped()])
+    assert (got[0] if got else None) == status
+    if got and status == "pass":
+        assert "deep_gemm/include/deep_gemm/impls/sm*_*" in got[1] and "sm120_* 9" in got[1]

@@ -134,3 +134,38 @@ def gate_refusals(
                 out.append(f"{why} (read from the catalogue {cat.source or cat.path})")
             break
     return out
+
+
+def kernel_sources(
+    kernels: Iterable[tuple[str, str]],
+    versions: Mapping[str, str | None],
+    arch: str,
+    cats: Iterable[Catalogue],
+) -> tuple[str, str] | None:
+    """A JIT package's verdict from its per-arch kernel sources (rules.py ``Backend.kernels``:
+    (distribution, ``kernel_sources`` gate name)), as the catalogue read them for the
+    installed version: ("pass" | "fail", why). None when a distribution is not installed or
+    no catalogue read those sources (the backend's module facts judge it then)."""
+    cats = list(cats)
+    lines, worst = [], "pass"
+    for dist, name in kernels:
+        version = versions.get(dist)
+        if not version:
+            return None
+        gate = None
+        for cat in cats:
+            found = cat.lookup(dist, version)
+            if found.facts is not None:
+                gate, where = found.facts.gate(name), cat.source or str(cat.path)
+                break
+        if gate is None:
+            return None
+        if gate.admits(arch):
+            lines.append(
+                f"JIT-compiled at run time from {dist} {version} {gate.source} "
+                f"({gate.text}; read from the catalogue {where})"
+            )
+        else:
+            worst = "fail"
+            lines.append(f"{gate.not_on.get(arch) or gate.text} (read from the catalogue {where})")
+    return (worst, "; ".join(lines)) if lines else None

@@ -23,8 +23,10 @@ KERNEL_WHEEL = "sglang-kernel 0.4.10 wheel"
 #: How a backend gets device code. "so": prebuilt extension modules whose fatbins are read;
 #: "jit": compiled for the GPU at first use (Triton, FlashInfer, CuTe DSL), nothing to read;
 #: "cubin": prebuilt kernels a package loads (or downloads) at run time, not read here;
-#: "torch": torch's own kernels; "platform": not an NVIDIA backend; "unknown": not modelled.
-KINDS = ("so", "jit", "cubin", "torch", "platform", "unknown")
+#: "torch": torch's own kernels; "platform": not an NVIDIA backend; "unknown": not modelled;
+#: "undecided": modelled, but whether it runs on the arch is not in the released files
+#: (an "unknown" verdict saying why, never a pass).
+KINDS = ("so", "jit", "cubin", "torch", "platform", "unknown", "undecided")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class Backend:
     gates: tuple[tuple[str, str], ...] = ()
     #: The backend to use instead when it is refused on 12.x (read in the release's code).
     fix: str = ""
+    #: For a JIT package whose module holds no device code: its per-arch kernel sources, as
+    #: (distribution, ``kernel_sources`` gate name) of the catalogue; sources for the GPU's
+    #: arch make it a JIT pass, none a refusal (a version no catalogue read: its modules judge).
+    kernels: tuple[tuple[str, str], ...] = ()
 
 
 SGL_KERNEL = ("sglang-kernel", "sgl-kernel")
@@ -66,6 +72,10 @@ FLASHMLA_OPS = Module(SGL_KERNEL, "sgl_kernel/flashmla_ops.", "sgl_kernel flashm
 FLASH_MLA = Module(("sgl-flash-mla",), "", "flash_mla (sgl-flash-mla)")
 DEEP_EP = Module(("sgl-deep-ep",), "", "deep_ep (sgl-deep-ep)")
 DEEP_GEMM = Module(("sgl-deep-gemm",), "", "deep_gemm (sgl-deep-gemm)")
+#: sgl-deep-gemm's JIT kernel sources per arch (0.2.3.post2: deep_gemm/include/deep_gemm/
+#: impls/sm90_*, sm100_*, sm120_*.cuh); sglang 0.5.23 enables DeepGEMM on SM120 when its SM120
+#: APIs are there (sglang/srt/layers/deep_gemm_wrapper/configurer.py _compute_enable_deep_gemm).
+DEEP_GEMM_KERNELS = (("sgl-deep-gemm", "deep_gemm/include/deep_gemm/impls:sm*_*"),)
 
 _REG = f"{SGLANG_WHEEL}: sglang/srt/layers/attention/attention_registry.py"
 _FLASHINFER = ("flashinfer-python",)
@@ -173,7 +183,9 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
 MOE_BACKENDS: dict[str, Backend] = {
     "triton": Backend("jit", note="Triton fused MoE, JIT"),
     "triton_kernel": Backend("jit", note="triton_kernels MoE, JIT"),
-    "deep_gemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)"),
+    "deep_gemm": Backend(
+        "so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", kernels=DEEP_GEMM_KERNELS
+    ),
     "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS MoE"),
     "flashinfer_mxfp4": Backend("jit", needs=_FLASHINFER, note="flashinfer MXFP4 MoE"),
     "flashinfer_trtllm": Backend(
@@ -235,8 +247,10 @@ DSA_BACKENDS: dict[str, Backend] = {
         source=f'{_DSA} (_forward_trtllm: backend="trtllm-gen"); flashinfer-python 0.7.2 '
         "flashinfer/mla/_core.py _trtllm_batch_decode_with_kv_cache_mla_impl",
         gates=_FI_FMHA_GATE,
-        fix="--dsa-prefill-backend tilelang --dsa-decode-backend tilelang (TileLang, JIT); "
-        "GLM DSA with an fp8_e4m3 KV cache: flashinfer_sparse_mla (sglang's SM120 default)",
+        fix="GLM DSA with an fp8_e4m3 KV cache: --dsa-prefill-backend flashinfer_sparse_mla "
+        "--dsa-decode-backend flashinfer_sparse_mla (sglang's SM120 default there); other DSA "
+        "models: --dsa-prefill-backend tilelang --dsa-decode-backend tilelang (JIT, no "
+        "trtllm-gen gate; its tiles on 12.x are unverified, sgl-project/sglang#37105)",
     ),
     "flashinfer_sparse_mla": Backend(
         "jit",
@@ -246,7 +260,20 @@ DSA_BACKENDS: dict[str, Backend] = {
         source=f"{_DSA} (_forward_flashinfer_sparse_mla)",
     ),
     "tilelang": Backend(
-        "jit", needs=("tilelang",), note="TileLang sparse kernels, JIT", source=_DSA
+        "jit",
+        needs=("tilelang",),
+        note="TileLang sparse kernels, JIT",
+        source=_DSA,
+        # JIT, but whether its fixed tiles fit 12.x's shared memory is not in the files.
+        sm12x=Backend(
+            "undecided",
+            needs=("tilelang",),
+            note="TileLang sparse kernels, JIT with fixed tiles (sglang/kernels/ops/attention/"
+            "dsa/tilelang_kernel.py: block_I=64, num_stages=2, no per-arch choice); on 12.x "
+            "they were reported to need a smaller tile (sgl-project/sglang#37105): whether "
+            "these fit its shared memory is not decidable from the wheel",
+            source=f"{_DSA} (_forward_tilelang)",
+        ),
     ),
     "triton": Backend("jit", note="Triton, JIT (sglang refuses it off ROCm)", source=_DSA),
     "triton_sparse_mla": Backend("jit", note="Triton sparse MLA, JIT", source=_DSA),
@@ -269,9 +296,16 @@ DSA_LOGITS_BACKENDS: dict[str, Backend] = {
         "so",
         (DEEP_GEMM,),
         alias_of="deepgemm",
+        kernels=DEEP_GEMM_KERNELS,
         source=f"{_EXEC} (help: 'auto (default; DeepGEMM on CUDA, aiter on ROCm)')",
     ),
-    "deepgemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", source=_EXEC),
+    "deepgemm": Backend(
+        "so",
+        (DEEP_GEMM,),
+        note="DeepGEMM (sgl-deep-gemm)",
+        source=_EXEC,
+        kernels=DEEP_GEMM_KERNELS,
+    ),
     "cutedsl": Backend(
         "unknown", note="CuTe DSL kernel, 'SM 100 (Blackwell) only' per sglang's help", source=_EXEC
     ),
@@ -280,7 +314,13 @@ DSA_LOGITS_BACKENDS: dict[str, Backend] = {
 
 #: --fp8-gemm-backend values ("auto": chosen at load time from the checkpoint, not computed).
 FP8_GEMM_BACKENDS: dict[str, Backend] = {
-    "deep_gemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", source=_EXEC),
+    "deep_gemm": Backend(
+        "so",
+        (DEEP_GEMM,),
+        note="DeepGEMM (sgl-deep-gemm)",
+        source=_EXEC,
+        kernels=DEEP_GEMM_KERNELS,
+    ),
     "flashinfer_trtllm": Backend(
         "cubin",
         cubins=_GEMM,

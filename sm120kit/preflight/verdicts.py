@@ -19,7 +19,7 @@ from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
 from ..stack.catalogue import Catalogue
 from .fixes import alternatives, is_installed, missing_fix, shorten_resolution
-from .from_catalogue import cubin_coverage, gate_refusals, with_catalogue
+from .from_catalogue import cubin_coverage, gate_refusals, kernel_sources, with_catalogue
 from .host import (
     CC,
     Check,
@@ -373,6 +373,20 @@ def backend_verdict(
             evidence,
             missing_fix(probe, missing, alternatives(table, probe, cc, name, role)),
         )
+    if entry.kind == "undecided":
+        return check(f"{role}_backend", "unknown", f"{label}: unknown: {entry.note}", evidence)
+    if entry.kernels and cc is not None:
+        # A JIT package: its per-arch kernel sources in the installed release (catalogue).
+        installed = {d: (v or {}).get("version") for d, v in dists.items()}
+        sources = kernel_sources(entry.kernels, installed, cc_text(cc), cats)
+        if sources is not None:
+            return check(
+                f"{role}_backend",
+                sources[0],
+                f"{label}: {entry.note}: {sources[1]}",
+                evidence,
+                alternatives(table, probe, cc, name, role) if sources[0] == "fail" else None,
+            )
     if entry.kind == "cubin":
         # Judged with the catalogue's cubin-set facts when it has them; else unknown, never
         # a pass (what is known about these kernels on this GPU is then in the rules).
