@@ -290,7 +290,6 @@ def test_launch_words_keep_the_shell_split() -> None:
         ),
         (["--attention-backend", "cutedsl_mla"], "rule:cutedsl-mla-sm100-only"),
         (["--attention-backend", "aiter"], "rule:amd-or-other-platform"),
-        (["--moe-runner-backend", "deep_gemm"], "rule:deep-gemm-sm120"),
     ],
 )
 def test_known_bad_combinations_are_refused(

@@ -27,10 +27,9 @@ import pytest
 
 from tests.support.public_corpus import CORPUS, RECORDED, Scored, load, record, score
 
-#: Share of the corpus preflight must get right. Issue 44 asks for 95%; today's score is lower
-#: (classes 1 and 5 of the issue are fixed on other branches), so the lead raises this to
-#: 0.95 when those land (see docs/preflight.md "Public-report corpus" for the misses).
-MIN_RIGHT = 0.75
+#: Share of the corpus preflight must get right: issue 44's 95% (23/24 with its classes 1 and
+#: 5; docs/preflight.md "Public-report corpus" names the one miss).
+MIN_RIGHT = 0.95
 
 REPORTS = load()
 RECORDING = json.loads(RECORDED.read_text())

@@ -86,8 +86,9 @@ TILELANG_REQ = ["tilelang==0.1.12", "flashinfer_python[cu13]==0.7.2"]
 @pytest.mark.parametrize(
     ("installed", "requires", "status", "fix_has", "fix_lacks"),
     [
-        # Locked and installed, outside the names the probe asks one by one: a pass.
-        ({"tilelang": "0.1.12", "flashinfer-python": "0.7.2"}, TILELANG_REQ, "pass", None, None),
+        # Locked and installed, outside the names the probe asks one by one: not refused (on
+        # 12.0 "unknown": TileLang's fixed DSA tiles are not decidable from the files).
+        ({"tilelang": "0.1.12", "flashinfer-python": "0.7.2"}, TILELANG_REQ, "unknown", None, None),
         # Missing, and sglang's own Requires-Dist names it: its dependencies are broken.
         (
             {"flashinfer-python": "0.7.2"},
@@ -135,7 +136,8 @@ def test_the_recorded_env_lists_tilelang_and_the_dsa_tilelang_launch_is_not_refu
     assert "tilelang" not in RECORDING["env"]["dists"]  # the fixed list never asked for it
     result = verdict(REPORTS["sglang-26087-glm51-dsa-tilelang"], RECORDING)
     prefill = next(c for c in result["checks"] if c["check"] == "dsa_prefill_backend")
-    assert prefill["status"] == "pass", prefill
+    # Not refused: installed, and undecided on 12.0 (its tiles, sgl-project/sglang#37105).
+    assert prefill["status"] == "unknown" and "sglang#37105" in prefill["reason"], prefill
 
 
 @pytest.mark.parametrize(
@@ -144,7 +146,7 @@ def test_the_recorded_env_lists_tilelang_and_the_dsa_tilelang_launch_is_not_refu
         (
             "sglang-26087-glm51-dsa-flashmla-sparse",
             "dsa_prefill_backend",
-            "--dsa-prefill-backend flashinfer_sparse_mla or tilelang",
+            "--dsa-prefill-backend flashinfer_sparse_mla",
             "triton",
         ),
         ("sglang-26087-glm51-dsa-aiter", "dsa_decode_backend", "--dsa-decode-backend", "triton"),

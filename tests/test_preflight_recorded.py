@@ -78,11 +78,13 @@ TABLE = [
     ("--model-path @llama-mha --fp8-gemm-backend cutlass", {"fp8_gemm_runner_backend": "pass"}),
     (
         "--model-path @llama-mha --fp8-gemm-backend deep_gemm",
-        {"fp8_gemm_runner_backend": "unknown"},
+        # sgl-deep-gemm 0.2.3.post2 ships SM120 kernel sources (JIT): the catalogue says so.
+        {"fp8_gemm_runner_backend": "pass"},
     ),
     (
         "--model-path @llama-mha --fp4-gemm-backend flashinfer_trtllm",
-        {"fp4_gemm_runner_backend": "unknown"},
+        # flashinfer's trtllm-gen GEMM runner dispatches to sm100/103/107 cubins only.
+        {"fp4_gemm_runner_backend": "fail"},
     ),
     (
         "--model-path @llama-mha --speculative-algorithm EAGLE --speculative-draft-model-path "
@@ -107,11 +109,12 @@ TABLE = [
     ),
     (
         "--model-path @deepseek-v2-mla --attention-backend trtllm_mla",
-        {"attention_backend": "unknown", "rule:trtllm-mla-sm120": "fail"},
+        {"attention_backend": "fail", "rule:trtllm-mla-sm120": "fail"},
     ),
     (
         "--model-path @deepseek-v2-mla --moe-runner-backend deep_gemm",
-        {"moe_backend": "unknown", "rule:deep-gemm-sm120": "fail"},
+        # The rule was verified below 0.5.23 (whose files disprove it): a warning here.
+        {"moe_backend": "pass", "rule:deep-gemm-sm120": "warn"},
     ),
     (
         "--model-path @deepseek-v2-mla --moe-runner-backend flashinfer_cutlass",
@@ -122,11 +125,11 @@ TABLE = [
         "--model-path @deepseek-v32-dsa",
         {
             "attention_backend": "skip",
-            # flashinfer's 'auto' picks its SM120 sparse MLA (JIT), not trtllm-gen cubins.
-            "dsa_prefill_backend": "pass",
-            "dsa_decode_backend": "pass",
+            # sglang calls flashinfer with backend="trtllm-gen": its FMHA runner refuses 12.0.
+            "dsa_prefill_backend": "fail",
+            "dsa_decode_backend": "fail",
             "dsa_topk_backend": "pass",
-            "dsa_paged_mqa_logits_backend": "unknown",
+            "dsa_paged_mqa_logits_backend": "pass",
         },
     ),
     (
@@ -163,7 +166,7 @@ TABLE = [
     ("--model-path @gpt-oss-mxfp4 --attention-backend fa3", {"attention_backend": "fail"}),
     (
         "--model-path @gpt-oss-mxfp4 --moe-runner-backend flashinfer_trtllm",
-        {"moe_backend": "unknown"},
+        {"moe_backend": "fail"},
     ),
     # Hybrid linear attention.
     ("--model-path @qwen3-next-hybrid", {"attention_backend": "pass"}),
@@ -203,7 +206,13 @@ def test_refusals_cite_the_module_and_where_it_was_read() -> None:
     assert "TRTLLM_GEN_FMHA" in attn["reason"] and "downloaded at run time" in attn["reason"]
     dsa = _verdict("--model-path @deepseek-v32-dsa")
     prefill = next(c for c in dsa["checks"] if c["check"] == "dsa_prefill_backend")
-    assert "_sparse_mla_sm120" in prefill["reason"]
+    # The gate as flashinfer 0.7.2 writes it, where, and the backend that serves 12.0.
+    assert (
+        "flashinfer-python 0.7.2 flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:"
+        in prefill["reason"]
+    )
+    assert "mSM == kSM_100 || mSM == kSM_103 || mSM == kSM_107" in prefill["reason"]
+    assert "tilelang" in prefill["fix"] and "flashinfer_sparse_mla" in prefill["fix"]
 
 
 def test_the_recording_covers_every_model_with_and_without_flags() -> None:

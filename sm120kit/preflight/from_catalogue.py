@@ -102,3 +102,70 @@ def cubin_coverage(
         f"no catalogue read the cubin sets of {dist} {version} ({', '.join(wanted)}): "
         "their kernels are loaded at run time and were not read"
     )
+
+
+def gate_refusals(
+    gates: Iterable[tuple[str, str]],
+    versions: Mapping[str, str | None],
+    arch: str,
+    cats: Iterable[Catalogue],
+) -> list[str]:
+    """Why the arch gates `gates` ((distribution, gate name) pairs, rules.py
+    ``Backend.gates``) of the installed `versions` refuse `arch`: one line per refusing gate,
+    quoting it with its source and the catalogue it was read in. A gate of a distribution not
+    installed, of a version no catalogue read, or not among the gates read for that version
+    refuses nothing here (the backend's other facts judge it)."""
+    cats = list(cats)
+    out = []
+    for dist, name in gates:
+        version = versions.get(dist)
+        if not version:
+            continue
+        for cat in cats:
+            found = cat.lookup(dist, version)
+            if found.facts is None:
+                continue
+            gate = found.facts.gate(name)
+            if gate is not None and not gate.admits(arch):
+                why = gate.not_on.get(arch) or (
+                    f"{dist} {version} {gate.source}: {gate.text}: admits "
+                    f"{', '.join(gate.archs)} only, not {arch}"
+                )
+                out.append(f"{why} (read from the catalogue {cat.source or cat.path})")
+            break
+    return out
+
+
+def kernel_sources(
+    kernels: Iterable[tuple[str, str]],
+    versions: Mapping[str, str | None],
+    arch: str,
+    cats: Iterable[Catalogue],
+) -> tuple[str, str] | None:
+    """A JIT package's verdict from its per-arch kernel sources (rules.py ``Backend.kernels``:
+    (distribution, ``kernel_sources`` gate name)), as the catalogue read them for the
+    installed version: ("pass" | "fail", why). None when a distribution is not installed or
+    no catalogue read those sources (the backend's module facts judge it then)."""
+    cats = list(cats)
+    lines, worst = [], "pass"
+    for dist, name in kernels:
+        version = versions.get(dist)
+        if not version:
+            return None
+        gate = None
+        for cat in cats:
+            found = cat.lookup(dist, version)
+            if found.facts is not None:
+                gate, where = found.facts.gate(name), cat.source or str(cat.path)
+                break
+        if gate is None:
+            return None
+        if gate.admits(arch):
+            lines.append(
+                f"JIT-compiled at run time from {dist} {version} {gate.source} "
+                f"({gate.text}; read from the catalogue {where})"
+            )
+        else:
+            worst = "fail"
+            lines.append(f"{gate.not_on.get(arch) or gate.text} (read from the catalogue {where})")
+    return (worst, "; ".join(lines)) if lines else None

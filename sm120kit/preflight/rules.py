@@ -9,7 +9,11 @@ docs/preflight.md lists the same rules for people.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 #: The sglang release whose ATTENTION_BACKEND_CHOICES `ATTENTION_BACKENDS` lists in full.
 TABLE_SGLANG = "0.5.23"
@@ -19,8 +23,10 @@ KERNEL_WHEEL = "sglang-kernel 0.4.10 wheel"
 #: How a backend gets device code. "so": prebuilt extension modules whose fatbins are read;
 #: "jit": compiled for the GPU at first use (Triton, FlashInfer, CuTe DSL), nothing to read;
 #: "cubin": prebuilt kernels a package loads (or downloads) at run time, not read here;
-#: "torch": torch's own kernels; "platform": not an NVIDIA backend; "unknown": not modelled.
-KINDS = ("so", "jit", "cubin", "torch", "platform", "unknown")
+#: "torch": torch's own kernels; "platform": not an NVIDIA backend; "unknown": not modelled;
+#: "undecided": modelled, but whether it runs on the arch is not in the released files
+#: (an "unknown" verdict saying why, never a pass).
+KINDS = ("so", "jit", "cubin", "torch", "platform", "unknown", "undecided")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,17 @@ class Backend:
     cubins: tuple[str, ...] = ()
     #: What it runs on a 12.x GPU when that differs (a package that dispatches by arch).
     sm12x: Backend | None = None
+    #: Arch gates its path passes, as (distribution, gate name) of the catalogue's
+    #: ``[[release.arch_gate]]`` (``<path in the wheel>:<symbol>``, read from the package's
+    #: own source by sm120kit/stack/catalogue_gates.py): a gate of the installed version
+    #: that does not admit the GPU refuses the backend, quoting it.
+    gates: tuple[tuple[str, str], ...] = ()
+    #: The backend to use instead when it is refused on 12.x (read in the release's code).
+    fix: str = ""
+    #: For a JIT package whose module holds no device code: its per-arch kernel sources, as
+    #: (distribution, ``kernel_sources`` gate name) of the catalogue; sources for the GPU's
+    #: arch make it a JIT pass, none a refusal (a version no catalogue read: its modules judge).
+    kernels: tuple[tuple[str, str], ...] = ()
 
 
 SGL_KERNEL = ("sglang-kernel", "sgl-kernel")
@@ -55,6 +72,10 @@ FLASHMLA_OPS = Module(SGL_KERNEL, "sgl_kernel/flashmla_ops.", "sgl_kernel flashm
 FLASH_MLA = Module(("sgl-flash-mla",), "", "flash_mla (sgl-flash-mla)")
 DEEP_EP = Module(("sgl-deep-ep",), "", "deep_ep (sgl-deep-ep)")
 DEEP_GEMM = Module(("sgl-deep-gemm",), "", "deep_gemm (sgl-deep-gemm)")
+#: sgl-deep-gemm's JIT kernel sources per arch (0.2.3.post2: deep_gemm/include/deep_gemm/
+#: impls/sm90_*, sm100_*, sm120_*.cuh); sglang 0.5.23 enables DeepGEMM on SM120 when its SM120
+#: APIs are there (sglang/srt/layers/deep_gemm_wrapper/configurer.py _compute_enable_deep_gemm).
+DEEP_GEMM_KERNELS = (("sgl-deep-gemm", "deep_gemm/include/deep_gemm/impls:sm*_*"),)
 
 _REG = f"{SGLANG_WHEEL}: sglang/srt/layers/attention/attention_registry.py"
 _FLASHINFER = ("flashinfer-python",)
@@ -64,6 +85,23 @@ _FLASHINFER = ("flashinfer-python",)
 _FMHA = ("TRTLLM_GEN_FMHA",)
 _BMM = ("TRTLLM_GEN_BMM",)
 _GEMM = ("TRTLLM_GEN_GEMM",)
+#: flashinfer's trtllm-gen gates (flashinfer-python 0.7.2): the FMHA runner's constructor
+#: (``TllmGenFmhaRunner``: ``FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103 || mSM ==
+#: kSM_107, "Unsupported architecture")``), the batched-GEMM (MoE) and GEMM runners'
+#: ``isArchCompatible`` (cubins for sm100, sm103, sm107 only) and the GEMM module's JIT flags.
+_FI_FMHA_GATE = (
+    (
+        "flashinfer-python",
+        "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:TllmGenFmhaRunner",
+    ),
+)
+_FI_BMM_GATE = (
+    ("flashinfer-python", "flashinfer/data/csrc/trtllm_batched_gemm_runner.cu:isArchCompatible"),
+)
+_FI_GEMM_GATE = (
+    ("flashinfer-python", "flashinfer/data/csrc/trtllm_gemm_runner.cu:isArchCompatible"),
+    ("flashinfer-python", "flashinfer/jit/gemm/core.py:_trtllm_gen_gemm_nvcc_flags"),
+)
 _AMD = "AMD ROCm backend (choices.py: 'AMD specific')"
 _OTHER = "not an NVIDIA backend (choices.py: 'Other platforms')"
 
@@ -106,6 +144,8 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM MLA kernels (trtllm_mla_backend.py imports flashinfer)",
         source=_REG,
+        gates=_FI_FMHA_GATE,
+        fix="--attention-backend triton (MLA models) or flashinfer",
     ),
     "cutedsl_mla": Backend(
         "jit",
@@ -143,11 +183,20 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
 MOE_BACKENDS: dict[str, Backend] = {
     "triton": Backend("jit", note="Triton fused MoE, JIT"),
     "triton_kernel": Backend("jit", note="triton_kernels MoE, JIT"),
-    "deep_gemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)"),
+    "deep_gemm": Backend(
+        "so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", kernels=DEEP_GEMM_KERNELS
+    ),
     "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS MoE"),
     "flashinfer_mxfp4": Backend("jit", needs=_FLASHINFER, note="flashinfer MXFP4 MoE"),
     "flashinfer_trtllm": Backend(
-        "cubin", cubins=_BMM, needs=_FLASHINFER, note="flashinfer TRT-LLM MoE (trtllm-gen cubins)"
+        "cubin",
+        cubins=_BMM,
+        needs=_FLASHINFER,
+        note="flashinfer TRT-LLM MoE (trtllm-gen batched-GEMM cubins: flashinfer/fused_moe/"
+        "core.py get_trtllm_moe_sm100_module)",
+        source=f"{SGLANG_WHEEL}: sglang/srt/layers/moe/moe_runner/flashinfer_trtllm.py",
+        gates=_FI_BMM_GATE,
+        fix="--moe-runner-backend triton (or flashinfer_cutlass)",
     ),
     "hpc_ops": Backend("unknown", note="Tencent HPC-Ops: FP8 MoE on Hopper (SM90) only"),
     "aiter": Backend("platform", note=_AMD),
@@ -190,18 +239,18 @@ DSA_BACKENDS: dict[str, Backend] = {
         "cubin",
         cubins=_FMHA,
         needs=_FLASHINFER,
-        note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla: flashinfer's trtllm-gen "
-        "MLA cubins",
-        source=f"{_DSA} (_forward_trtllm)",
-        sm12x=Backend(
-            "jit",
-            needs=_FLASHINFER,
-            note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla with backend 'auto', "
-            "which picks 'sparse' (flashinfer/mla/_sparse_mla_sm120, CuTe DSL, JIT) on "
-            "SM120/SM121 when sparse_mla_top_k > 0, not the trtllm-gen cubins",
-            source=f"{_DSA} (_forward_trtllm); flashinfer-python 0.7.2 flashinfer/mla/_core.py "
-            "trtllm_batch_decode_with_kv_cache_mla docstring",
-        ),
+        # sglang passes backend="trtllm-gen" explicitly, so flashinfer's "auto" choice of its
+        # SM120 sparse kernel never happens on this path: the trtllm-gen FMHA runner is built
+        # and refuses the GPU.
+        note="flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(backend='trtllm-gen'): "
+        "flashinfer's trtllm-gen FMHA runner (get_trtllm_gen_fmha_module)",
+        source=f'{_DSA} (_forward_trtllm: backend="trtllm-gen"); flashinfer-python 0.7.2 '
+        "flashinfer/mla/_core.py _trtllm_batch_decode_with_kv_cache_mla_impl",
+        gates=_FI_FMHA_GATE,
+        fix="GLM DSA with an fp8_e4m3 KV cache: --dsa-prefill-backend flashinfer_sparse_mla "
+        "--dsa-decode-backend flashinfer_sparse_mla (sglang's SM120 default there); other DSA "
+        "models: --dsa-prefill-backend tilelang --dsa-decode-backend tilelang (JIT, no "
+        "trtllm-gen gate; its tiles on 12.x are unverified, sgl-project/sglang#37105)",
     ),
     "flashinfer_sparse_mla": Backend(
         "jit",
@@ -211,7 +260,20 @@ DSA_BACKENDS: dict[str, Backend] = {
         source=f"{_DSA} (_forward_flashinfer_sparse_mla)",
     ),
     "tilelang": Backend(
-        "jit", needs=("tilelang",), note="TileLang sparse kernels, JIT", source=_DSA
+        "jit",
+        needs=("tilelang",),
+        note="TileLang sparse kernels, JIT",
+        source=_DSA,
+        # JIT, but whether its fixed tiles fit 12.x's shared memory is not in the files.
+        sm12x=Backend(
+            "undecided",
+            needs=("tilelang",),
+            note="TileLang sparse kernels, JIT with fixed tiles (sglang/kernels/ops/attention/"
+            "dsa/tilelang_kernel.py: block_I=64, num_stages=2, no per-arch choice); on 12.x "
+            "they were reported to need a smaller tile (sgl-project/sglang#37105): whether "
+            "these fit its shared memory is not decidable from the wheel",
+            source=f"{_DSA} (_forward_tilelang)",
+        ),
     ),
     "triton": Backend("jit", note="Triton, JIT (sglang refuses it off ROCm)", source=_DSA),
     "triton_sparse_mla": Backend("jit", note="Triton sparse MLA, JIT", source=_DSA),
@@ -234,9 +296,16 @@ DSA_LOGITS_BACKENDS: dict[str, Backend] = {
         "so",
         (DEEP_GEMM,),
         alias_of="deepgemm",
+        kernels=DEEP_GEMM_KERNELS,
         source=f"{_EXEC} (help: 'auto (default; DeepGEMM on CUDA, aiter on ROCm)')",
     ),
-    "deepgemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", source=_EXEC),
+    "deepgemm": Backend(
+        "so",
+        (DEEP_GEMM,),
+        note="DeepGEMM (sgl-deep-gemm)",
+        source=_EXEC,
+        kernels=DEEP_GEMM_KERNELS,
+    ),
     "cutedsl": Backend(
         "unknown", note="CuTe DSL kernel, 'SM 100 (Blackwell) only' per sglang's help", source=_EXEC
     ),
@@ -245,13 +314,29 @@ DSA_LOGITS_BACKENDS: dict[str, Backend] = {
 
 #: --fp8-gemm-backend values ("auto": chosen at load time from the checkpoint, not computed).
 FP8_GEMM_BACKENDS: dict[str, Backend] = {
-    "deep_gemm": Backend("so", (DEEP_GEMM,), note="DeepGEMM (sgl-deep-gemm)", source=_EXEC),
+    "deep_gemm": Backend(
+        "so",
+        (DEEP_GEMM,),
+        note="DeepGEMM (sgl-deep-gemm)",
+        source=_EXEC,
+        kernels=DEEP_GEMM_KERNELS,
+    ),
     "flashinfer_trtllm": Backend(
         "cubin",
         cubins=_GEMM,
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM GEMM cubins",
         source=_EXEC,
+        gates=(
+            (
+                "sglang",
+                "sglang/srt/layers/quantization/fp8_utils.py:_dispatch_explicit_backend:"
+                "--fp8-gemm-backend=flashinfer_trtllm",
+            ),
+            *_FI_GEMM_GATE,
+        ),
+        fix="--fp8-gemm-backend cutlass (sglang's SM120 FP8 GEMM, fp8_utils.py "
+        "_dispatch_explicit_backend) or flashinfer_cutlass",
     ),
     "flashinfer_cutlass": Backend("jit", needs=_FLASHINFER, note="flashinfer CUTLASS, JIT"),
     "flashinfer_deepgemm": Backend("unknown", note="'Hopper SM90 only' per sglang's help"),
@@ -272,8 +357,11 @@ FP4_GEMM_BACKENDS: dict[str, Backend] = {
         "cubin",
         cubins=_GEMM,
         needs=_FLASHINFER,
-        note="flashinfer's TensorRT-LLM FP4 GEMM cubins",
+        note="flashinfer's TensorRT-LLM FP4 GEMM cubins (flashinfer/gemm/gemm_base.py "
+        "mm_fp4 'trtllm': get_trtllm_gemm_module().trtllm_fp4_gemm_runner)",
         source=_EXEC,
+        gates=_FI_GEMM_GATE,
+        fix="--fp4-gemm-backend flashinfer_cutlass",
     ),
     "marlin": Backend("unknown", note="Marlin W4A16: not modelled"),
 }
@@ -312,7 +400,10 @@ class Rule:
 
     `when`: launch settings that trigger it (key -> accepted values; "prefill"/"decode"/"any"
     attention keys match the backend each phase resolves to); `majors`: compute capability
-    majors it applies to; `versions`: (distribution, PEP 440 specifier) pairs, any matching.
+    majors it applies to; `versions`: (distribution, PEP 440 specifier set) pairs, the range
+    it was verified in: it applies only when every one of those distributions that is
+    installed is inside its range (and one is installed); each range is closed above, so a
+    newer release is outside until someone re-reads the source (`Rule.scope`).
     """
 
     id: str
@@ -327,6 +418,41 @@ class Rule:
     #: the rule when a new release no longer has that module or it now has code for the arch
     #: (sm120kit/preflight/recheck.py).
     cites: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for dist, spec in self.versions:
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier:
+                raise ValueError(
+                    f"rule {self.id}: {dist}{spec!r} is not a PEP 440 specifier set"
+                ) from None
+
+    def scope(
+        self, versions: Mapping[str, str | None], holder: str = "the env has"
+    ) -> tuple[bool, str]:
+        """Whether the installed `versions` ({distribution: version or None}) are inside the
+        range the rule was verified for, and the words saying so (``applies to sglang
+        0.5.23``, or why not: the distribution and version outside, or none installed)."""
+        named = ", ".join(f"{d}{s}" for d, s in self.versions)
+        have = [(d, s, versions.get(d)) for d, s in self.versions if versions.get(d)]
+        if not have:
+            dists = ", ".join(dict.fromkeys(d for d, _s in self.versions))
+            return False, f"verified for {named}; none of {dists} is installed"
+        outside = [(d, s, v) for d, s, v in have if not version_in(s, str(v))]
+        if outside:
+            got = ", ".join(f"{d} {v} (outside {s})" for d, s, v in outside)
+            return False, f"verified for {named}; {holder} {got}"
+        return True, "applies to " + ", ".join(f"{d} {v}" for d, _s, v in have)
+
+
+def version_in(spec: str, version: str) -> bool:
+    """Whether PEP 440 `version` is in specifier set `spec` (pre-releases included; a local
+    label such as ``+cu130`` is the same release). A version that is not PEP 440 is outside."""
+    try:
+        return SpecifierSet(spec).contains(Version(version).public, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
 
 
 RULES: tuple[Rule, ...] = (
@@ -363,7 +489,7 @@ RULES: tuple[Rule, ...] = (
         "fail",
         {"attention": ("trtllm_mla",)},
         (12,),
-        (("sglang", ">=0.5.10"), ("flashinfer-python", "<=0.7.2")),
+        (("sglang", ">=0.5.10,<=0.5.23"), ("flashinfer-python", "<=0.7.2")),
         "trtllm_mla reaches flashinfer's TllmGenFmhaRunner, which rejects SM120 with "
         "'Unsupported architecture' (sglang allows trtllm_mla on every Blackwell, SM12x "
         "included)",
@@ -411,19 +537,26 @@ RULES: tuple[Rule, ...] = (
         "fail",
         {"moe": ("deep_gemm",)},
         (12,),
-        (("sglang", ">=0.5.10"),),
+        # Closed below 0.5.23: sglang 0.5.23 serves DeepGEMM on SM120 (deep_gemm_wrapper/
+        # configurer.py probes the SM120 APIs, moe_runner/deep_gemm_sm120.py), and its pin
+        # sgl-deep-gemm 0.2.3.post2 ships SM120 kernels (deep_gemm/include/deep_gemm/impls/
+        # sm120_*.cuh): lock.draft's recheck flags the rule against that release's files.
+        (("sglang", ">=0.5.10,<0.5.23"),),
         "DeepGEMM asserts 'Unsupported architecture' on SM120 (no TMEM/tcgen05); "
         "DeepSeek-class models crash before loading",
         "--moe-runner-backend triton (or flashinfer_cutlass / flashinfer_mxfp4 for MXFP4)",
         "sgl-project/sglang#24047 (SM120 fallbacks for DeepGEMM, FlashMLA, Marlin MXFP4); "
-        "deepseek-ai/DeepGEMM#305 (no SM120 support planned upstream)",
+        "deepseek-ai/DeepGEMM#305 (no SM120 support planned upstream); disproved for sglang "
+        "0.5.23 by its wheel (sglang/srt/layers/deep_gemm_wrapper/configurer.py "
+        "_compute_enable_deep_gemm) and sgl-deep-gemm 0.2.3.post2's (impls/sm120_*.cuh)",
+        cites=(("sgl-deep-gemm", "deep_gemm/"),),
     ),
     Rule(
         "marlin-mxfp4-sm120",
         "warn",
         {"moe": ("marlin",), "quantization": ("mxfp4",)},
         (12,),
-        (("sglang", ">=0.5.10"),),
+        (("sglang", ">=0.5.10,<=0.5.23"),),
         "Marlin MXFP4 MoE was reported to produce NaN on SM120 (later sglang made "
         "flashinfer_mxfp4 the SM120 default for DeepSeek V4)",
         "--moe-runner-backend flashinfer_mxfp4",

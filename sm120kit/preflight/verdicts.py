@@ -15,14 +15,11 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
 from ..stack.catalogue import Catalogue
 from .fixes import alternatives, is_installed, missing_fix, shorten_resolution
-from .from_catalogue import cubin_coverage, with_catalogue
+from .from_catalogue import cubin_coverage, gate_refusals, kernel_sources, with_catalogue
 from .host import (
     CC,
     Check,
@@ -36,6 +33,7 @@ from .host import (
     stack_check,
 )
 from .launch import Launch, server_args
+from .recheck import premise_disproved
 from .rules import (
     A2A_BACKENDS,
     ATTENTION_BACKENDS,
@@ -352,6 +350,20 @@ def backend_verdict(
             f"{label}: {entry.note or 'not modelled'} (modules not checked)",
             evidence,
         )
+    if entry.gates and cc is not None:
+        # The package's own arch gate on this path, read from the installed release's source
+        # (the catalogue): a refusal there ends the launch whatever the kernels are.
+        installed = {d: (v or {}).get("version") for d, v in dists.items()}
+        refused = gate_refusals(entry.gates, installed, cc_text(cc), cats)
+        if refused:
+            evidence["gates"] = refused
+            return check(
+                f"{role}_backend",
+                "fail",
+                f"{label}: {entry.note}: refused on {where} by " + "; ".join(refused),
+                evidence,
+                entry.fix or alternatives(table, probe, cc, name, role),
+            )
     missing = [d for d in entry.needs if not is_installed(probe, d)]
     if missing:
         return check(
@@ -361,6 +373,20 @@ def backend_verdict(
             evidence,
             missing_fix(probe, missing, alternatives(table, probe, cc, name, role)),
         )
+    if entry.kind == "undecided":
+        return check(f"{role}_backend", "unknown", f"{label}: unknown: {entry.note}", evidence)
+    if entry.kernels and cc is not None:
+        # A JIT package: its per-arch kernel sources in the installed release (catalogue).
+        installed = {d: (v or {}).get("version") for d, v in dists.items()}
+        sources = kernel_sources(entry.kernels, installed, cc_text(cc), cats)
+        if sources is not None:
+            return check(
+                f"{role}_backend",
+                sources[0],
+                f"{label}: {entry.note}: {sources[1]}",
+                evidence,
+                alternatives(table, probe, cc, name, role) if sources[0] == "fail" else None,
+            )
     if entry.kind == "cubin":
         # Judged with the catalogue's cubin-set facts when it has them; else unknown, never
         # a pass (what is known about these kernels on this GPU is then in the rules).
@@ -378,7 +404,7 @@ def backend_verdict(
             status,
             f"{label}: {entry.note}: {why}",
             evidence,
-            alternatives(table, probe, cc, name, role) if status == "fail" else None,
+            (entry.fix or alternatives(table, probe, cc, name, role)) if status == "fail" else None,
         )
     if entry.kind in ("jit", "torch"):
         return check(
@@ -549,40 +575,30 @@ def rule_applies(rule: Rule, launch: Launch, phases: Mapping[str, Any], cc: CC |
     return all(_setting(launch, phases, key) & set(values) for key, values in rule.when.items())
 
 
-def version_match(rule: Rule, versions: Mapping[str, str | None]) -> str | None:
-    """The "dist version" the rule was verified for that is installed, or None."""
-    for dist, spec in rule.versions:
-        have = versions.get(dist)
-        if not have:
-            continue
-        try:
-            if Version(have) in SpecifierSet(spec):
-                return f"{dist} {have}"
-        except (InvalidVersion, InvalidSpecifier):
-            continue
-    return None
-
-
 def rule_checks(
     launch: Launch,
     phases: Mapping[str, Any],
     cc: CC | None,
     versions: Mapping[str, str | None],
     rules: Iterable[Rule] = RULES,
+    cats: Sequence[Catalogue] = (),
 ) -> list[Check]:
-    """One check per known-bad combination the launch hits (warn when outside its versions)."""
+    """One check per known-bad combination the launch hits: a warning, not a failure, when
+    the env is outside the range the rule was verified for (`Rule.scope`) or the installed
+    release's files disprove its premise (`recheck.premise_disproved`), saying why."""
     out = []
+    where = cc_text(cc) if cc else "?"
     for rule in rules:
         if not rule_applies(rule, launch, phases, cc):
             continue
-        matched = version_match(rule, versions)
-        status, scope = rule.status, f"applies to {matched}"
-        if matched is None:
-            status = "warn"
-            named = ", ".join(f"{d}{s}" for d, s in rule.versions)
-            scope = f"verified for {named} only; the env has other versions"
+        inside, scope = rule.scope(versions)
+        status = rule.status
+        if not inside:
+            status, scope = "warn", f"{scope}: not applied outside that range"
+        disproved = premise_disproved(rule, versions, cats, where) if inside else []
+        if disproved:
+            status, scope = "warn", f"{scope}; not applied: " + "; ".join(disproved)
         evidence = {"rule": rule.id, "source": rule.source, "scope": scope}
-        where = cc_text(cc) if cc else "?"
         out.append(
             check(
                 f"rule:{rule.id}",
@@ -628,7 +644,7 @@ def judge(
     checks += moe_checks(launch, probe, cc, cats)
     if res.get("backends"):
         checks += field_checks(launch, res["backends"], probe, cc, cats)
-    checks += rule_checks(launch, phases, cc, versions)
+    checks += rule_checks(launch, phases, cc, versions, RULES, cats)
     checks += [
         gpu_count_check(launch, facts),
         gpu_memory_check(launch, facts),

@@ -169,6 +169,33 @@ class CubinSet:
         return UNKNOWN, f"{self.name}: {arch} not judged by the catalogue"
 
 
+@dataclass(frozen=True)
+class ArchGate:
+    """A check in a package's own code that admits only some GPUs on a path (a C++
+    ``CHECK(mSM == kSM_100 || ..., "Unsupported architecture")``, a JIT module's
+    ``supported_major_versions=[10, 11]``, an ``if not is_sm100: raise``), read from the
+    wheel's source (`catalogue_gates`, docs/catalogue.md "Arch gates").
+
+    `name`: ``<path in the wheel>:<symbol>`` (the function or class holding it, and for a
+    raise the flag its message names), what preflight's tables refer to; `kind`: which reader
+    found it; `archs`: the capabilities it admits (``"10.0"``, or ``"10.x"`` for a major);
+    `source`: ``<path>:<line> <symbol>``; `text`: the gate as written (one line);
+    `not_on`: per target arch judged, why the gate refuses it.
+    """
+
+    name: str
+    kind: str
+    archs: tuple[str, ...]
+    source: str
+    text: str = ""
+    not_on: dict[str, str] = field(default_factory=dict)
+
+    def admits(self, arch: str) -> bool:
+        """Whether capability `arch` (``"12.0"``) passes the gate."""
+        major = arch.split(".", 1)[0]
+        return any(a == arch or a == f"{major}.x" for a in self.archs)
+
+
 def specifier(text: str, where: str = "") -> SpecifierSet:
     """A PEP 440 specifier set (a fact's version range); RecipeError naming `where`."""
     try:
@@ -190,6 +217,12 @@ class ReleaseFacts:
     jit_lookup: tuple[str, ...] = ()
     cubin_sets: tuple[CubinSet, ...] = ()
     when: tuple[str, ...] = ()
+    #: Arch gates read from the package's source (empty for catalogues made before).
+    arch_gates: tuple[ArchGate, ...] = ()
+
+    def gate(self, name: str) -> ArchGate | None:
+        """The arch gate of that name (``<path>:<symbol>``), or None when none was read."""
+        return next((g for g in self.arch_gates if g.name == name), None)
 
     def specifiers(self) -> tuple[str, ...]:
         """The version ranges the facts hold for: ``==v`` per version read, then `when`."""
@@ -225,7 +258,7 @@ class ReleaseFacts:
     def _shape(self) -> tuple[Any, ...]:
         mods = sorted((replace(m, nvcc=None) for m in self.modules()), key=lambda m: m.path)
         return (tuple(mods), self.cuda_requires, self.loader, self.jit_lookup,
-                self.cubin_sets, self.when)  # fmt: skip
+                self.cubin_sets, self.when, self.arch_gates)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -452,6 +485,35 @@ def _cubin_set(doc: Any, where: str) -> CubinSet:
     )
 
 
+def _gate_doc(gate: ArchGate) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": gate.name, "kind": gate.kind, "archs": list(gate.archs)}
+    doc["source"] = gate.source
+    if gate.text:
+        doc["text"] = gate.text
+    if gate.not_on:
+        doc["not_on"] = dict(gate.not_on)
+    return doc
+
+
+def _arch_gate(doc: Any, where: str) -> ArchGate:
+    if not isinstance(doc, dict) or not all(
+        isinstance(doc.get(k), str) for k in ("name", "kind", "source")
+    ):
+        raise _bad(where, "an arch_gate needs a name, kind and source")
+    where = f"{where} arch_gate {doc['name']}"
+    not_on = doc.get("not_on") or {}
+    if not isinstance(not_on, dict) or not all(isinstance(v, str) for v in not_on.values()):
+        raise _bad(where, "not_on: expected { arch = reason }")
+    return ArchGate(
+        name=doc["name"],
+        kind=doc["kind"],
+        archs=_strs(doc.get("archs", []), f"{where} archs"),
+        source=doc["source"],
+        text=str(doc.get("text", "")),
+        not_on=dict(not_on),
+    )
+
+
 def dump(cat: Catalogue, header: list[str]) -> str:
     """The catalogue as TOML text, `header` lines as leading comments; releases by name."""
     lines = [f"# {h}" for h in header]
@@ -484,6 +546,9 @@ def dump(cat: Catalogue, header: list[str]) -> str:
         for cset in rel.cubin_sets:
             lines += ["", "[[release.cubin_set]]"]
             lines += [f"{k} = {_value(v)}" for k, v in _cubin_doc(cset).items()]
+        for gate in rel.arch_gates:
+            lines += ["", "[[release.arch_gate]]"]
+            lines += [f"{k} = {_value(v)}" for k, v in _gate_doc(gate).items()]
         for wheel in rel.wheels:
             lines += [
                 "",
@@ -582,6 +647,7 @@ def parse(doc: dict[str, Any], source: str = "") -> Catalogue:
                 jit_lookup=_strs(rel.get("jit_lookup", []), f"{where} jit_lookup"),
                 cubin_sets=tuple(_cubin_set(c, where) for c in rel.get("cubin_set") or []),
                 when=_when(rel.get("when", []), f"{where} when"),
+                arch_gates=tuple(_arch_gate(g, where) for g in rel.get("arch_gate") or []),
             )
         )
     aliases = head.get("aliases") or {}

@@ -7,7 +7,8 @@ Read from each wheel: every shared object's fatbin targets (loaded, relocatable,
 containers elsewhere in the file), its ``NEEDED libcudart.so.N`` and the nvcc release string,
 the METADATA's CUDA requirements, the loader's per-arch directories (from the package's own
 Python source, when it has per-arch module directories), the files that look up a CUDA
-toolchain at run time and the cubin sets it ships or names (`catalogue_cubins`). Pure-Python
+toolchain at run time, the cubin sets it ships or names (`catalogue_cubins`) and the arch
+gates its source writes (`catalogue_gates`). Pure-Python
 wheels are read too: every distribution of the lock has an entry.
 """
 
@@ -49,6 +50,7 @@ from .catalogue import (
     norm,
 )
 from .catalogue_cubins import cubin_sets, resolve_shipped
+from .catalogue_gates import arch_gates
 from .draft import obtain, release_cache
 from .lock import LOCK_FILE, LockEntry, load_lock
 
@@ -330,6 +332,7 @@ def read_wheel(path: Path, entry: LockEntry, targets: tuple[str, ...]) -> Read:
             loader=read_loader(zf),
             jit_lookup=jit_lookup(zf),
             cubin_sets=cubin_sets(zf, dist, targets),
+            arch_gates=arch_gates(zf, dist, entry.version, targets),
         )
     return Read(release, time.monotonic() - start)
 
@@ -348,6 +351,9 @@ def _one_version(releases: list[ReleaseFacts]) -> list[ReleaseFacts]:
             loader=have.loader or rel.loader,
             jit_lookup=tuple(dict.fromkeys(have.jit_lookup + rel.jit_lookup)),
             cubin_sets=_union_sets(have.cubin_sets, rel.cubin_sets),
+            arch_gates=have.arch_gates + tuple(
+                g for g in rel.arch_gates if g.name not in {h.name for h in have.arch_gates}
+            ),
         )  # fmt: skip
     return list(out.values())
 
