@@ -46,10 +46,6 @@ from sm120kit.remote.lib import uv_sync
 WORKER = r"""
 import compileall, json, os, py_compile, sys, warnings
 warnings.filterwarnings("ignore")
-try:
-    os.nice(NICE)
-except (AttributeError, OSError):
-    pass
 mode = os.environ.get("PYC_INVALIDATION_MODE")
 mode = py_compile.PycInvalidationMode[mode] if mode else None
 if mode is None:
@@ -66,13 +62,11 @@ for line in sys.stdin:
     sys.stdout.flush()
 """
 
-#: The compile workers' niceness: below uv's batches and the downloads, which feed them. At the
-#: same priority they took the cores from the uv run unpacking the next batch (one of 6 files
-#: took 16 s), so the modules to compile arrived late and the step ended on a long compile
-#: alone; below it, compiling fills whatever the rest leaves idle, and at the end, alone, it
-#: has the cores anyway.
-NICE = 10
-WORKER = WORKER.replace("NICE", str(NICE))
+# The compile workers run at the priority of everything else, as uv's own compile does (uv
+# 0.13.9's binary imports neither setpriority nor nice: ``nm -D`` of the wheel's
+# ``uv-0.13.9.data/scripts/uv``): at nice 10 they starved beside any other
+# load on the machine (a bench round next to two busy processes: all files installed at
+# 103-116 s, then 100-130 s more of compiling), which uv's install never does.
 
 #: The most paths one worker is handed at once; fewer near the end, so that no worker is
 #: left with a long chunk while the others idle.
