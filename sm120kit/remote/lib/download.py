@@ -96,12 +96,8 @@ def download(url, dest, sha256="", timeout=60, direct=False):
         os.makedirs(parent)
     digest = hashlib.sha256()
     try:
-        with (
-            open(dest, "wb") as out,
-            (direct_opener() if direct else opener()).open(
-                request_of(url), timeout=timeout
-            ) as resp,
-        ):
+        chosen = direct_opener() if direct else opener()
+        with open(dest, "wb") as out, chosen.open(request_of(url), timeout=timeout) as resp:
             expected = resp.headers.get("Content-Length")
             total = 0
             while True:
