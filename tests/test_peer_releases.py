@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sm120kit.cache.key import compute_key
 from sm120kit.cache.peers import Peers
+from sm120kit.cache.s3 import S3Store
+from sm120kit.cache.wheels import cache_for
 from sm120kit.inventory.host import Host
-from sm120kit.ops.stack_files import obtain_release
+from sm120kit.ops.stack_files import obtain_release, release_inputs
 from sm120kit.remote.lib.peers import mirror_problem
 from sm120kit.runner.connection import ConnectOptions
 from sm120kit.runner.host_context import HostContext
 from sm120kit.runner.pool import Runner, RunOptions
 from sm120kit.stack.lock import LockEntry
+from tests.conftest import S3_BUCKET
 from tests.support.fleet import Fleet
 from tests.support.tiny_index import make_wheel, serve, sha256_of
 
@@ -144,3 +149,46 @@ def test_a_host_waits_for_the_download_in_flight_then_takes_it_from_that_peer() 
     peers.leave("a")
     assert peers.claim("s", "c") is None  # a left: c gets it another way
     assert peers.claim("t", "b", wait_s=0) is None
+
+
+def test_a_wheel_in_an_s3_store_is_taken_by_the_host_from_a_presigned_url(
+    fleet: Fleet, tmp_path: Path, s3_endpoint: str
+) -> None:
+    """A released file already in a shared S3 store (moto's real S3 server on loopback): the
+    host downloads it from the bucket by a presigned URL (its sha256 checked there), and the
+    controller relays none of its bytes. The URL's signature is in no log of the run."""
+    files = tmp_path / "files"
+    wheel = make_wheel(files, "peer-s3", "1.0")
+    entry = _entry(wheel, "http://127.0.0.1:9/simple")  # an index that answers nothing
+    prefix = f"tests/{tmp_path.name}"
+    store = S3Store(S3_BUCKET, prefix, endpoint_url=s3_endpoint)
+    inputs = release_inputs(entry)
+    store.put(compute_key(inputs), wheel, {"inputs": inputs.to_dict()})
+    sim = fleet.by_name("gpu8")
+    host = Host("gpu8", vars={**fleet.all_vars(sim), "work_root": str(tmp_path / "gpu8")})
+    got: list[tuple[str, int]] = []
+    stats: dict[str, int] = {}
+
+    def op(ctx: HostContext) -> None:
+        dest = posixpath.join(str(ctx.host.work_root), "releases", entry.sha256, entry.filename)
+        got.append(obtain_release(ctx, entry, dest, indexes=("http://127.0.0.1:9",)))
+        stats.update(cache_for(ctx.runner).stats)
+
+    runner = Runner(
+        RunOptions(
+            run_root=str(tmp_path / "runs"),
+            connect=ConnectOptions(known_hosts=str(fleet.known_hosts)),
+        )
+    )
+    spec = {"type": "s3", "name": "bucket", "bucket": S3_BUCKET, "prefix": prefix,
+            "endpoint_url": s3_endpoint}  # fmt: skip
+    runner.settings = {"cache": {"controller": str(tmp_path / "store"), "stores": [spec]}}
+    result = runner.run("s3", [host], op)
+    assert result.hosts["gpu8"].status == "ok", result.hosts["gpu8"].error
+    assert got == [("cache:bucket", 0)]
+    assert stats.get("direct_to_hosts") == 1 and not stats.get("bytes_to_hosts"), stats
+    placed = tmp_path / "gpu8" / "releases" / entry.sha256 / entry.filename
+    assert hashlib.sha256(placed.read_bytes()).hexdigest() == entry.sha256
+    logs = "".join(p.read_text() for p in (tmp_path / "runs").rglob("*.log"))
+    signatures = re.findall(r"Signature=([^&\s\"']+)", logs)
+    assert signatures and set(signatures) == {"****"}, signatures

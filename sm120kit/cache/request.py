@@ -70,6 +70,10 @@ class WheelRequest:
     #: instead of being made at once (each a call made later, off the host's critical path,
     #: `WheelCache.fill`). None: published at once.
     later: list[DeferredPut] | None = None
+    #: With a download: how the host takes a store's wheel by itself from a URL the store
+    #: gives (`Store.download_url`: a presigned S3 URL), ``direct(url, filename, sha256)``,
+    #: True once it is in `dest_dir` with that sha256. None, or False: relayed as before.
+    direct: Callable[[str, str, str], bool] | None = None
 
     @property
     def work(self) -> str:

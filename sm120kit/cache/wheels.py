@@ -102,6 +102,7 @@ class WheelCache:
         *,
         download: bool = False,
         defer: bool = False,
+        direct: Callable[[str, str, str], bool] | None = None,
     ) -> Obtained:
         """The wheel for ``inputs`` in ``dest_dir`` on ctx's host, from a cache or a build.
 
@@ -109,7 +110,8 @@ class WheelCache:
         (one host per key, as for a miss) and replaces the stored one. `download`: `build`
         fetches a released file (sm120kit/ops/stack_files.py): any host may, and ``dest_dir``
         is the host's own copy, so the host store is left out. `defer` (with `download`): a
-        download's store puts wait for `deferred` (the host goes on at once)."""
+        download's store puts wait for `deferred` (the host goes on at once). `direct`: how the host
+        takes a store's wheel from the store's own URL (`WheelRequest.direct`)."""
         key = compute_key(inputs)
         sources = self._stores.sources(ctx)
         if download:
@@ -124,6 +126,8 @@ class WheelCache:
         req = WheelRequest(
             ctx, inputs, key, build, dest_dir, sources, rebuild=rebuild, any_host=download
         )
+        if download:
+            req.direct = direct
         if defer and download:
             with self._later_lock:
                 req.later = self._later.setdefault(ctx.host.name, [])

@@ -78,10 +78,22 @@ def shown(url):
 _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@\"'<>]*):[^/\s@\"'<>]*@")
 
 
+#: The parts of a presigned URL's query that are its credentials (S3's SigV4 and SigV2).
+_SIGNED = re.compile(
+    r"((?:X-Amz-(?:Signature|Credential|Security-Token)|Signature|AWSAccessKeyId)=)[^&\s\"'<>]+",
+    re.IGNORECASE,
+)
+
+
 def redact_text(text):
-    """`text` with the password of every URL in it shown as ``****``: the one filter every
-    output channel (console, --json, run logs, result.json) passes text through."""
-    return _USERINFO.sub(r"\1:****@", text) if "@" in text else text
+    """`text` with the password of every URL in it shown as ``****``, and a presigned URL's
+    signature and credential too: the one filter every output channel (console, --json, run
+    logs, result.json) passes text through."""
+    if "@" in text:
+        text = _USERINFO.sub(r"\1:****@", text)
+    if "=" in text:
+        text = _SIGNED.sub(r"\1****", text)
+    return text
 
 
 def download(url, dest, sha256="", timeout=60, direct=False):

@@ -127,19 +127,35 @@ def mirror_problem(url, entry):
     return None
 
 
-def from_mirrors(entry, timeout):
-    """Try `entry`'s ``mirrors`` (peer URLs) in order; returns (placed, bytes, refusals).
+def store_url_problem(url):
+    """Why `url` is not a store's download URL (a presigned S3 URL; None when it is): http(s),
+    a host, no userinfo (its credentials, if any, are in its signed query)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return "not a valid URL (%s)" % exc
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return "not an http(s)://host URL"
+    return None
 
-    Each is downloaded beside `dest`, past any proxy (a peer is on the hosts' own network),
-    and renamed in only once its sha256 is the lock's; a file with other bytes is removed and
-    refused (one line in `refusals`), and the next mirror is tried. Nothing is tried when
-    `dest` is there already (`obtain` judges that file)."""
+
+def from_mirrors(entry, timeout):
+    """Try `entry`'s ``mirrors`` in order; returns (placed, bytes, refusals).
+
+    A mirror is a peer's URL (a string: downloaded past any proxy, a peer is on the hosts'
+    own network) or a store's (``{"url", "store"}``: a presigned S3 URL, through the proxy
+    the index would use). Each is downloaded beside `dest` and renamed in only once its
+    sha256 is the lock's; a file with other bytes is removed and refused (one line in
+    `refusals`), and the next mirror is tried. Nothing is tried when `dest` is there already
+    (`obtain` judges that file)."""
     dest, want = entry["dest"], entry["sha256"]
     refusals = []
     if os.path.isfile(dest):
         return False, 0, refusals
-    for url in entry.get("mirrors") or []:
-        problem = mirror_problem(url, entry)
+    for mirror in entry.get("mirrors") or []:
+        store = isinstance(mirror, dict)
+        url = mirror["url"] if store else mirror
+        problem = store_url_problem(url) if store else mirror_problem(url, entry)
         if problem is not None:
             refusals.append("%s: %s; not used" % (redact_text(url), problem))
             continue
@@ -148,7 +164,7 @@ def from_mirrors(entry, timeout):
             os.makedirs(parent, exist_ok=True)
         part = "%s.%d-%d.peer.part" % (dest, os.getpid(), threading.get_ident())
         try:
-            got = download(url, part, "", timeout=timeout, direct=True)
+            got = download(url, part, "", timeout=timeout, direct=not store)
         except DownloadFailed as exc:
             refusals.append(redact_text(str(exc)))
             continue
