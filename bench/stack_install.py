@@ -17,9 +17,10 @@ machine, from the same URLs, each file checked against the lock's sha256, with c
   cache, sha256, verification of every compiled release for the target driver and arch, uv's
   offline sync of the verified files with bytecode). The whole provision (toolkit, stack
   smoke: work uv does not do) is shown beside it;
-- **a second host from the stores**: another host (``s2``, 127.0.0.110; ``local2``) with its
-  own empty ``work_root``, provisioned right after from the controller store the first one
-  filled: its stack step and the bytes it downloaded from the index (goal: 0).
+- **a second host from the stores** (first round only): another host (``s2``, 127.0.0.110;
+  ``local2``) with its own empty ``work_root``, provisioned right after, in a run of its own,
+  from the controller store the first one filled: its stack step and the bytes it downloaded
+  from the index (goal: 0).
 
 The order alternates between rounds (``--rounds`` 2: uv, uv-compile, tool in round 0, the
 reverse in round 1) so that a warming network cache or other load falls on all alike, and
@@ -167,10 +168,13 @@ def inventory(work: Path, driver: str, arch: str, fleet: Fleet | None) -> tuple[
     return inv, names
 
 
-def tool(work: Path, driver: str, arch: str, fleet: Fleet | None) -> dict[str, Any]:
+def tool(
+    work: Path, driver: str, arch: str, fleet: Fleet | None, *, second: bool = True
+) -> dict[str, Any]:
     """`invoke provision` of the recipe's stack on a fresh work_root (host ``s1``, or
-    ``local``), then on a second fresh host from the stores the first filled."""
+    ``local``), then (`second`) on a second fresh host from the stores the first filled."""
     inv, names = inventory(work, driver, arch, fleet)
+    names = names if second else names[:1]
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -251,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                 work.mkdir(parents=True)
                 with hog(args.hog if hogged else 0):
                     if which == "tool":
-                        got[which] = tool(work, args.driver, args.arch, fleet)
+                        # The second host (from the stores) in the first round only.
+                        got[which] = tool(work, args.driver, args.arch, fleet, second=i == 0)
                     else:
                         got[which] = uv_install(work, args.lock, compile_bytecode=which != "uv")
                 print(
@@ -268,13 +273,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("round  hog  uv s   uv --compile-bytecode s  stack step s  ratio  second host  load")
     for i, r in enumerate(rows):
-        first, second = r["tool"]["first"], r["tool"]["second"]
+        first, second = r["tool"]["first"], r["tool"].get("second")
         ratio = first["stack_s"] / r["uv-compile"]["wall_s"]
         loads = [r["uv"]["load"], r["uv-compile"]["load"], first["load"]]
         print(
             f"{i:5d}  {r['hog']:3d}  {r['uv']['wall_s']:5.1f}  {r['uv-compile']['wall_s']:23.1f}  "
-            f"{first['stack_s']:12.1f}  {ratio:4.2f}x  {second['stack_s']:7.1f} s, "
-            f"{second['index_bytes']} index bytes  {loads}"
+            f"{first['stack_s']:12.1f}  {ratio:4.2f}x  "
+            + (
+                f"{second['stack_s']:7.1f} s, {second['index_bytes']} index bytes"
+                if second
+                else "-"
+            )
+            + f"  {loads}"
         )
     uv_s = sum(r["uv"]["wall_s"] for r in rows)
     uvc_s = sum(r["uv-compile"]["wall_s"] for r in rows)
