@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    shutil.rmtree(args.work / "fleet", ignore_errors=True)  # a stopped run's keys and sshd dirs
     fleet = None if args.local else Fleet(args.work / "fleet", HOSTS).start()
     rows: list[dict[str, Any]] = []
     try:
