@@ -486,9 +486,10 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
     fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
     """A fleet of three provisioning one lock: every file leaves the index once (counted by
-    the index server), one host per file downloads it and the wheel stores hand it to the
-    others; a fourth host provisioned with the index gone installs from the stores alone; a
-    rerun of the three changes nothing and asks the index for nothing."""
+    the index server), one host per file downloads it and the others take it from a peer host
+    that holds it (host to host, not through the controller store); the stores are filled
+    after the step; a fourth host provisioned with the index gone installs from the stores
+    alone; a rerun of the three changes nothing and asks the index for nothing."""
     files, _url = index
     served: list[str] = []
     store = tmp_path / "controller-store"

@@ -293,6 +293,12 @@ BATCH_BYTES = 256 << 20
 #: took 21 s, and held 17,900 of the lock's modules back all that time).
 BACKLOG = 2000
 BUSY_BYTES = 768 << 20
+#: Modules per MB under which a file is light: it feeds the compile workers (almost)
+#: nothing, so nothing waits for its batch's end. Light files pending alone go in one batch,
+#: whatever their size: uv unpacks a batch's files in parallel, and capped batches of two or
+#: three such files (the real lock's CUDA libraries, 500-800 MB each) ran one after another,
+#: 12-20 s each, for the last 50 s of a step whose files had all arrived.
+LIGHT = 1.0
 
 
 def py_files(path):
@@ -319,12 +325,19 @@ def density(entry):
     return entry.get("modules", 0) / float(max(1, _size(entry)))
 
 
+def light(entry):
+    """Whether an entry's module count is known and under `LIGHT` per MB."""
+    return "modules" in entry and entry["modules"] < LIGHT * _size(entry) / float(1 << 20)
+
+
 def take_batch(pending, backlog=0):
     """The entries of `pending` that make the next batch: the densest first (most modules per
     byte: what keeps the compile workers busy soonest), at least one (a bigger file goes
     alone). While the workers have fewer than `BACKLOG` modules queued (`backlog`), at most
-    `BATCH_FILES` files and `BATCH_BYTES`; after, any number of files up to `BUSY_BYTES`. Ties
-    keep the order of arrival."""
+    `BATCH_FILES` files and `BATCH_BYTES`; after, any number of files up to `BUSY_BYTES`. When
+    every pending file is `light`, all of them at once. Ties keep the order of arrival."""
+    if pending and all(light(e) for e in pending):
+        return list(pending)
     order = sorted(pending, key=density, reverse=True)
     busy = backlog >= BACKLOG
     files = len(order) if busy else BATCH_FILES
