@@ -8,25 +8,32 @@ machine, from the same URLs, each file checked against the lock's sha256, with c
   version the tool pins);
 - **uv --compile-bytecode**: the same, with bytecode compiled as the tool's env is (the
   like-for-like figure);
-- **the tool**: ``invoke provision -H local`` on a fresh ``work_root`` with host vars
-  ``provision_stack: true`` and ``provision_packages: []``, an empty controller wheel store
-  and no controller release cache, so every file is downloaded by the host and stored as on
-  a fleet's first host. The figure compared is its **stack step** (download through the wheel
+- **the tool**: ``invoke provision -H s1`` of a loopback SSH host (a real sshd on
+  127.0.0.109, tests/support/fleet.py, GPU simulated: host vars ``target_driver`` and
+  ``target_arch``; ``--local``: the ``local`` host instead) on a fresh ``work_root`` with host
+  vars ``provision_stack: true`` and ``provision_packages: []``, an empty controller wheel
+  store and no controller release cache, so every file is downloaded by the host from the
+  index, and the controller store filled after the step, as on a fleet's first host. The figure compared is its **stack step** (download through the wheel
   cache, sha256, verification of every compiled release for the target driver and arch, uv's
   offline sync of the verified files with bytecode). The whole provision (toolkit, stack
   smoke: work uv does not do) is shown beside it;
-- **a second host from the stores**: another ``local`` host with its own empty
-  ``work_root``, provisioned right after from the controller store the first one filled:
-  its stack step and the bytes it downloaded from the index (goal: 0).
+- **a second host from the stores** (first round only): another host (``s2``, 127.0.0.110;
+  ``local2``) with its own empty ``work_root``, provisioned right after, in a run of its own,
+  from the controller store the first one filled: its stack step and the bytes it downloaded
+  from the index (goal: 0).
 
 The order alternates between rounds (``--rounds`` 2: uv, uv-compile, tool in round 0, the
 reverse in round 1) so that a warming network cache or other load falls on all alike, and
 each contender starts after `settle()`: the disk's writeback done, the page cache dropped.
-Reports wall seconds, the ratio stack step / uv (goal: at most 1.15x) and the bytes each
-received (from /proc/net/dev, all interfaces but lo, so other traffic counts too).
+Then ``--hog-rounds`` (1) more rounds run beside a CPU hog: ``--hog`` (2) busy processes
+started before each contender and killed after it, at normal priority, so every contender
+shares the cores alike. Reports wall seconds, the ratio stack step / uv --compile-bytecode
+for every round (goal: at most 1.15x in each), the load average (1 min) at each contender's
+start and end, and the bytes each received (from /proc/net/dev, all interfaces but lo, so
+other traffic counts too).
 
-    python bench/stack_install.py --lock locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml \
-        --work /tmp/stack-bench [--driver 580.95.05 --arch 12.0] [--rounds 2] [--json FILE]
+    python3 bench/stack_install.py --lock locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml \
+        --work /tmp/stack-bench [--rounds 2] [--hog-rounds 1] [--json FILE]
 
 Needs about 30 GB of disk under --work (each contender's env and caches are removed when it
 is done).
@@ -42,13 +49,41 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sm120kit.stack.lock import load_lock  # noqa: E402
+from tests.support.fleet import Fleet  # noqa: E402
+
+#: The bench's two SSH hosts (loopback addresses apart from the test fleet's).
+HOSTS = [("s1", "127.0.0.109", "nogpu"), ("s2", "127.0.0.110", "nogpu")]
+#: A busy process of the hog: a CPU-bound loop, ended by SIGKILL.
+HOG = "while True: pass"
+
+
+@contextmanager
+def hog(n: int) -> Iterator[None]:
+    """`n` busy processes for the block's duration (killed after it, whatever happens)."""
+    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(10)
+
+
+def load() -> float:
+    """The 1-minute load average."""
+    return round(os.getloadavg()[0], 2)
 
 
 def rx_bytes() -> int:
@@ -83,7 +118,7 @@ def settle() -> None:
         pass
 
 
-def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[str, float]:
+def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[str, Any]:
     """A fresh venv and one cold ``uv pip install`` of the lock's files."""
     env = work / "uv-env"
     req = work / "requirements.txt"
@@ -91,6 +126,7 @@ def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[s
     python = load_lock(lock_path).python
     uv_env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "UV_NO_CONFIG": "1"}
     settle()
+    load0 = load()
     rx0, t0 = rx_bytes(), time.perf_counter()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([UV, "venv", "-q", "--python", python, str(env)], check=True, env=uv_env)
@@ -103,22 +139,42 @@ def uv_install(work: Path, lock_path: Path, *, compile_bytecode: bool) -> dict[s
     wall = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rx_bytes": rx_bytes() - rx0}
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rx_bytes": rx_bytes() - rx0,
+            "load": [load0, load()]}  # fmt: skip
 
 
-def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]:
-    """`invoke provision` of the recipe's stack on a fresh work_root (host ``local``), then on
-    a second fresh host (``local2``) from the stores the first filled."""
+def inventory(work: Path, driver: str, arch: str, fleet: Fleet | None) -> tuple[Path, list[str]]:
+    """The two hosts' inventory (fresh work roots under `work`) and their names."""
+    hosts: dict[str, Any] = {}
+    names = [h.name for h in fleet.hosts] if fleet is not None else ["local", "local2"]
+    for name in names:
+        vars_: dict[str, Any] = {
+            "target_driver": driver,
+            "target_arch": arch,
+            "work_root": str(work / name),
+            "provision_stack": True,
+            "provision_packages": [],
+        }
+        if fleet is None:
+            vars_["ansible_connection"] = "local"
+        else:
+            vars_.update(ansible_host=fleet.by_name(name).address, ansible_port=fleet.port)
+        hosts[name] = vars_
+    common: dict[str, Any] = {}
+    if fleet is not None:
+        common = {"ansible_user": fleet.user, "ansible_ssh_private_key_file": str(fleet.client_key)}
     inv = work / "hosts.yaml"
-    hosts = ""
-    for name in ("local", "local2"):
-        hosts += (
-            f"    {name}:\n      ansible_connection: local\n"
-            f'      target_driver: "{driver}"\n      target_arch: "{arch}"\n'
-            f"      work_root: {work / name}\n      provision_stack: true\n"
-            "      provision_packages: []\n"
-        )
-    inv.write_text("all:\n  hosts:\n" + hosts)
+    inv.write_text(yaml.safe_dump({"all": {"vars": common, "hosts": hosts}}, sort_keys=False))
+    return inv, names
+
+
+def tool(
+    work: Path, driver: str, arch: str, fleet: Fleet | None, *, second: bool = True
+) -> dict[str, Any]:
+    """`invoke provision` of the recipe's stack on a fresh work_root (host ``s1``, or
+    ``local``), then (`second`) on a second fresh host from the stores the first filled."""
+    inv, names = inventory(work, driver, arch, fleet)
+    names = names if second else names[:1]
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -126,9 +182,12 @@ def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]
         "INVOKE_SM120KIT_RUN_ROOT": str(work / "runs"),
         "SM120KIT_RELEASE_CACHE": str(work / "no-release-cache"),
     }
+    if fleet is not None:
+        env["INVOKE_SM120KIT_KNOWN_HOSTS"] = str(fleet.known_hosts)
     out: dict[str, Any] = {}
-    for name in ("local", "local2"):
+    for name in names:
         settle()
+        load0 = load()
         rx0, t0 = rx_bytes(), time.perf_counter()
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
@@ -143,16 +202,20 @@ def tool(work: Path, driver: str, arch: str, lock_python: str) -> dict[str, Any]
         host = json.loads(done.stdout)["hosts"][name]
         steps = {s["name"]: s["seconds"] for s in host["steps"]}
         stack = host.get("stack") or {}
-        out[name] = {
+        out["first" if not out else "second"] = {
+            "host": name,
             "wall_s": round(wall, 1),
-            "cpu_s": round(cpu, 1),  # the whole provision: every process it waited for
+            # the whole provision: every process it waited for (over SSH: the controller's)
+            "cpu_s": round(cpu, 1),
             "stack_s": round(steps.get("stack", 0.0), 1),
             "smoke_s": round(steps.get("stack smoke", 0.0), 1),
             "toolkit_s": round(steps.get("toolkit", 0.0), 1),
             "rx_bytes": rx_bytes() - rx0,
             "index_bytes": stack.get("downloaded_bytes"),
             "files_from": stack.get("files_from"),
+            "stores_filled": stack.get("stores_filled"),
             "host_timings": stack.get("timings"),
+            "load": [load0, load()],
         }
         shutil.rmtree(work / name, ignore_errors=True)
     return out
@@ -165,54 +228,76 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver", default="580.95.05")
     parser.add_argument("--arch", default="12.0")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--hog-rounds", type=int, default=1, help="rounds beside the CPU hog")
+    parser.add_argument("--hog", type=int, default=2, help="busy processes of the CPU hog")
+    parser.add_argument("--local", action="store_true", help="the local host, not SSH")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--only",
         help="comma-separated contenders to run (uv, uv-compile, tool): a quick look, no ratios",
     )
     args = parser.parse_args(argv)
-    python = load_lock(args.lock).python
 
+    shutil.rmtree(args.work / "fleet", ignore_errors=True)  # a stopped run's keys and sshd dirs
+    fleet = None if args.local else Fleet(args.work / "fleet", HOSTS).start()
     rows: list[dict[str, Any]] = []
-    for i in range(args.rounds):
-        got: dict[str, Any] = {}
-        order = ["uv", "uv-compile", "tool"]
-        if i % 2:
-            order.reverse()
-        if args.only:
-            order = [w for w in order if w in args.only.split(",")]
-        for which in order:
-            work = args.work / f"round{i}-{which}"
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir(parents=True)
-            if which == "tool":
-                got[which] = tool(work, args.driver, args.arch, python)
-            else:
-                got[which] = uv_install(work, args.lock, compile_bytecode=which != "uv")
-            print(f"  round {i} {which:10s} {got[which]}", flush=True)
-            shutil.rmtree(work, ignore_errors=True)
-        rows.append({"order": order, **got})
+    try:
+        for i in range(args.rounds + args.hog_rounds):
+            hogged = i >= args.rounds
+            got: dict[str, Any] = {}
+            order = ["uv", "uv-compile", "tool"]
+            if i % 2:
+                order.reverse()
+            if args.only:
+                order = [w for w in order if w in args.only.split(",")]
+            for which in order:
+                work = args.work / f"round{i}-{which}"
+                shutil.rmtree(work, ignore_errors=True)
+                work.mkdir(parents=True)
+                with hog(args.hog if hogged else 0):
+                    if which == "tool":
+                        # The second host (from the stores) in the first round only.
+                        got[which] = tool(work, args.driver, args.arch, fleet, second=i == 0)
+                    else:
+                        got[which] = uv_install(work, args.lock, compile_bytecode=which != "uv")
+                print(
+                    f"  round {i}{' (hog)' if hogged else ''} {which:10s} {got[which]}", flush=True
+                )
+                shutil.rmtree(work, ignore_errors=True)
+            rows.append({"order": order, "hog": args.hog if hogged else 0, **got})
+    finally:
+        if fleet is not None:
+            fleet.stop()
     if args.only:
         return 0
 
+    print()
+    print("round  hog  uv s   uv --compile-bytecode s  stack step s  ratio  second host  load")
+    for i, r in enumerate(rows):
+        first, second = r["tool"]["first"], r["tool"].get("second")
+        ratio = first["stack_s"] / r["uv-compile"]["wall_s"]
+        loads = [r["uv"]["load"], r["uv-compile"]["load"], first["load"]]
+        print(
+            f"{i:5d}  {r['hog']:3d}  {r['uv']['wall_s']:5.1f}  {r['uv-compile']['wall_s']:23.1f}  "
+            f"{first['stack_s']:12.1f}  {ratio:4.2f}x  "
+            + (
+                f"{second['stack_s']:7.1f} s, {second['index_bytes']} index bytes"
+                if second
+                else "-"
+            )
+            + f"  {loads}"
+        )
     uv_s = sum(r["uv"]["wall_s"] for r in rows)
     uvc_s = sum(r["uv-compile"]["wall_s"] for r in rows)
-    stack_s = sum(r["tool"]["local"]["stack_s"] for r in rows)
-    wall_s = sum(r["tool"]["local"]["wall_s"] for r in rows)
-    second_s = sum(r["tool"]["local2"]["stack_s"] for r in rows)
-    second_bytes = [r["tool"]["local2"]["index_bytes"] for r in rows]
-    print()
-    print(f"uv pip install of the lock (cold):          {uv_s:8.1f} s")
-    print(f"uv pip install --compile-bytecode (cold):   {uvc_s:8.1f} s")
+    stack_s = sum(r["tool"]["first"]["stack_s"] for r in rows)
+    worst = max(r["tool"]["first"]["stack_s"] / r["uv-compile"]["wall_s"] for r in rows)
     print(
-        f"the stack step (fetch, verify, uv sync):    {stack_s:8.1f} s  "
-        f"{stack_s / uv_s:.2f}x uv, {stack_s / uvc_s:.2f}x uv --compile-bytecode"
+        f"all rounds: stack step {stack_s:.1f} s, {stack_s / uv_s:.2f}x uv, "
+        f"{stack_s / uvc_s:.2f}x uv --compile-bytecode; worst round {worst:.2f}x"
     )
-    print(f"  the whole provision (toolkit, smoke too): {wall_s:8.1f} s")
     print(
-        f"a second host from the stores, stack step:  {second_s:8.1f} s, index bytes {second_bytes}"
+        "goal: stack step at most 1.15x uv --compile-bytecode in every round; second host 0 index bytes"
     )
-    print("goal: stack step at most 1.15x uv's cold install; second host 0 index bytes")
     if args.json:
         doc = {"rows": rows, "ratio_uv": stack_s / uv_s, "ratio_uv_compile": stack_s / uvc_s}
         args.json.write_text(json.dumps(doc, indent=1) + "\n")

@@ -16,6 +16,7 @@ from .errors import HostFailed, RecipeError
 from .ops.build import ensure_package
 from .ops.host_python import ensure_python
 from .ops.pyenv import ensure_env
+from .ops.stack_files import fill_stores, filling_stores, leave_peers
 from .ops.toolkit import ensure_toolkit
 from .plan import PlanOptions, package_names, prepare
 from .runner.pool import HostContext, HostOp
@@ -58,16 +59,23 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             ensure_env(ctx, state)
         for name in names:
             ensure_package(ctx, state, name)
-        if parts.stack:
-            from .ops.stack import ensure_stack
+        try:
+            if parts.stack:
+                from .ops.stack import ensure_stack
 
-            doc = ensure_stack(ctx, state, install=True)
+                doc = ensure_stack(ctx, state, install=True)
+                if not ctx.check_mode:
+                    step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
+                    fresh = step.status == "changed" or opts.flags.recheck
+                    # The stores' copies of what this host downloaded, beside its smoke.
+                    with filling_stores(ctx):
+                        stack_smoke_or_reuse(ctx, state, str(doc["env"]), fresh=fresh)
             if not ctx.check_mode:
-                step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
-                fresh = step.status == "changed" or opts.flags.recheck
-                stack_smoke_or_reuse(ctx, state, str(doc["env"]), fresh=fresh)
-        if not ctx.check_mode:
-            smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
+                smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
+        finally:
+            if parts.stack and not ctx.check_mode:
+                fill_stores(ctx)  # what a failed step left deferred (nothing, usually)
+                leave_peers(ctx)
         ctx.set(
             toolkit=state.toolkit.to_dict() if state.toolkit else None,
             env=state.env.to_dict() if state.env else None,

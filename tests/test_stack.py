@@ -513,9 +513,10 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
     fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
     """A fleet of three provisioning one lock: every file leaves the index once (counted by
-    the index server), one host per file downloads it and the wheel stores hand it to the
-    others; a fourth host provisioned with the index gone installs from the stores alone; a
-    rerun of the three changes nothing and asks the index for nothing."""
+    the index server), one host per file downloads it and the others take it from a peer host
+    that holds it (host to host, not through the controller store); the stores are filled
+    after the step; a fourth host provisioned with the index gone installs from the stores
+    alone; a rerun of the three changes nothing and asks the index for nothing."""
     files, _url = index
     served: list[str] = []
     store = tmp_path / "controller-store"
@@ -545,7 +546,14 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
             for where, n in stack["files_from"].items():
                 origins[where] = origins.get(where, 0) + n
             assert sum(stack["files_from"].values()) == 4
-        assert origins == {"index": 3, "cache:local": 6, "controller": 3}
+        # Host to host: each file from the index once, then from a peer that holds it; never
+        # through the controller store (filled after the step, for later runs).
+        peer = sum(n for where, n in origins.items() if where.startswith("peer:"))
+        assert {k: v for k, v in origins.items() if not k.startswith("peer:")} == {
+            "index": 3,
+            "controller": 3,
+        }
+        assert peer == 6, origins
         served.clear()
         again = run_invoke(args, env)
         assert again.returncode == 0, again.stdout + again.stderr

@@ -271,6 +271,15 @@ MB = 1 << 20
          ["torch"]),
         ([("sglang", 39, 4719), ("triton", 248, 140), ("cublas", 470, 0)], 2000,
          ["sglang", "triton", "cublas"]),
+        # Light files (under 1 module per MB) pending alone: all at once, any size (uv
+        # unpacks them in parallel; nothing waits for their modules)...
+        ([("cublas", 500, 0), ("cudnn", 700, 3), ("nccl", 300, 0)], 0,
+         ["cublas", "cudnn", "nccl"]),
+        ([("cublas", 500, 0), ("cudnn", 700, 3), ("nccl", 300, 0)], 2000,
+         ["cublas", "cudnn", "nccl"]),
+        # ...but never beside a dense one, which goes first, within its budget.
+        ([("cublas", 500, 0), ("torch", 555, 2438), ("nccl", 300, 0)], 2000, ["torch"]),
+        ([("cublas", 500, 0), ("tiny", 1, 2), ("nccl", 300, 0)], 0, ["tiny"]),
         # Ties keep the order of arrival; one file always goes, however big.
         ([("a", 10, 0), ("b", 10, 0)], 0, ["a", "b"]),
         ([("huge", 5000, 0)], 0, ["huge"]),

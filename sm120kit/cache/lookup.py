@@ -70,7 +70,9 @@ class Lookup:
                 if src.host_root is not None:
                     got = self._from_host_store(ctx, src, key, meta, req.dest_dir)
                 else:
-                    got = self._from_store(ctx, src, key, meta, req.dest_dir)
+                    got = self._direct(req, src, meta) or self._from_store(
+                        ctx, src, key, meta, req.dest_dir
+                    )
             except CorruptEntry as exc:
                 self.counters.add("quarantined")
                 events.append(
@@ -101,6 +103,19 @@ class Lookup:
             self.counters.add(f"hits:{src.name}")
             return got
         return None
+
+    def _direct(self, req: WheelRequest, src: Source, meta: Mapping[str, Any]) -> Obtained | None:
+        """The store's wheel taken by the host itself from the store's URL (no byte through
+        this process), or None: the store has no URL, or the host could not take it."""
+        if req.direct is None:
+            return None
+        filename, sha = str(meta["filename"]), str(meta["sha256"])
+        url = src.store.download_url(f"{entry_dir(req.key)}/{filename}")
+        if not url or not req.direct(url, filename, sha):
+            return None
+        self.counters.add("direct_to_hosts")
+        path = posixpath.join(req.dest_dir, filename)
+        return Obtained(path, sha, f"cache:{src.name}", req.key)
 
     def _from_host_store(
         self, ctx: CacheHost, src: Source, key: str, meta: Mapping[str, Any], dest_dir: str

@@ -15,6 +15,7 @@ import os
 import posixpath
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,24 @@ class Publisher:
         self.counters = counters
         self.run_id = run_id
 
-    def publish(self, req: WheelRequest, built: BuiltWheel) -> Obtained:
-        """Put ``built`` into every store of the request and into ``dest_dir`` on the host."""
+    def publish(
+        self, req: WheelRequest, built: BuiltWheel, fetched: Path | None = None
+    ) -> Obtained:
+        """Put ``built`` into every store of the request and into ``dest_dir`` on the host.
+
+        A download into its final place with `req.later` is published later: its store puts
+        become a call appended there, and the host goes on at once. `fetched`: a controller
+        copy of a remote host's file, its sha256 already the build's (not fetched again)."""
         ctx, inputs, key, events = req.ctx, req.inputs, req.key, req.events
+        if (
+            req.later is not None
+            and req.any_host
+            and built.path.startswith("/")
+            and posixpath.dirname(built.path) == req.dest_dir
+            and not any(s.host_root is not None for s in req.sources)
+        ):
+            req.later.append(DeferredPut(self, replace(req, later=None, events=[]), built))
+            return Obtained(built.path, built.sha256, "build", key, events)
         sources, dest_dir = req.sources, req.dest_dir
         filename = posixpath.basename(built.path)
         meta = {
@@ -57,7 +73,10 @@ class Publisher:
             else:
                 local, digest = Path(tmp) / filename, None
                 try:
-                    ctx.get(built.path, local)
+                    if fetched is not None:
+                        os.replace(fetched, local)
+                    else:
+                        ctx.get(built.path, local)
                 except Sm120Error:
                     raise
                 except Exception as exc:
@@ -66,7 +85,7 @@ class Publisher:
                     ) from None
                 moved = local.stat().st_size
                 self.counters.add("bytes_from_hosts", moved)
-                got = file_sha256(local)
+                got = built.sha256 if fetched is not None else file_sha256(local)
                 if got != built.sha256:
                     raise HostFailed(
                         f"{built.path} on {ctx.host.name}: sha256 {got[:12]} != the build's "
@@ -136,3 +155,29 @@ class Publisher:
         return Obtained(
             results[0]["path"], built.sha256, "build", key, events, moved, stored_in=stored
         )
+
+
+@dataclass
+class DeferredPut:
+    """A download's stores puts, made later (`WheelCache.deferred`): called with a controller
+    copy of the file already checked (or None: fetched from the host as a build's is)."""
+
+    publisher: Publisher
+    req: WheelRequest
+    built: BuiltWheel
+
+    @property
+    def sha256(self) -> str:
+        return self.built.sha256
+
+    @property
+    def filename(self) -> str:
+        return posixpath.basename(self.built.path)
+
+    def __call__(self, fetched: Path | None = None) -> list[str]:
+        """Put the file into the request's stores; the stores that took it (the events say
+        why another did not)."""
+        got = self.publisher.publish(self.req, self.built, fetched)
+        if self.req.events:
+            self.req.ctx.result.data.setdefault("cache_events", []).extend(self.req.events)
+        return list(got.stored_in)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .context import CacheHost
 from .key import KeyInputs
 from .store import Store
+
+if TYPE_CHECKING:
+    from .publish import DeferredPut
 
 
 @dataclass
@@ -62,6 +66,14 @@ class WheelRequest:
     #: Any host may produce it (a download, not a build): the ``build_host`` var does not apply.
     any_host: bool = False
     events: list[str] = field(default_factory=list)
+    #: With a download (`any_host`): where its puts into the controller and shared stores go
+    #: instead of being made at once (each a call made later, off the host's critical path,
+    #: `WheelCache.fill`). None: published at once.
+    later: list[DeferredPut] | None = None
+    #: With a download: how the host takes a store's wheel by itself from a URL the store
+    #: gives (`Store.download_url`: a presigned S3 URL), ``direct(url, filename, sha256)``,
+    #: True once it is in `dest_dir` with that sha256. None, or False: relayed as before.
+    direct: Callable[[str, str, str], bool] | None = None
 
     @property
     def work(self) -> str:

@@ -22,6 +22,9 @@ from sm120kit.cache.store_types import SftpConnect, register_store_type
 
 T = TypeVar("T")
 
+#: How long a presigned download URL given to a host is valid (seconds).
+PRESIGNED_S = 600
+
 # Error codes a failed conditional write comes back with (412; 409 for a concurrent one).
 _CONDITION_FAILED = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -145,6 +148,19 @@ class S3Store(Store):
                 return False
             raise
         return True
+
+    def download_url(self, path: str) -> str | None:
+        # Presigned for 10 minutes: a host downloads the wheel from the bucket itself, so its
+        # bytes never pass through the controller. The URL carries a signature (shown as ****
+        # by redact_text wherever it is printed or logged).
+        return str(
+            self._call(
+                self.client.generate_presigned_url,
+                "get_object",
+                Params={"Bucket": self.bucket, "Key": self._key(path)},
+                ExpiresIn=PRESIGNED_S,
+            )
+        )
 
     def list_blobs(self, prefix: str = "") -> list[BlobInfo]:
         base = self._key(prefix.strip("/")) if prefix else self.prefix

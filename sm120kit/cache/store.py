@@ -214,6 +214,11 @@ class Store(ABC):
     def download_blob(self, path: str, dest: Path) -> bool:
         """Copy a blob to a local file path; False when the blob is absent."""
 
+    def download_url(self, path: str) -> str | None:
+        """A URL a host can download the blob from itself, without this process relaying its
+        bytes (a presigned S3 URL), or None: this store has none."""
+        return None
+
     @abstractmethod
     def list_blobs(self, prefix: str = "") -> list[BlobInfo]:
         """Every blob under a store-relative directory ('' = the whole store), recursively."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,8 @@ from .health import StoreHealth
 from .key import KeyInputs, compute_key
 from .locks import LockedBuild
 from .lookup import Lookup
-from .publish import Publisher
+from .peers import Peers
+from .publish import DeferredPut, Publisher
 from .request import BuiltWheel, Counters, Obtained, WheelRequest
 from .resolve import Stores
 from .store import LocalStore
@@ -71,6 +73,10 @@ class WheelCache:
             self.config, self._stores, health, self._counters, self._lookup, publisher, self.run_id
         )
         self._election = Election(self.config, health, self._lookup, locked)
+        #: Which hosts of the run hold which released files (the data path between hosts).
+        self.peers = Peers()
+        self._later: dict[str, list[DeferredPut]] = {}
+        self._later_lock = threading.Lock()
 
     @property
     def controller(self) -> LocalStore:
@@ -95,13 +101,17 @@ class WheelCache:
         rebuild: bool = False,
         *,
         download: bool = False,
+        defer: bool = False,
+        direct: Callable[[str, str, str], bool] | None = None,
     ) -> Obtained:
         """The wheel for ``inputs`` in ``dest_dir`` on ctx's host, from a cache or a build.
 
         `rebuild`: a wheel already stored under the key is not taken; this run builds it once
         (one host per key, as for a miss) and replaces the stored one. `download`: `build`
         fetches a released file (sm120kit/ops/stack_files.py): any host may, and ``dest_dir``
-        is the host's own copy, so the host store is left out."""
+        is the host's own copy, so the host store is left out. `defer` (with `download`): a
+        download's store puts wait for `deferred` (the host goes on at once). `direct`: how the host
+        takes a store's wheel from the store's own URL (`WheelRequest.direct`)."""
         key = compute_key(inputs)
         sources = self._stores.sources(ctx)
         if download:
@@ -116,11 +126,25 @@ class WheelCache:
         req = WheelRequest(
             ctx, inputs, key, build, dest_dir, sources, rebuild=rebuild, any_host=download
         )
+        if download:
+            req.direct = direct
+        if defer and download:
+            with self._later_lock:
+                req.later = self._later.setdefault(ctx.host.name, [])
         try:
             return self._election.obtain(req)
         finally:
             if req.events:
                 ctx.result.data.setdefault("cache_events", []).extend(req.events)
+
+    def deferred(self, host: str) -> list[DeferredPut]:
+        """The store puts deferred for `host`'s downloads so far (taken: each runs once)."""
+        with self._later_lock:
+            pending = self._later.get(host) or []
+        calls = []
+        while pending:  # pop by pop: a download ending now appends to the same list
+            calls.append(pending.pop(0))
+        return calls
 
     def close(self) -> None:
         """Close the shared stores' connections (and the per-run handoff store)."""

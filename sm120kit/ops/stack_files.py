@@ -30,17 +30,22 @@ import re
 import secrets
 import shlex
 import shutil
+import tempfile
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..cache.key import RELEASE_TAG, KeyInputs
+from ..cache.peers import Peers
 from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
-from ..errors import HostFailed
-from ..remote.lib.download import shown
+from ..errors import HostFailed, one_line
+from ..remote.lib.download import DownloadFailed, download, shown
 from ..remote.lib.files import sha256_file
 from ..remote.lib.obtain import url_problem
 from ..runner.pool import HostContext
@@ -220,6 +225,60 @@ def controller_copy(
     return True
 
 
+def _row(entry: LockEntry, dest: str) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "version": entry.version,
+        "url": entry.url,
+        "sha256": entry.sha256,
+        "compiled": entry.compiled,
+        "dest": dest,
+    }
+
+
+def _serve(ctx: HostContext, peers: Peers, dest: str) -> bool:
+    """Whether the host serves its ``releases/`` to the run's other hosts (started on first
+    use: `remote/lib/peers.py`). A ``local`` host does not: it is the controller's machine, and
+    its address for other hosts is not known here."""
+    if ctx.host.is_local:
+        return False
+    name = ctx.host.name
+    with peers.start_lock(name):
+        if peers.base_url(name) is not None:
+            return True
+        root = posixpath.dirname(posixpath.dirname(dest))
+        try:
+            doc = ctx.ask("fetch_release", {"serve": {"root": root, "token": peers.token}})
+        except HostFailed as exc:
+            ctx.log.warning("peer server not started: %s", exc)
+            return False
+        if not doc.get("ok"):
+            ctx.log.warning("peer server not started: %s", doc.get("error"))
+            return False
+        address = str(doc["address"])
+        host = f"[{address}]" if ":" in address else address
+        peers.serving(name, f"http://{host}:{int(doc['port'])}/{peers.token}")
+        ctx.log.info("serving releases to peers at %s:%s", address, doc["port"])
+        return True
+
+
+def _from_peer(
+    ctx: HostContext, entry: LockEntry, dest: str, peer: str, url: str, indexes: tuple[str, ...]
+) -> tuple[str, int]:
+    """The file from peer `peer` (its URL `url`), host to host, its sha256 checked before it
+    takes its name; refused (other bytes, or no answer), it is downloaded from the lock's URL."""
+    row = {**_row(entry, dest), "mirrors": [f"{url}/{entry.sha256}/{entry.filename}"]}
+    doc = ctx.ask("fetch_release", {"entry": row, "indexes": list(indexes)})
+    for line in doc.get("refused") or []:
+        ctx.log.warning("from peer %s: %s", peer, line)
+        ctx.result.data.setdefault("cache_events", []).append(f"peer {peer}: {line}")
+    if not doc.get("ok"):
+        raise HostFailed(f"{ctx.host.name}: {doc.get('error')}")
+    if doc.get("source") == "peer":
+        return f"peer:{peer}", 0
+    return "index", int(doc.get("downloaded") or 0)
+
+
 def obtain_release(
     ctx: HostContext,
     entry: LockEntry,
@@ -229,23 +288,33 @@ def obtain_release(
     indexes: tuple[str, ...] = (),
 ) -> tuple[str, int]:
     """Put `entry`'s file at `dest` on the host. Returns where it came from (``"controller"``,
-    ``"index"`` when this host downloaded it, ``"cache:<store>"``) and the bytes this host
-    downloaded from the index. A download is only from under `indexes` (when given), and a
-    compiled file is verified for `target` on the host as soon as it has arrived."""
+    ``"index"`` when this host downloaded it, ``"cache:<store>"``, ``"peer:<host>"``) and the
+    bytes this host downloaded from the index. A download is only from under `indexes` (when
+    given), and a compiled file is verified for `target` on the host as soon as it has
+    arrived.
+
+    The data path: another host of the run that holds the file serves it, host to host
+    (`cache/peers.py`); else the stores or the index, through the wheel cache, whose puts of
+    a download into the controller and shared stores wait for `fill_stores` (the host goes on
+    at once). The host then serves the file to the others."""
     if controller_copy(ctx, entry, dest, UV_INDEXES if entry == UV else indexes):
         return "controller", 0
+    cache = cache_for(ctx.runner)
+    peers = cache.peers if target is None and not ctx.host.is_local else None
+    if peers is not None:
+        peer = peers.claim(entry.sha256, ctx.host.name)
+        if peer is not None:
+            try:
+                got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)), indexes)
+            finally:
+                peers.uploaded(peer)
+            peers.placed(entry.sha256, ctx.host.name, _serve(ctx, peers, dest))
+            return got
     fetched: list[int] = []
 
     def download() -> BuiltWheel:
         start = time.monotonic()
-        row = {
-            "name": entry.name,
-            "version": entry.version,
-            "url": entry.url,
-            "sha256": entry.sha256,
-            "compiled": entry.compiled,
-            "dest": dest,
-        }
+        row = _row(entry, dest)
         if target:
             # Verified for the target as it lands: the installer's fetch, a start of its own.
             doc = ctx.script(
@@ -262,12 +331,102 @@ def obtain_release(
         fetched.append(got)
         return BuiltWheel(dest, entry.sha256, time.monotonic() - start, "")
 
-    got = cache_for(ctx.runner).obtain(
-        ctx, release_inputs(entry), download, posixpath.dirname(dest), download=True
-    )
-    if got.path and posixpath.basename(got.path) != entry.filename:
-        raise HostFailed(f"{ctx.host.name}: {entry.filename} arrived as {got.path}")
-    return ("index" if got.wheel_from == "build" else got.wheel_from), sum(fetched)
+    def direct(url: str, filename: str, sha256: str) -> bool:
+        # A store's presigned URL: the host downloads from the store, not through here.
+        if filename != entry.filename or sha256 != entry.sha256:
+            return False
+        row = {**_row(entry, dest), "url": "", "mirrors": [{"url": url, "store": True}]}
+        doc = ctx.ask("fetch_release", {"entry": row, "indexes": list(indexes)})
+        for line in doc.get("refused") or []:
+            ctx.result.data.setdefault("cache_events", []).append(f"store URL: {line}")
+        return bool(doc.get("ok"))
+
+    ok = False
+    try:
+        obtained = cache.obtain(
+            ctx, release_inputs(entry), download, posixpath.dirname(dest), download=True,
+            defer=True, direct=None if ctx.host.is_local else direct,
+        )  # fmt: skip
+        if obtained.path and posixpath.basename(obtained.path) != entry.filename:
+            raise HostFailed(f"{ctx.host.name}: {entry.filename} arrived as {obtained.path}")
+        ok = True
+    finally:
+        if peers is not None:
+            peers.placed(entry.sha256, ctx.host.name, ok and _serve(ctx, peers, dest))
+    origin = obtained.wheel_from
+    return ("index" if origin == "build" else origin), sum(fetched)
+
+
+def _fetch_from_peer_server(ctx: HostContext, url: str, sha256: str, tmp: str) -> Path | None:
+    """A controller copy of a file the host serves (`url`), its sha256 checked as it arrives;
+    None when that fails (the store put then copies it over SSH)."""
+    part = Path(tmp) / f"{sha256}.part"
+    try:
+        download(url, str(part), sha256, timeout=3600, direct=True)
+    except DownloadFailed as exc:
+        ctx.log.warning("store fill from the host's peer server failed: %s", exc)
+        return None
+    return part
+
+
+def fill_stores(ctx: HostContext) -> dict[str, Any]:
+    """Make the controller and shared stores' puts deferred for this host's downloads (off
+    the stack step's path: a later run's host, or one without the index, takes them from the
+    stores). A remote host's file comes from its peer server over HTTP when it serves (the
+    kernel's sendfile there, one HTTP read here), else over SSH. Returns ``{"files",
+    "seconds"}``; a failed put is a cache event, never a failed host."""
+    cache = cache_for(ctx.runner)
+    calls = cache.deferred(ctx.host.name)
+    start = time.monotonic()
+    done = 0
+    base = cache.peers.base_url(ctx.host.name)
+    for call in calls:
+        try:
+            fetched = None
+            with tempfile.TemporaryDirectory(prefix="sm120kit-fill-") as tmp:
+                if base is not None:
+                    url = f"{base}/{call.sha256}/{call.filename}"
+                    fetched = _fetch_from_peer_server(ctx, url, call.sha256, tmp)
+                stored = call(fetched)
+            done += 1 if stored else 0
+        except Exception as exc:  # noqa: BLE001 - the host has its file; a store misses one
+            ctx.log.warning("deferred store put failed", exc_info=True)
+            ctx.result.data.setdefault("cache_events", []).append(
+                f"store put after the step failed: {one_line(str(exc) or type(exc).__name__)}"
+            )
+    return {"files": done, "seconds": round(time.monotonic() - start, 2)}
+
+
+@contextmanager
+def filling_stores(ctx: HostContext) -> Iterator[None]:
+    """`fill_stores` in a thread of its own while the block runs (the host's smoke: CPU
+    there, bytes here), joined after it; what it did goes in the host's ``stack`` result."""
+    box: dict[str, Any] = {}
+
+    def fill() -> None:
+        try:
+            box.update(fill_stores(ctx))
+        except Exception as exc:  # noqa: BLE001 - fill_stores records its own failures
+            ctx.log.warning("store fill: %s", exc)
+
+    thread = threading.Thread(target=fill, name=f"fill-{ctx.host.name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+        if box.get("files"):
+            stack = ctx.result.data.get("stack")
+            if isinstance(stack, dict):
+                stack["stores_filled"] = box
+
+
+def leave_peers(ctx: HostContext) -> None:
+    """This host's part of the run is over: no host is sent to it from now on, and the
+    downloads in flight from it end first (bounded)."""
+    wheel_cache = ctx.runner.wheel_cache
+    if wheel_cache is not None:
+        wheel_cache.peers.leave(ctx.host.name)
 
 
 __all__ = [
@@ -277,6 +436,8 @@ __all__ = [
     "UV_VERSION",
     "controller_copy",
     "index_problems",
+    "fill_stores",
+    "leave_peers",
     "obtain_release",
     "release_inputs",
     "tag_problems",

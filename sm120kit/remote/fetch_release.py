@@ -13,14 +13,24 @@ JSON): ``{"workers": downloads at once}``. Then one request per stdin line::
      prefixes] | null, "timeout": seconds}
 
 and one reply per stdout line, as each download ends: ``{"id": n, "ok", "error": its line or
-null, "downloaded": bytes}``. Ends when stdin closes, once every request is answered.
+null, "downloaded": bytes from the lock's URL, "mirrored": bytes from a peer, "source":
+"peer" | "index" | "kept", "refused": [lines]}``. An entry's ``mirrors`` (peer hosts' URLs,
+`lib/peers.py`) are tried first, each file checked against the lock's sha256 (a peer's file
+with other bytes is refused, and the lock's URL is next); an entry with no ``url`` has no
+index to fall back on.
+
+``{"id": n, "serve": {"root": releases dir, "token": the run's}}`` starts this host's peer
+server (once; it lives as long as this process) and answers ``{"ok", "address", "port"}``.
+Ends when stdin closes, once every request is answered.
 """
 
 import json
+import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from sm120kit.remote.lib import peers
 from sm120kit.remote.lib.obtain import obtain
 
 
@@ -28,15 +38,29 @@ def answer(request, out, lock):
     """Download one request's file and write its reply line."""
     reply = {"id": request.get("id"), "ok": False, "error": None, "downloaded": 0}
     try:
+        if request.get("serve"):
+            reply.update(peers.serve(request["serve"]["root"], request["serve"]["token"]))
+            return
         entry = request["entry"]
         timeout = float(request.get("timeout") or 3600)
-        line, fetched, _corrupt = obtain(entry, timeout, request.get("indexes"))
-        reply.update(ok=line is None, error=line, downloaded=fetched)
+        placed, mirrored, refused = peers.from_mirrors(entry, timeout)
+        reply.update(mirrored=mirrored, refused=refused)
+        if placed:
+            reply.update(ok=True, source="peer")
+        elif not entry.get("url"):
+            reply["error"] = "%s %s: no peer served it (%s)" % (
+                entry["name"], entry["version"], "; ".join(refused) or "none asked")  # fmt: skip
+        else:
+            there = os.path.isfile(entry["dest"])
+            line, fetched, _corrupt = obtain(entry, timeout, request.get("indexes"))
+            source = "index" if fetched else ("kept" if there else "index")
+            reply.update(ok=line is None, error=line, downloaded=fetched, source=source)
     except Exception as exc:  # one line back to the controller, never a traceback
         reply["error"] = "%s: %s" % (type(exc).__name__, exc)
-    with lock:
-        out.write(json.dumps(reply, sort_keys=True) + "\n")
-        out.flush()
+    finally:
+        with lock:
+            out.write(json.dumps(reply, sort_keys=True) + "\n")
+            out.flush()
 
 
 def serve(inp, out, workers):

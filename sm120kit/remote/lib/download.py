@@ -25,6 +25,17 @@ def opener():
     return _OPENER[0]
 
 
+_DIRECT = []  # type: list[urllib.request.OpenerDirector]
+
+
+def direct_opener():
+    """An opener that never goes through a proxy: for a peer host on the hosts' own network
+    (a proxy from the environment could not reach it, or would relay its bytes)."""
+    if not _DIRECT:
+        _DIRECT.append(urllib.request.build_opener(urllib.request.ProxyHandler({})))
+    return _DIRECT[0]
+
+
 class DownloadFailed(Exception):
     """No file: the request, the connection or the write failed (the message says which)."""
 
@@ -67,14 +78,27 @@ def shown(url):
 _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@\"'<>]*):[^/\s@\"'<>]*@")
 
 
+#: The parts of a presigned URL's query that are its credentials (S3's SigV4 and SigV2).
+_SIGNED = re.compile(
+    r"((?:X-Amz-(?:Signature|Credential|Security-Token)|Signature|AWSAccessKeyId)=)[^&\s\"'<>]+",
+    re.IGNORECASE,
+)
+
+
 def redact_text(text):
-    """`text` with the password of every URL in it shown as ``****``: the one filter every
-    output channel (console, --json, run logs, result.json) passes text through."""
-    return _USERINFO.sub(r"\1:****@", text) if "@" in text else text
+    """`text` with the password of every URL in it shown as ``****``, and a presigned URL's
+    signature and credential too: the one filter every output channel (console, --json, run
+    logs, result.json) passes text through."""
+    if "@" in text:
+        text = _USERINFO.sub(r"\1:****@", text)
+    if "=" in text:
+        text = _SIGNED.sub(r"\1****", text)
+    return text
 
 
-def download(url, dest, sha256="", timeout=60):
-    """Fetch `url` to `dest`, checking `sha256` when given; the hex digest it had.
+def download(url, dest, sha256="", timeout=60, direct=False):
+    """Fetch `url` to `dest`, checking `sha256` when given; the hex digest it had (`direct`:
+    past any proxy, `direct_opener`).
 
     `dest` is removed on any failure. The file exists before the request goes out, so a run
     killed at any point leaves it for the caller's cleanup (callers name it as a part file).
@@ -84,7 +108,8 @@ def download(url, dest, sha256="", timeout=60):
         os.makedirs(parent)
     digest = hashlib.sha256()
     try:
-        with open(dest, "wb") as out, opener().open(request_of(url), timeout=timeout) as resp:
+        chosen = direct_opener() if direct else opener()
+        with open(dest, "wb") as out, chosen.open(request_of(url), timeout=timeout) as resp:
             expected = resp.headers.get("Content-Length")
             total = 0
             while True:

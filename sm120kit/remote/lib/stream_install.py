@@ -46,10 +46,6 @@ from sm120kit.remote.lib import uv_sync
 WORKER = r"""
 import compileall, json, os, py_compile, sys, warnings
 warnings.filterwarnings("ignore")
-try:
-    os.nice(NICE)
-except (AttributeError, OSError):
-    pass
 mode = os.environ.get("PYC_INVALIDATION_MODE")
 mode = py_compile.PycInvalidationMode[mode] if mode else None
 if mode is None:
@@ -66,13 +62,11 @@ for line in sys.stdin:
     sys.stdout.flush()
 """
 
-#: The compile workers' niceness: below uv's batches and the downloads, which feed them. At the
-#: same priority they took the cores from the uv run unpacking the next batch (one of 6 files
-#: took 16 s), so the modules to compile arrived late and the step ended on a long compile
-#: alone; below it, compiling fills whatever the rest leaves idle, and at the end, alone, it
-#: has the cores anyway.
-NICE = 10
-WORKER = WORKER.replace("NICE", str(NICE))
+# The compile workers run at the priority of everything else, as uv's own compile does (uv
+# 0.13.9's binary imports neither setpriority nor nice: ``nm -D`` of the wheel's
+# ``uv-0.13.9.data/scripts/uv``): at nice 10 they starved beside any other
+# load on the machine (a bench round next to two busy processes: all files installed at
+# 103-116 s, then 100-130 s more of compiling), which uv's install never does.
 
 #: The most paths one worker is handed at once; fewer near the end, so that no worker is
 #: left with a long chunk while the others idle.
@@ -299,6 +293,12 @@ BATCH_BYTES = 256 << 20
 #: took 21 s, and held 17,900 of the lock's modules back all that time).
 BACKLOG = 2000
 BUSY_BYTES = 768 << 20
+#: Modules per MB under which a file is light: it feeds the compile workers (almost)
+#: nothing, so nothing waits for its batch's end. Light files pending alone go in one batch,
+#: whatever their size: uv unpacks a batch's files in parallel, and capped batches of two or
+#: three such files (the real lock's CUDA libraries, 500-800 MB each) ran one after another,
+#: 12-20 s each, for the last 50 s of a step whose files had all arrived.
+LIGHT = 1.0
 
 
 def py_files(path):
@@ -325,12 +325,19 @@ def density(entry):
     return entry.get("modules", 0) / float(max(1, _size(entry)))
 
 
+def light(entry):
+    """Whether an entry's module count is known and under `LIGHT` per MB."""
+    return "modules" in entry and entry["modules"] < LIGHT * _size(entry) / float(1 << 20)
+
+
 def take_batch(pending, backlog=0):
     """The entries of `pending` that make the next batch: the densest first (most modules per
     byte: what keeps the compile workers busy soonest), at least one (a bigger file goes
     alone). While the workers have fewer than `BACKLOG` modules queued (`backlog`), at most
-    `BATCH_FILES` files and `BATCH_BYTES`; after, any number of files up to `BUSY_BYTES`. Ties
-    keep the order of arrival."""
+    `BATCH_FILES` files and `BATCH_BYTES`; after, any number of files up to `BUSY_BYTES`. When
+    every pending file is `light`, all of them at once. Ties keep the order of arrival."""
+    if pending and all(light(e) for e in pending):
+        return list(pending)
     order = sorted(pending, key=density, reverse=True)
     busy = backlog >= BACKLOG
     files = len(order) if busy else BATCH_FILES

@@ -1,0 +1,215 @@
+"""The fleet's data path: `invoke provision` of one serving-stack lock on 1, 4 and 8 loopback
+SSH hosts, side by side in one run (issue 46).
+
+    python3 bench/fleet.py [--hosts 1,4,8] [--files 207] [--big-mb 512] [--rounds 1]
+
+The lock is synthetic, so that 8 hosts fit on this machine: `--files` small pure wheels (the
+real sglang 0.5.23 lock has 207 files and uv: the controller's work per host is per file, not
+per byte, once it carries no bytes) and one wheel of `--big-mb` MB of random bytes (stored,
+not deflated), served by a loopback index (tests/support/tiny_index.py). The hosts are real
+sshd servers on 127.0.0.101.. (tests/support/fleet.py, GPUs simulated by nvidia-smi stubs);
+each run starts from fresh work roots and an empty controller store.
+
+Reports per run: the wall time of the whole provision, the controller's CPU seconds (the
+invoke process: the hosts' processes are sshd's children, not its), per host and per GB that
+reached the hosts, where the files came from (index, peer, store), and the **data time**: the
+latest moment a host had every file checked (the stack step's ``check_s``). On 2 cores the
+whole provision of 8 hosts is CPU-bound (8 uv installs and compiles); the data time is the
+bytes' part, which the controller's data path decides. Goals: controller CPU per extra host
+<= 1 CPU-s; 8 hosts' data time <= 1.5x one host's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sm120kit.ops.stack_files import UV  # noqa: E402
+from sm120kit.stack.draft import draft_lock  # noqa: E402
+from sm120kit.stack.lock import dump_lock  # noqa: E402
+from tests.conftest import invoke_env, run_invoke  # noqa: E402
+from tests.support.fleet import fleet_of  # noqa: E402
+from tests.support.tiny_index import make_wheel, serve, sha256_of  # noqa: E402
+
+UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
+TORCH = '[torch]\nversion = "2.14.1"\nindex = "pypi"\ncuda = "13.0"\n\n'
+
+
+def uv_wheel() -> Path:
+    """uv's pinned wheel, fetched once per machine (as tests/test_stack.py's fixture)."""
+    path = UV_KEPT / UV.filename
+    if not path.is_file() or sha256_of(path) != UV.sha256:
+        UV_KEPT.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(".part")
+        with urllib.request.urlopen(UV.url, timeout=120) as resp, part.open("wb") as out:
+            shutil.copyfileobj(resp, out)
+        if sha256_of(part) != UV.sha256:
+            raise SystemExit(f"{UV.url}: not the pinned sha256")
+        part.replace(path)
+    return path
+
+
+def big_wheel(out: Path, mb: int) -> Path:
+    """A pure wheel holding `mb` MB of random bytes, stored (not deflated)."""
+    path = make_wheel(out, "demo-big", "1.0")
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as zf:
+        with zf.open("demo_big/blob.bin", "w", force_zip64=True) as blob:
+            for _ in range(mb):
+                blob.write(os.urandom(1 << 20))
+    return path
+
+
+def recipes(tmp: Path, url: str, files: int) -> Path:
+    """The repo's recipes with r580's [stack] on the synthetic lock."""
+    root = tmp / "tree"
+    shutil.copytree(REPO / "recipes", root / "recipes")
+    shutil.copytree(REPO / "patches", root / "patches")
+    top = "demo-top==1.0"
+    lock = draft_lock(
+        top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
+        cache=tmp / "draft-cache", index=url,
+    )  # fmt: skip
+    (root / "locks" / "demo").mkdir(parents=True)
+    text = dump_lock(lock, [f"{files} small files and one big one"])
+    (root / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml").write_text(text)
+    recipe = root / "recipes" / "r580.toml"
+    body = recipe.read_text()
+    start = body.index("\n[stack]\n") + 1
+    end = body.find("\n[", start + 1)
+    table = TORCH + f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "bench"\n'
+    recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
+    return root / "recipes"
+
+
+def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> dict[str, Any]:
+    """One cold provision of the first `n` hosts: fresh work roots, empty controller store."""
+    doc = yaml.safe_load(fleet.inventory.read_text())
+    names = [h.name for h in fleet.hosts[:n]]
+    for name in names:
+        doc["all"]["hosts"][name].update(
+            target_driver="580.95.05", target_arch="12.0", work_root=str(tmp / tag / name)
+        )
+    inv = tmp / f"hosts-{tag}.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    store = tmp / tag / "controller-store"
+    run_env = {**env, "INVOKE_SM120KIT_CACHE_CONTROLLER": str(store)}
+    load0 = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = run_invoke(["provision", "-H", ",".join(names), "-i", str(inv), "--json"], run_env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"provision of {n} hosts failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
+    hosts = json.loads(proc.stdout)["hosts"]
+    origins: dict[str, int] = {}
+    data_s = step_s = 0.0
+    for name in names:
+        stack = hosts[name]["stack"]
+        step = next(s for s in hosts[name]["steps"] if s["name"] == "stack")
+        step_s = max(step_s, float(step["seconds"]))
+        for where, k in (stack.get("files_from") or {}).items():
+            key = "peer" if where.startswith("peer:") else where
+            origins[key] = origins.get(key, 0) + k
+        data_s = max(data_s, float((stack.get("timings") or {}).get("check_s") or 0.0))
+    shutil.rmtree(tmp / tag, ignore_errors=True)
+    return {
+        "hosts": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "data_s": round(data_s, 2),
+        "stack_s": round(step_s, 2),
+        "files_from": origins, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="1,4,8")
+    parser.add_argument("--files", type=int, default=207)
+    parser.add_argument("--big-mb", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    counts = [int(x) for x in args.hosts.split(",")]
+    with tempfile.TemporaryDirectory(prefix="sm120kit-fleet-bench-") as t:
+        tmp = Path(t)
+        files = tmp / "index"
+        small = [f"demo-s{i:03d}==1.0" for i in range(args.files - 2)]
+        for spec in small:
+            make_wheel(files, spec.split("==")[0], "1.0")
+        big = big_wheel(files, args.big_mb)
+        make_wheel(files, "demo-top", "1.0", requires=(*small, "demo-big==1.0"))
+        lock_bytes = sum(p.stat().st_size for p in files.glob("*.whl"))
+        big_mb = big.stat().st_size / 1e6
+        fleet = fleet_of(max(counts), tmp / "fleet", first=101).start()
+        rows: list[dict[str, Any]] = []
+        try:
+            with serve(files) as url:
+                rec = recipes(tmp, url, args.files)
+                cache = tmp / "release-cache" / UV.sha256
+                cache.mkdir(parents=True)
+                shutil.copyfile(uv_wheel(), cache / UV.filename)
+                env = invoke_env(
+                    fleet, tmp, INVOKE_SM120KIT_RECIPES_DIR=str(rec),
+                    SM120KIT_RELEASE_CACHE=str(cache.parent),
+                )  # fmt: skip
+                for r in range(args.rounds):
+                    order = counts if r % 2 == 0 else list(reversed(counts))
+                    for n in order:
+                        row = provision(fleet, tmp, n, env, f"r{r}-{n}")
+                        rows.append(row)
+                        print(f"  round {r}: {row}", flush=True)
+        finally:
+            fleet.stop()
+    gb = lock_bytes / 1e9
+    print(f"\nlock: {args.files} files, {gb:.2f} GB (one file {big_mb:.0f} MB)")
+    print(
+        "hosts  wall s  stack s  data s  controller CPU-s  per host  per GB to hosts  files from"
+        "  load"
+    )
+    by_n: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_n.setdefault(row["hosts"], []).append(row)
+        n = row["hosts"]
+        print(
+            f"{n:5d}  {row['wall_s']:6.1f}  {row['stack_s']:7.1f}  {row['data_s']:6.1f}  "
+            f"{row['cpu_s']:16.2f}  "
+            f"{row['cpu_s'] / n:8.2f}  {row['cpu_s'] / (gb * n):15.2f}  {row['files_from']}  "
+            f"{row['load']}"
+        )
+    lo, hi = min(by_n), max(by_n)
+    if hi > lo:
+
+        def mean(n: int, k: str) -> float:
+            return sum(r[k] for r in by_n[n]) / len(by_n[n])
+
+        extra = (mean(hi, "cpu_s") - mean(lo, "cpu_s")) / (hi - lo)
+        print(f"controller CPU per extra host: {extra:.2f} CPU-s  (goal <= 1)")
+        print(
+            f"{hi} hosts / {lo}: wall {mean(hi, 'wall_s') / mean(lo, 'wall_s'):.2f}x, stack step "
+            f"{mean(hi, 'stack_s') / mean(lo, 'stack_s'):.2f}x, data time "
+            f"{mean(hi, 'data_s') / max(mean(lo, 'data_s'), 1e-9):.2f}x  (goal: data <= 1.5x)"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "lock_bytes": lock_bytes}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
