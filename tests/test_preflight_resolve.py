@@ -150,7 +150,7 @@ def test_hub_id_is_not_resolved(tmp_path, monkeypatch) -> None:
     assert got == {
         "ran": False,
         "reason": f"the model is a hub id with no config.json in this host's Hugging Face "
-        f"cache ({tmp_path}): preflight does not download",
+        f"cache ({tmp_path}) and no --model-config: preflight does not download",
     }
 
 

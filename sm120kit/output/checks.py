@@ -210,3 +210,9 @@ def _render_preflight_host(console: Console, name: str, host: Any) -> None:
     console.print(table)
     for line in doc.get("failed") or []:
         console.print(Text(f"FAILED {line}", style="red"))
+    failed = set(doc.get("failed") or [])
+    for line in doc.get("unknown") or []:
+        # Not a failure by default: said in the recap so a pass resting on it is not missed.
+        name, _, why = line.partition(": ")
+        if f"{name}: unknown (--strict): {why}" not in failed:
+            console.print(Text(f"UNKNOWN {line} (--strict fails it)", style="yellow"))

@@ -340,14 +340,58 @@ def resolve(
     On a host without a CUDA driver, the env's interpreter runs with a ``libcuda.so.1`` stub
     first on LD_LIBRARY_PATH (lib/driver_stub.py), defining the driver entry points the
     env's modules (`site`: its site-packages) import, in a temporary directory removed after.
+    A hub id's config.json comes from the request (``model_config``: ``--model-config`` read
+    on the controller), else from the host's Hugging Face cache.
     """
-    if not model.get("local"):
+    config_dir = None
+    if request.get("model_config") is not None and not model.get("local"):
+        # --model-config: the hub model's config.json from the controller, in a directory
+        # sglang reads in place of the hub id (removed after the run).
+        config_dir = tempfile.mkdtemp(prefix="sm120kit-model-config-")
+        with open(os.path.join(config_dir, "config.json"), "w") as fh:
+            json.dump(request["model_config"], fh)
+        request = dict(request)
+        request["cases"] = [
+            with_model(argv, str(model.get("path") or ""), config_dir)
+            for argv in request.get("cases") or []
+        ]
+        request.pop("model_config")
+    try:
+        return _resolve(python, request, model, args, site, config_dir is not None)
+    finally:
+        if config_dir:
+            shutil.rmtree(config_dir, ignore_errors=True)
+
+
+def with_model(argv: list[str], model: str, path: str) -> list[str]:
+    """`argv` with its model (``--model-path M``, ``--model M``, ``--model-path=M``) as `path`."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word in ("--model-path", "--model") and i + 1 < len(out) and out[i + 1] == model:
+            out[i + 1] = path
+        elif word in ("--model-path=" + model, "--model=" + model):
+            out[i] = word.split("=", 1)[0] + "=" + path
+    return out
+
+
+def _resolve(
+    python: str,
+    request: dict[str, Any],
+    model: dict[str, Any],
+    args: dict[str, Any],
+    site: str | None,
+    given_config: bool,
+) -> dict[str, Any]:
+    """`resolve` itself; `given_config`: the model's config came with the request."""
+    if given_config:
+        pass  # --model-config: the directory written by `resolve` is the model sglang reads
+    elif not model.get("local"):
         cached = hub_config(str(model.get("path") or ""))
         if cached is None:
             return {
                 "ran": False,
                 "reason": "the model is a hub id with no config.json in this host's Hugging Face "
-                "cache (%s): preflight does not download" % hub_cache(),
+                "cache (%s) and no --model-config: preflight does not download" % hub_cache(),
             }
         problem = read_config(cached)[1]
         if problem:
