@@ -72,6 +72,9 @@ def explicit_backends(launch: Launch) -> list[str]:
 #: Seconds sglang's resolution may take in the env (imports torch, sglang, sgl_kernel: about
 #: 30 s on a 2-core host under load).
 RESOLVE_TIMEOUT = 300
+#: Seconds the warm resolution server (sm120kit/remote/lib/warm.py) waits for the next preflight
+#: before it exits: sglang imported once serves the launches checked within that time.
+WARM_IDLE_S = 900
 #: GPU memory a host without a GPU is presented with (MiB): a 32 GiB board. sglang's memory
 #: hook sizes its defaults from it; no backend choice of sglang 0.5.23 reads it.
 FAKE_MEMORY_MIB = 32768
@@ -123,6 +126,7 @@ def probe_request(
             "fields": list(RESOLVED_FIELDS),
             "cc": list(cc) if cc else None,
             "memory_mib": memory_mib or FAKE_MEMORY_MIB,
+            "warm": WARM_IDLE_S,
         }
     return out
 
