@@ -6,7 +6,9 @@ Starts one host of the test fleet's kind (tests/support/fleet.py: a real OpenSSH
 --python ENV --json -- python -m sglang.launch_server ARGS``) once from this checkout and,
 with ``--baseline REPO`` (another checkout, e.g. main before the change), once from that one,
 alternating, so both see the same machine load. Prints the median and each run's wall time
-per checkout, their ratio, and the machine's load average before and after.
+per checkout, their ratio, and the machine's load average before and after. This checkout's
+first run starts the warm resolution server (sm120kit/remote/lib/warm.py); the bench ends the
+servers its host started when it is done.
 
     python bench/preflight.py --env /path/to/env/bin/python [--baseline /work/main] [-n 5]
         [--work /tmp/pf-bench] [-- ARGS...]
@@ -54,6 +56,22 @@ def run_once(repo: Path, env: dict[str, str], inventory: Path, python: str, args
     return wall, done.returncode, got
 
 
+def stop_warm_servers(work: Path) -> None:
+    """End the warm resolution servers this bench's host started (sm120kit/remote/lib/warm.py:
+    they idle out by themselves, later): by pid, those whose HOME lies under `work`."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        home = next((e[5:] for e in env if e.startswith(b"HOME=")), b"")
+        if b"_SERVE = True" in cmd and home.startswith(str(work).encode()):
+            os.kill(int(proc.name), 15)
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else argv
     launch = DEFAULT_ARGS
@@ -84,12 +102,17 @@ def main(argv: list[str] | None = None) -> int:
                 times[name].append(wall)
                 print(f"run {i + 1} {name:8s} {wall:6.1f} s exit {rc} {got}", flush=True)
     finally:
+        stop_warm_servers(args.work)
         fleet.stop()
         shutil.rmtree(args.work, ignore_errors=True)
     load1 = os.getloadavg()
     print(f"launch: {' '.join(launch)}")
     for name, _repo in checkouts:
         print(f"{name:8s} median {statistics.median(times[name]):6.1f} s over {args.n} runs")
+        if name == "this" and args.n > 1:
+            # The first run of this checkout starts the warm server (sglang's import paid once).
+            warm = statistics.median(times[name][1:])
+            print(f"{name:8s} first run {times[name][0]:6.1f} s, median of the rest {warm:6.1f} s")
     if args.baseline:
         ratio = statistics.median(times["baseline"]) / statistics.median(times["this"])
         print(f"baseline / this: {ratio:.2f}x")

@@ -33,7 +33,7 @@ def fix_from(text: str) -> str | None:
     """The fix sglang's own refusal names (``Please use `--attention-backend flashinfer```), or
     None."""
     found = _FIX_IN_TEXT.search(text)
-    return found.group(1).strip("`") if found else None
+    return found.group(1).strip("`").rstrip(".") if found else None
 
 
 def after_check(res: Mapping[str, Any]) -> Check | None:

@@ -460,6 +460,8 @@ def warm_resolve(
         return None
     gpu = [request.get("cc"), request.get("memory_mib"), has_driver()]
     path = os.path.join(where, warm.server_key(python, site, fingerprint, gpu))
+    if len(path.encode()) > warm.MAX_SOCKET_PATH:
+        return None
     doc = warm.ask(path, request, timeout) if os.path.exists(path) else None
     how = "a child of the warm resolution server (sglang imported before)"
     if doc is None:

@@ -27,6 +27,9 @@ from typing import Any
 
 from sm120kit.remote.lib.targets import RESOLVE_SERVER_SRC
 
+#: Longest unix socket path Linux binds (sun_path is 108 bytes, NUL included), less the
+#: ``.<pid>`` suffix a server binds first: a longer TMPDIR means no warm server.
+MAX_SOCKET_PATH = 96
 #: Environment variables that differ between two SSH sessions of one user, and change nothing
 #: sglang reads.
 _VOLATILE = ("PWD", "OLDPWD", "_", "SHLVL", "TERM", "XDG_SESSION_ID", "MOTD_SHOWN", "LS_COLORS")
