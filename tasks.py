@@ -249,6 +249,8 @@ def smoke(c, **f):
     "process_match",
     "launch",
     "python",
+    "strict",
+    "model_config",
     *RECIPE,
     name="serve-check",
 )
@@ -274,10 +276,18 @@ def serve_check(c, **f):
         opts = _plan_options(c, f)
         s = _session(c, f)
         op = serve_launch.serve_launch_op(
-            opts, parsed, float(f["timeout"]), python=f["python"], arch=f["arch"]
+            opts,
+            parsed,
+            float(f["timeout"]),
+            python=f["python"],
+            arch=f["arch"],
+            strict=f["strict"],
+            model_config=f["model_config"],
         )
         cli.finish(s, s.run("serve-check", op), checks.render_serve_launch)
         return
+    if f["strict"] or f["model_config"]:
+        raise cli.Sm120Error("--strict / --model-config judge a launch: give one after --")
     s = _session(c, f)
     op = serve_ops.serve_check_op(
         f["url"], float(f["timeout"]), pid=f["pid"] or None, process_match=f["process_match"]
@@ -285,7 +295,7 @@ def serve_check(c, **f):
     cli.finish(s, s.run("serve-check", op), checks.render_serve)
 
 
-@task(*COMMON, "python", "launch", *RECIPE)
+@task(*COMMON, "python", "launch", "strict", "model_config", *RECIPE)
 def preflight(c, **f):
     """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
     combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
@@ -297,7 +307,14 @@ def preflight(c, **f):
     parsed = launch.parse_launch(words)
     opts = _plan_options(c, f)
     s = _session(c, f)
-    op = preflight_check.preflight_op(opts, parsed, python=f["python"], arch=f["arch"])
+    op = preflight_check.preflight_op(
+        opts,
+        parsed,
+        python=f["python"],
+        arch=f["arch"],
+        strict=f["strict"],
+        model_config=f["model_config"],
+    )
     cli.finish(s, s.run("preflight", op), checks.render_preflight)
 
 

@@ -83,6 +83,7 @@ def test_request_carries_the_launch_argv_every_field_and_the_arch() -> None:
         "fields": list(RESOLVED_FIELDS),
         "cc": [12, 0],
         "memory_mib": FAKE_MEMORY_MIB,
+        "warm": 900,
     }
     assert probe_request(launch, "/p", (12, 0), True, 97887)["resolve"]["memory_mib"] == 97887
     # Every prebuilt module preflight knows is read, since sglang's choice is learnt then.
@@ -150,7 +151,7 @@ def test_hub_id_is_not_resolved(tmp_path, monkeypatch) -> None:
     assert got == {
         "ran": False,
         "reason": f"the model is a hub id with no config.json in this host's Hugging Face "
-        f"cache ({tmp_path}): preflight does not download",
+        f"cache ({tmp_path}) and no --model-config: preflight does not download",
     }
 
 

@@ -106,6 +106,16 @@ FLAGS: dict[str, Flag] = {
         "regex on the server's whole command line (default: a process whose program or "
         "Python module/script is sglang/vllm/uvicorn-like)",
     ),
+    "strict": Flag(
+        False,
+        "fail the host when a check is unknown (a backend whose support for the GPU cannot be "
+        "read, a hub model whose config is not at hand), not only warn",
+    ),
+    "model_config": Flag(
+        None,
+        "for a hub model id: its config.json on this machine (or a directory holding it), "
+        "which sglang's resolution on the host then reads",
+    ),
     "launch": Flag(
         None,
         "the launch command as one string (python -m sglang.launch_server ARGS), "

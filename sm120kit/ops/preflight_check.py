@@ -10,6 +10,7 @@ line per failed check.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ from ..preflight.launch import Launch
 from ..preflight.verdicts import judge, probe_request
 from ..recipes.target_arch import TargetArch
 from ..remote.lib.cudaarch import parse_cc
+from ..remote.preflight_probe import read_config
 from ..runner.pool import HostContext, HostOp
 from ..state import ProvisionState
 from .host_python import serving_lock
@@ -59,16 +61,45 @@ def check_flags(python: str | None, arch: str | None) -> None:
         raise Sm120Error(f"--arch {arch!r}: not a compute capability like 12.0")
 
 
+def model_config_doc(path: str | None, launch: Launch) -> dict[str, Any] | None:
+    """``--model-config PATH``, read on the controller: the config.json of a hub model id (a
+    file, or a directory holding ``config.json``), as a JSON object; None without the flag.
+    Raise Sm120Error (one line naming the flag and the file) when it is not usable, or when
+    the launch's model is a local path (the host's own config.json is then what sglang reads)."""
+    if path is None:
+        return None
+    if not str(path).strip():
+        raise Sm120Error("--model-config is empty: give a config.json or a directory holding one")
+    model = launch.model_path or ""
+    if not model or model.startswith(("/", ".", "~")) or model.count("/") != 1:
+        raise Sm120Error(
+            f"--model-config is for a hub model id (org/name); --model-path {model!r} is not one "
+            "(a local model's own config.json is read on the host)"
+        )
+    file = os.path.expanduser(str(path))
+    if os.path.isdir(file):
+        file = os.path.join(file, "config.json")
+    doc, problem = read_config(file)
+    if doc is None:
+        raise Sm120Error(f"--model-config {file}: {problem}")
+    return doc
+
+
 def run_preflight(
     ctx: HostContext,
     opts: PlanOptions,
     launch: Launch,
     python: str | None = None,
     arch: str | None = None,
+    *,
+    strict: bool = False,
+    model_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Judge `launch` on this host; record it (``preflight``, ``launch``, ``python``) and fail
-    the host with one ``check: reason`` per failed check. Returns the verdict, whose
-    ``python`` is the serving env's interpreter as the host resolved it."""
+    the host with one ``check: reason`` per failed check (with `strict`, also per unknown one).
+    `model_config`: a hub model's config.json (``--model-config``) for sglang's resolution.
+    Returns the verdict, whose ``python`` is the serving env's interpreter as the host
+    resolved it."""
     facts = gather(ctx)
     py, label = serving_python(ctx, opts, python)
     with ctx.step("preflight") as step:
@@ -79,13 +110,19 @@ def run_preflight(
         gpus = (facts.get("gpu") or {}).get("gpus") or []
         memory = min((g.get("memory_mib") or 0 for g in gpus), default=0) or None
         request = probe_request(launch, py, cc, resolve=True, memory_mib=memory)
+        if model_config is not None:
+            request["resolve"]["model_config"] = dict(model_config)
         doc = ctx.script("preflight_probe", request, timeout=PROBE_TIMEOUT)
-        verdict = judge(launch, facts, doc, cc, label, catalogues())
+        verdict = judge(launch, facts, doc, cc, label, catalogues(), strict=strict)
         verdict["arch_source"] = chosen.label
         verdict["python"] = doc.get("python") or py
         ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)
-        counts = {s: sum(c["status"] == s for c in verdict["checks"]) for s in ("pass", "fail")}
-        step.message = f"{counts['pass']} passed, {counts['fail']} failed"
+        counts = {
+            s: sum(c["status"] == s for c in verdict["checks"]) for s in ("pass", "fail", "unknown")
+        }
+        step.message = (
+            f"{counts['pass']} passed, {counts['fail']} failed, {counts['unknown']} unknown"
+        )
         if verdict["failed"]:
             raise HostFailed("; ".join(verdict["failed"]))
     return verdict
@@ -101,16 +138,25 @@ def preflight_arch(
 
 
 def preflight_op(
-    opts: PlanOptions, launch: Launch, *, python: str | None = None, arch: str | None = None
+    opts: PlanOptions,
+    launch: Launch,
+    *,
+    python: str | None = None,
+    arch: str | None = None,
+    strict: bool = False,
+    model_config: str | None = None,
 ) -> HostOp:
     """`invoke preflight`: judge `launch` on each host from its facts and its serving env.
 
     `arch` (--arch) judges for that compute capability; without it, for the host's target arch
     (host var ``target_arch``, else its GPU, else the recipe's: sm120kit/recipes/target_arch.py).
+    `strict` (--strict): an unknown check fails the host. `model_config` (--model-config): a
+    hub model's config.json on the controller, read once before any host is touched.
     """
     check_flags(python, arch)
+    config = model_config_doc(model_config, launch)
 
     def run(ctx: HostContext) -> None:
-        run_preflight(ctx, opts, launch, python, arch)
+        run_preflight(ctx, opts, launch, python, arch, strict=strict, model_config=config)
 
     return run

@@ -21,7 +21,7 @@ from ..paths import HostPaths
 from ..plan import PlanOptions
 from ..preflight.launch import Launch, server_args
 from ..runner.pool import HostContext, HostOp
-from .preflight_check import check_flags, run_preflight
+from .preflight_check import check_flags, model_config_doc, run_preflight
 
 #: Bytes of the server's log kept when it is not ready.
 LOG_TAIL_BYTES = 4000
@@ -51,14 +51,18 @@ def serve_launch_op(
     *,
     python: str | None = None,
     arch: str | None = None,
+    strict: bool = False,
+    model_config: str | None = None,
 ) -> HostOp:
-    """Preflight `launch`, start it, wait up to `timeout` seconds for it to be ready."""
+    """Preflight `launch` (`strict`, `model_config`: as `preflight_op`), start it, wait up to
+    `timeout` seconds for it to be ready."""
     check_flags(python, arch)
+    config = model_config_doc(model_config, launch)
     url = launch_url(launch)
     serve.check_arguments(url, timeout)
 
     def run(ctx: HostContext) -> None:
-        verdict = run_preflight(ctx, opts, launch, python, arch)
+        verdict = run_preflight(ctx, opts, launch, python, arch, strict=strict, model_config=config)
         facts = ctx.facts or {}
         log = posixpath.join(
             HostPaths(facts.get("work_root") or ctx.host.work_root).logs,

@@ -215,15 +215,25 @@ def _render_preflight_host(console: Console, name: str, host: Any) -> None:
     console.print(table)
     for line in failed_lines(doc):
         console.print(Text(line, style="red"))
+    failed = set(doc.get("failed") or [])
+    for line in doc.get("unknown") or []:
+        # Not a failure by default: said in the recap so a pass resting on it is not missed.
+        name, _, why = line.partition(": ")
+        if f"{name}: unknown (--strict): {why}" not in failed:
+            console.print(Text(f"UNKNOWN {line} (--strict fails it)", style="yellow"))
 
 
 def failed_lines(doc: dict[str, Any]) -> list[str]:
     """One ``FAILED check`` line per failed check, with its fix: the reason is in the table
-    just above (and in --json), so it is not printed again."""
+    just above (and in --json), so it is not printed again. An unknown check that --strict
+    failed is a FAILED line too, with why it was unknown."""
     out = []
     for item in doc.get("checks") or []:
         if item.get("status") != "fail":
             continue
         fix = f": fix {item['fix']}" if item.get("fix") else ""
         out.append(f"FAILED {item.get('check', '?')}{fix}")
+    out += [
+        f"FAILED {line}" for line in doc.get("failed") or [] if ": unknown (--strict): " in line
+    ]
     return out

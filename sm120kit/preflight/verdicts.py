@@ -47,6 +47,7 @@ from .rules import (
     Backend,
     Rule,
 )
+from .sglang_checks import after_check, overall, unresolved_checks
 
 # ------------------------------------------------------------------------- what to read
 
@@ -70,6 +71,9 @@ def explicit_backends(launch: Launch) -> list[str]:
 #: Seconds sglang's resolution may take in the env (imports torch, sglang, sgl_kernel: about
 #: 30 s on a 2-core host under load).
 RESOLVE_TIMEOUT = 300
+#: Seconds the warm resolution server (sm120kit/remote/lib/warm.py) waits for the next preflight
+#: before it exits: sglang imported once serves the launches checked within that time.
+WARM_IDLE_S = 900
 #: GPU memory a host without a GPU is presented with (MiB): a 32 GiB board. sglang's memory
 #: hook sizes its defaults from it; no backend choice of sglang 0.5.23 reads it.
 FAKE_MEMORY_MIB = 32768
@@ -121,6 +125,7 @@ def probe_request(
             "fields": list(RESOLVED_FIELDS),
             "cc": list(cc) if cc else None,
             "memory_mib": memory_mib or FAKE_MEMORY_MIB,
+            "warm": WARM_IDLE_S,
         }
     return out
 
@@ -151,6 +156,8 @@ def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
         "error": case.get("error"),
         "gpu": doc.get("gpu"),
         "driver": doc.get("driver"),
+        "after": case.get("after"),
+        "version": doc.get("version"),
     }
 
 
@@ -618,16 +625,20 @@ def judge(
     cc: CC | None,
     python_source: str = "serving env",
     cats: Sequence[Catalogue] = (),
+    strict: bool = False,
 ) -> dict[str, Any]:
-    """Every preflight verdict for one host: {"ok", "checks", "failed", "attention"}.
+    """Every preflight verdict for one host: {"ok", "verdict", "checks", "failed", "unknown",
+    "attention"}.
 
     `cats`: the catalogues of release facts whose module facts judge a backend's modules for
-    the versions they read (the env's own files otherwise)."""
+    the versions they read (the env's own files otherwise). `strict`: an unknown check fails
+    the host too (sglang_checks.overall)."""
     env = env_check(probe, python_source)
     versions = {k: (v or {}).get("version") for k, v in (probe.get("dists") or {}).items()}
     sglang = versions.get("sglang")
     res = resolution(probe)
     checks = [env, stack_check(probe, facts, cc), resolution_check(res)]
+    checks += [c for c in [after_check(res)] if c is not None]
     if res.get("backends"):
         launch = resolved_launch(launch, res["backends"])
     attention, phases = attention_checks(launch, probe, cc, sglang, cats)
@@ -654,13 +665,16 @@ def judge(
     ]
     if res.get("backends"):
         shorten_resolution(checks, res)
-    failed = [c for c in checks if c["status"] == "fail"]
+    checks = unresolved_checks(res, checks)
+    summary = overall(checks, strict)
     return {
-        "ok": not failed,
+        "ok": not summary["failed"],
+        "verdict": summary["verdict"],
+        "unknown": summary["unknown"],
         "arch": cc_text(cc) if cc else None,
         "attention": {k: phases[k] for k in ("prefill", "decode", "candidates", "how", "note")},
         "resolved_by": res["by"],
         "resolved": res.get("backends"),
         "checks": checks,
-        "failed": [f"{c['check']}: {c['reason']}" for c in failed],
+        "failed": summary["failed"],
     }

@@ -48,7 +48,7 @@ import sys
 import tempfile
 from typing import Any
 
-from sm120kit.remote.lib import driver_stub
+from sm120kit.remote.lib import driver_stub, warm
 from sm120kit.remote.lib.fatbin import device_targets
 from sm120kit.remote.lib.targets import (
     INSPECT_SRC,
@@ -308,7 +308,12 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     out["modules"] = [module_files(info, w) for w in args.get("modules") or []]
     if args.get("resolve"):
         site = ((info.get("packages") or {}).get("sglang") or {}).get("location")
-        out["resolved"] = resolve(python, args["resolve"], out.get("model") or {}, args, site)
+        request = dict(args["resolve"])
+        # What the warm server's imported state depends on (lib/warm.py server_key).
+        request["fingerprint"] = sorted(
+            (n, d["version"], d["location"]) for n, d in out["dists"].items()
+        )
+        out["resolved"] = resolve(python, request, out.get("model") or {}, args, site)
     return out
 
 
@@ -369,49 +374,140 @@ def resolve(
     On a host without a CUDA driver, the env's interpreter runs with a ``libcuda.so.1`` stub
     first on LD_LIBRARY_PATH (lib/driver_stub.py), defining the driver entry points the
     env's modules (`site`: its site-packages) import, in a temporary directory removed after.
+    A hub id's config.json comes from the request (``model_config``: ``--model-config`` read
+    on the controller), else from the host's Hugging Face cache.
     """
-    if not model.get("local"):
+    config_dir = None
+    if request.get("model_config") is not None and not model.get("local"):
+        # --model-config: the hub model's config.json from the controller, in a directory
+        # sglang reads in place of the hub id (removed after the run).
+        config_dir = tempfile.mkdtemp(prefix="sm120kit-model-config-")
+        with open(os.path.join(config_dir, "config.json"), "w") as fh:
+            json.dump(request["model_config"], fh)
+        request = dict(request)
+        request["cases"] = [
+            with_model(argv, str(model.get("path") or ""), config_dir)
+            for argv in request.get("cases") or []
+        ]
+        request.pop("model_config")
+    try:
+        return _resolve(python, request, model, args, site, config_dir is not None)
+    finally:
+        if config_dir:
+            shutil.rmtree(config_dir, ignore_errors=True)
+
+
+def with_model(argv: list[str], model: str, path: str) -> list[str]:
+    """`argv` with its model (``--model-path M``, ``--model M``, ``--model-path=M``) as `path`."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word in ("--model-path", "--model") and i + 1 < len(out) and out[i + 1] == model:
+            out[i + 1] = path
+        elif word in ("--model-path=" + model, "--model=" + model):
+            out[i] = word.split("=", 1)[0] + "=" + path
+    return out
+
+
+def _resolve(
+    python: str,
+    request: dict[str, Any],
+    model: dict[str, Any],
+    args: dict[str, Any],
+    site: str | None,
+    given_config: bool,
+) -> dict[str, Any]:
+    """`resolve` itself; `given_config`: the model's config came with the request."""
+    if given_config:
+        pass  # --model-config: the directory written by `resolve` is the model sglang reads
+    elif not model.get("local"):
         cached = hub_config(str(model.get("path") or ""))
         if cached is None:
             return {
                 "ran": False,
                 "reason": "the model is a hub id with no config.json in this host's Hugging Face "
-                "cache (%s): preflight does not download" % hub_cache(),
+                "cache (%s) and no --model-config: preflight does not download" % hub_cache(),
             }
         problem = read_config(cached)[1]
         if problem:
             return {"ran": False, "reason": "the cached %s %s" % (cached, problem)}
     elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
-    env = None
-    stub_dir = None
-    driver = "the host's libcuda.so.1"
-    if not has_driver():
-        names = driver_stub.needed_symbols(driver_stub.shared_objects(site)) if site else set()
-        try:
-            stub_dir = tempfile.mkdtemp(prefix="sm120kit-libcuda-")
-            driver_stub.write_stub(stub_dir, names)
-        except (OSError, ValueError) as exc:
-            driver = "no driver and no stub (%s)" % exc
-        else:
-            env = dict(os.environ)
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(
-                p for p in (stub_dir, env.get("LD_LIBRARY_PATH")) if p
-            )
-            driver = (
-                "no driver: a libcuda.so.1 stub defining the %d entry points the env's "
-                "modules import, each returning CUDA_ERROR_STUB_LIBRARY" % len(names)
-            )
+    request = dict(request)
+    idle = float(request.pop("warm", 0) or 0)
+    fingerprint = request.pop("fingerprint", None)
+    timeout = float(args.get("timeout") or 120)
+    if idle > 0:
+        doc = warm_resolve(python, request, site, fingerprint, idle, timeout)
+        if doc is not None:
+            return doc
+    env, stub_dir, driver = driver_env(site)
     try:
-        doc, err = run_target(
-            python, SERVER_ARGS_SRC, request, float(args.get("timeout") or 120), env=env
-        )
+        doc, err = run_target(python, SERVER_ARGS_SRC, request, timeout, env=env)
     finally:
         if stub_dir:
             shutil.rmtree(stub_dir, ignore_errors=True)
     if doc is None:
         return {"ran": False, "reason": "the resolution script failed: %s" % err, "driver": driver}
     doc["driver"] = driver
+    doc["server"] = "a fresh interpreter"
+    return doc
+
+
+def driver_env(site: str | None) -> tuple[dict[str, str] | None, str | None, str]:
+    """(environment, stub directory, what the driver is) for the env's interpreter: on a host
+    without a CUDA driver, a libcuda.so.1 stub in a new temporary directory first on
+    LD_LIBRARY_PATH (the caller removes it); else the host's own (None, None, ...)."""
+    if has_driver():
+        return None, None, "the host's libcuda.so.1"
+    names = driver_stub.needed_symbols(driver_stub.shared_objects(site)) if site else set()
+    try:
+        stub_dir = tempfile.mkdtemp(prefix="sm120kit-libcuda-")
+        driver_stub.write_stub(stub_dir, names)
+    except (OSError, ValueError) as exc:
+        return None, None, "no driver and no stub (%s)" % exc
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (stub_dir, env.get("LD_LIBRARY_PATH")) if p)
+    driver = (
+        "no driver: a libcuda.so.1 stub defining the %d entry points the env's "
+        "modules import, each returning CUDA_ERROR_STUB_LIBRARY" % len(names)
+    )
+    return env, stub_dir, driver
+
+
+def warm_resolve(
+    python: str,
+    request: dict[str, Any],
+    site: str | None,
+    fingerprint: Any,
+    idle: float,
+    timeout: float,
+) -> dict[str, Any] | None:
+    """The answer of the warm server for this env (lib/warm.py), starting one when none
+    listens; None when no server could answer (the caller runs a fresh interpreter)."""
+    where = warm.socket_dir()
+    if where is None:
+        return None
+    gpu = [request.get("cc"), request.get("memory_mib"), has_driver()]
+    path = os.path.join(where, warm.server_key(python, site, fingerprint, gpu))
+    if len(path.encode()) > warm.MAX_SOCKET_PATH:
+        return None
+    doc = warm.ask(path, request, timeout) if os.path.exists(path) else None
+    how = "a child of the warm resolution server (sglang imported before)"
+    if doc is None:
+        try:
+            os.unlink(path)  # a server gone (killed, host rebooted /tmp kept): its stale name
+        except OSError:
+            pass
+        env, stub_dir, driver = driver_env(site)
+        if not warm.start(python, path, request, env, stub_dir, driver, idle, timeout):
+            if stub_dir:
+                shutil.rmtree(stub_dir, ignore_errors=True)
+            return None
+        doc = warm.ask(path, request, timeout)
+        how = "a child of the warm resolution server, started now"
+    if doc is None:
+        return None
+    doc["server"] = how
     return doc
 
 

@@ -30,6 +30,7 @@ __bundle__ = (
     "sm120kit.remote.lib.in_target.import_top",
     "sm120kit.remote.lib.in_target.server_args",
     "sm120kit.remote.lib.in_target.fork_server",
+    "sm120kit.remote.lib.in_target.resolve_server",
 )
 
 
@@ -55,6 +56,13 @@ LOADER_SRC = target_source("loader_eval")
 GPU_SRC = target_source("gpu_op")
 IMPORT_TOP_SRC = target_source("import_top")
 SERVER_ARGS_SRC = target_source("server_args")
+#: The warm resolution server (lib/warm.py): server_args.py's functions, then its loop.
+RESOLVE_SERVER_SRC = (
+    "MARK = %r\nPROVENANCE_FILE = %r\n_SERVE = True\n" % (MARK, PROVENANCE_FILE)
+    + _text("prelude")
+    + _text("server_args")
+    + _text("resolve_server")
+)
 
 DEFAULT_GPU_OPS = {
     # The bundled sample kernel: add one to a CUDA tensor through its torch op.
