@@ -25,10 +25,19 @@ EXPECTED: dict[str, set[str]] = {
     "facts": COMMON,
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
-    "plan": COMMON | RECIPE | {"explain", "package", "stack", "no-stack"},
+    "plan": COMMON | RECIPE | {"explain", "package", "stack", "no-stack", "no-system-python"},
     "provision": COMMON
     | RECIPE
-    | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack", "no-stack"},
+    | {
+        "break-lock",
+        "max-jobs",
+        "nvcc-threads",
+        "rebuild",
+        "recheck",
+        "stack",
+        "no-stack",
+        "no-system-python",
+    },
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
