@@ -39,7 +39,14 @@ def info(**kw: Any) -> dict[str, Any]:
         # The sha256 from a managed env's install marker when direct_url.json has none.
         (info(), {"packages": {"sgl-kernel": {"sha256": SHA}}}, {}, FACTS, "==2.9.1", "locks/x"),
         # Metadata pins win over every catalogue.
-        (info(wheel_sha256=SHA, requires=["torch==2.8.0"]), {}, {}, FACTS, "==2.8.0", "wheel metadata"),
+        (
+            info(wheel_sha256=SHA, requires=["torch==2.8.0"]),
+            {},
+            {},
+            FACTS,
+            "==2.8.0",
+            "wheel metadata",
+        ),
         # A wheel no catalogue read, or one whose lock has no torch: unknown.
         (info(wheel_sha256="0" * 64), {}, PIN_0410, FACTS, None, None),
         (info(wheel_sha256=SHA), {}, {}, {"wheels": {SHA: {"source": "cat"}}}, None, None),

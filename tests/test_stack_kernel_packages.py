@@ -107,19 +107,25 @@ def test_plan_of_build_sgl_kernel_on_an_r580_host_over_ssh(fleet: Fleet, tmp_pat
     inv = tmp_path / "hosts.yaml"
     inv.write_text(yaml.safe_dump(doc))
     env = invoke_env(fleet, tmp_path)
-    plan = run_invoke(["plan", "--package", "sgl-kernel", "-H", "gpu1", "-i", str(inv), "--json"], env)
+    plan = run_invoke(
+        ["plan", "--package", "sgl-kernel", "-H", "gpu1", "-i", str(inv), "--json"], env
+    )
     host = json_of(plan)["hosts"]["gpu1"]
     assert host["status"] == "failed", host
     assert "is not in recipe" not in host["error"] and "\n" not in host["error"]
-    assert "sgl-kernel 0.4.10 cannot be built with recipe r580: source.ref is not pinned" in (
-        host["error"]
+    assert (
+        "sgl-kernel 0.4.10 cannot be built with recipe r580: source.ref is not pinned"
+        in (host["error"])
     )
     doc["all"]["hosts"]["gpu1"]["recipe.packages.sgl-kernel.source.ref"] = "b" * 40
     inv.write_text(yaml.safe_dump(doc))
-    plan = run_invoke(["plan", "--package", "sgl-kernel", "-H", "gpu1", "-i", str(inv), "--json"], env)
+    plan = run_invoke(
+        ["plan", "--package", "sgl-kernel", "-H", "gpu1", "-i", str(inv), "--json"], env
+    )
     host = json_of(plan)["hosts"]["gpu1"]
     steps = {s["name"]: s for s in host["steps"]}
     assert "source:sgl-kernel" in steps, host
-    assert "sgl-kernel 0.4.10 from https://github.com/sgl-project/sglang@" + "b" * 40 in (
-        steps["source:sgl-kernel"]["message"]
+    assert (
+        "sgl-kernel 0.4.10 from https://github.com/sgl-project/sglang@" + "b" * 40
+        in (steps["source:sgl-kernel"]["message"])
     ), steps["source:sgl-kernel"]

@@ -107,6 +107,8 @@ HELP = {
     "stack": "install the recipe's serving stack even where host var provision_stack is false "
     "(the stack is the default)",
     "no-stack": "leave the serving stack alone: build only the packages named (--package, vars)",
+    "no-system-python": "never install the distribution's Python as root for the stack (as host "
+    "var allow_system_python: false): a host without a locked Python is refused instead",
     "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
     "out": "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)",
     "path": "the lock file to read",
@@ -137,6 +139,7 @@ BOOL_FLAGS = {
     "refresh",
     "stack",
     "no-stack",
+    "no-system-python",
 }
 
 

@@ -118,7 +118,9 @@ def _plan(fleet: Any, tmp: Path, extra_vars: dict[str, Any], *flags: str) -> dic
     )
     inv = tmp / "hosts.yaml"
     inv.write_text(yaml.safe_dump(doc))
-    proc = run_invoke(["plan", "-H", "only313", "-i", str(inv), "--json", *flags], invoke_env(fleet, tmp))
+    proc = run_invoke(
+        ["plan", "-H", "only313", "-i", str(inv), "--json", *flags], invoke_env(fleet, tmp)
+    )
     host: dict[str, Any] = json_of(proc)["hosts"]["only313"]
     return host
 
@@ -128,7 +130,9 @@ def test_plan_on_a_real_3_13_host(only313: Any, tmp_path: Path) -> None:
     step = next(s for s in host["steps"] if s["name"] == "python")
     assert step["status"] == "changed", step
     msg = step["message"]
-    assert msg.startswith("would install Python 3.11 (lock pylock.cp311-manylinux_2_34_x86_64.toml"), msg
+    assert msg.startswith(
+        "would install Python 3.11 (lock pylock.cp311-manylinux_2_34_x86_64.toml"
+    ), msg
     assert "it has 3.13 (" in msg and WHY in msg
     assert "the step installs them as root, a system package" in msg
     assert step["commands"][-1].endswith(
@@ -142,9 +146,17 @@ def test_plan_on_a_real_3_13_host(only313: Any, tmp_path: Path) -> None:
         assert "installing the distribution's python3.11 as root is refused" in refused["error"]
         assert WHY in refused["error"] and refused["error"].endswith(DRAFT)
 
-    bad = _plan(only313, tmp_path, {"allow_system_python": "no"})
-    assert bad["status"] == "failed"
-    assert bad["error"] == "only313: host var allow_system_python: expected true or false, got 'no'"
+    # A value that is no boolean is refused when the inventory is read, naming file and line.
+    doc = yaml.safe_load(only313.inventory.read_text())
+    doc["all"]["hosts"]["only313"]["allow_system_python"] = "no"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
+    argv = ["plan", "-H", "only313", "-i", str(tmp_path / "bad.yaml"), "--json"]
+    proc = run_invoke(argv, invoke_env(only313, tmp_path))
+    assert proc.returncode == 1
+    assert json_of(proc)["error"].endswith(
+        "all.hosts.only313.allow_system_python: host only313: allow_system_python must be true "
+        "or false, got str 'no'"
+    )
 
     forced = _plan(only313, tmp_path, {"recipe.python": "3.13"})
     assert forced["status"] == "failed" and forced["error"].endswith(DRAFT), forced

@@ -23,7 +23,6 @@ import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..stack.catalogue_read import read_module
 

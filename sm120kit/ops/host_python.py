@@ -195,7 +195,9 @@ def pick_python(
     if not usable:
         have = ", ".join(sorted(locks_available or [])) or "none"
         why = "; ".join((unlocked or {}).get(p, "") for p in prefer if (unlocked or {}).get(p))
-        redo = f", or draft the locks again where the index has the wheels: {draft}" if draft else ""
+        redo = (
+            f", or draft the locks again where the index has the wheels: {draft}" if draft else ""
+        )
         return PythonChoice(
             None,
             None,
@@ -298,17 +300,11 @@ def serving_lock(state: ProvisionState) -> Lock | None:
 
 def allow_system_python(state: ProvisionState) -> bool:
     """Whether the python step may install the distribution's Python as root: not with
-    ``--no-system-python`` or host var ``allow_system_python: false`` (a non-boolean value is
-    one error naming the var)."""
+    ``--no-system-python`` or host var ``allow_system_python: false`` (its type is checked
+    when the inventory is read, sm120kit/inventory/hostvars.py)."""
     if state.flags.no_system_python:
         return False
-    value = state.host.vars.get(ALLOW_SYSTEM_PYTHON_VAR, True)
-    if not isinstance(value, bool):
-        raise HostFailed(
-            f"{state.host.name}: host var {ALLOW_SYSTEM_PYTHON_VAR}: expected true or false, "
-            f"got {value!r}"
-        )
-    return value
+    return state.host.vars.get(ALLOW_SYSTEM_PYTHON_VAR) is not False
 
 
 def _lock_context(

@@ -17,8 +17,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..remote.lib.names import dist_name
 from ..errors import RecipeError
+from ..remote.lib.names import dist_name
 from ..stack.catalogue import Catalogue, load_beside
 from ..stack.lock import load_lock
 from . import registry
