@@ -153,11 +153,11 @@ def _python_tag(filename: str) -> str:
 def no_lock_reason(locks: Mapping[str, Lock], xy: str, where: str) -> str:
     """Why Python `xy` has no lock, read from the locks there are (`where`: their directory):
     the distributions they pin one wheel per Python of, which a `xy` env needs built for it."""
-    have = " and ".join(sorted(locks, key=lambda v: tuple(int(p) for p in v.split("."))))
-    head = f"no lock for Python {xy}: {where} has locks for {have} only"
     if not locks:
         return f"no lock for Python {xy}: {where} has none"
-    lock = locks[max(locks, key=lambda v: tuple(int(p) for p in v.split(".")))]
+    order = sorted(locks, key=lambda v: tuple(int(p) for p in v.split(".")))
+    head = f"no lock for Python {xy}: {where} has locks for {' and '.join(order)} only"
+    lock = locks[order[-1]]
     per = [(e, t) for e in lock.packages for t in [_python_tag(e.filename)] if t]
     if not per:
         return head
@@ -309,17 +309,16 @@ def allow_system_python(state: ProvisionState) -> bool:
 
 def _lock_context(
     state: ProvisionState, locks: Mapping[str, Lock] | None, prefer: list[str]
-) -> dict[str, Any]:
+) -> tuple[dict[str, str], str]:
     """`pick_python`'s `unlocked` (why each recipe Python without a lock has none) and `draft`
     (the lock.draft command for this recipe's stack, every Python the release has wheels
     for, so the directory's catalogue stays whole)."""
     recipe = state.resolved.recipe
     if locks is None or recipe.stack is None:
-        return {}
+        return {}, ""
     where = recipe.stack.locks
     unlocked = {xy: no_lock_reason(locks, xy, where) for xy in prefer if xy not in locks}
-    draft = f"invoke lock.draft --top {recipe.stack.top} --recipe {recipe.name}"
-    return {"unlocked": unlocked, "draft": draft}
+    return unlocked, f"invoke lock.draft --top {recipe.stack.top} --recipe {recipe.name}"
 
 
 def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> PythonChoice:
@@ -333,18 +332,27 @@ def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> Py
     name = state.host.name
     has_password = bool(ctx.runner.options.connect.sudo_password)
     sudo = sudo_prefix(state.facts, has_password)
-    rule = dict(
-        sudo=sudo,
-        allow_system=allow_system_python(state),
-        **_lock_context(state, locks, prefer),
-    )
+    unlocked, draft = _lock_context(state, locks, prefer)
+    allow = allow_system_python(state)
+
+    def pick(archive: Collection[str] | None) -> PythonChoice:
+        return pick_python(
+            state.facts,
+            prefer,
+            locks,
+            archive=archive,
+            sudo=sudo,
+            unlocked=unlocked,
+            allow_system=allow,
+            draft=draft,
+        )
+
     with ctx.step("python") as step:
-        choice = pick_python(state.facts, prefer, locks, **rule)  # type: ignore[arg-type]
+        choice = pick(None)
         if choice.query:
             manager = package_manager(state.facts) or ""
             out = ctx.run(choice.query[0], check=False, what="archive lookup")
-            offered = archive_has(manager, out.stdout)
-            choice = pick_python(state.facts, prefer, locks, archive=offered, **rule)  # type: ignore[arg-type]
+            choice = pick(archive_has(manager, out.stdout))
         if choice.refusal:
             raise HostFailed(f"{name}: {choice.refusal}")
         assert choice.version is not None
