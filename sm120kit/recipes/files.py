@@ -517,9 +517,9 @@ def derive_stack_packages(
     packages: list[PackageSpec], lock: Lock | None, shared: _Shared, torch_version: str
 ) -> list[PackageSpec]:
     """The stack's kernel packages a recipe does not name: for each distribution of `lock` that
-    a building descriptor publishes (sglang-kernel is sgl-kernel's) and that has no recipe entry
-    admitting the recipe's torch, the shared entry of the locked version
-    (recipes/shared/packages.toml ``<name>==<version>``), so `build --package sgl-kernel` builds
+    a building descriptor publishes (under any of its names, `registry.find`) and that has no
+    recipe entry admitting the recipe's torch, the shared entry of the locked version
+    (recipes/shared/packages.toml ``<name>==<version>``), so `build --package <name>` builds
     the stack's own release from source on every recipe of that stack. None is derived for a
     version without a shared entry: `ProvisionState.run_packages` then names the one to add."""
     if lock is None:

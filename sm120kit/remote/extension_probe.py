@@ -314,7 +314,7 @@ def package_built_for(
     Requires-Dist; then the recipe's torch pin for this package version (wheels built
     elsewhere, like PyPI kernel wheels whose metadata pins no torch at all); then `released`,
     the torch a shipped lock pins beside this very wheel (`released_torch`), for a wheel no
-    recipe of the host pins (sgl-kernel 0.3.21 beside torch 2.14.1).
+    recipe of the host pins (an older stack's kernel wheel beside today's torch).
     """
     prov = info.get("provenance")
     if isinstance(prov, dict) and isinstance(prov.get("torch"), dict):
