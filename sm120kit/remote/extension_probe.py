@@ -137,10 +137,12 @@ def probe_package(
             exts[lib["path"]]["module"] = mod
         else:
             lib["module"] = None
-    # The recipe's declaration when it is about this version; else what the descriptor read
-    # from this exact release; else the recipe's (a build of another version).
+    # The recipe's declaration when it is about this version and declares any; else what the
+    # descriptor read from this exact release; else the recipe's (a build of another version).
+    # An entry with no table (a stack's release taken from its lock) says nothing to win with.
     skip: dict[str, str] = {}
-    if _public(declared.get("version")) != _public(info.get("version")):
+    about_this = _public(declared.get("version")) == _public(info.get("version"))
+    if not (about_this and declared.get("not_for_arch")):
         skip = facts_not_for_arch(ctx, exts, facts, info.get("version"))
     facts_used = bool(skip)
     skip = skip or not_for_arch(ctx, libs, declared)
