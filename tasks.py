@@ -107,7 +107,7 @@ def recipes(c, **f):
     cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
-@task(*COMMON, *RECIPE, "explain", "package", "stack", "no_stack", "verbose")
+@task(*COMMON, *RECIPE, "explain", "package", "stack", "no_stack", "verbose", "no_system_python")
 def plan(c, **f):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands
     (with --package: the dry run of `invoke build --package P`, its steps only)."""
@@ -117,7 +117,14 @@ def plan(c, **f):
     if f["package"]:
         _build(c, f["package"], f, check=True)
         return
-    opts = _plan_options(c, f, explain=f["explain"], stack=f["stack"], no_stack=f["no_stack"])
+    opts = _plan_options(
+        c,
+        f,
+        explain=f["explain"],
+        stack=f["stack"],
+        no_stack=f["no_stack"],
+        no_system_python=f["no_system_python"],
+    )
     s = _session(c, f, check_mode=True)
     _check_recipes(s, opts)
     result = s.run("plan", provision.plan_or_provision_op(opts))
@@ -137,6 +144,7 @@ def plan(c, **f):
     "stack",
     "no_stack",
     "verbose",
+    "no_system_python",
 )
 def provision(c, **f):
     """Toolkit, env, builds (through the wheel cache), serving stack, smoke: one run, one recap."""
@@ -152,6 +160,7 @@ def provision(c, **f):
         recheck=f["recheck"],
         stack=f["stack"],
         no_stack=f["no_stack"],
+        no_system_python=f["no_system_python"],
     )
     s = _session(c, f, break_lock=f["break_lock"])
     _check_recipes(s, opts)

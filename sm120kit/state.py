@@ -13,6 +13,7 @@ from typing import Any
 from .errors import RecipeError
 from .inventory.host import Host
 from .paths import HostPaths
+from .recipes.files import stack_package_hint
 from .recipes.select import ResolvedRecipe
 from .runner.run_flags import RunFlags
 
@@ -90,6 +91,7 @@ class ProvisionState:
                 f"{self.host.name}: package {', '.join(unknown)} is not in recipe "
                 f"{self.resolved.recipe.name} ({self.resolved.recipe.source}); it has: "
                 f"{', '.join(known)}"
+                + "".join(stack_package_hint(self.resolved.recipe, n) for n in unknown)
             )
         return wanted
 

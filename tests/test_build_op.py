@@ -249,7 +249,9 @@ def sgl_recipes(tmp: Path) -> Path:
         (recipes / f.name).write_text(f.read_text())
     shared = (REPO / "recipes" / "shared" / "packages.toml").read_text()
     end = "# The serving stack:"
-    sgl = shared[shared.index('[[packages]]\nname = "sgl-kernel"') :] + "\n"
+    start = shared.index('[[packages]]\nname = "sgl-kernel"\nversion = "0.3.21"')
+    stop = shared.find("\n[[packages]]", start + 1)  # the 0.3.21 entry alone
+    sgl = shared[start : stop if stop != -1 else len(shared)] + "\n"
     r580 = recipes / "r580.toml"
     text = r580.read_text()
     at = text.index(end)

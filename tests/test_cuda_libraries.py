@@ -125,7 +125,9 @@ def test_plan_passes_over_a_toolkit_without_cublas_for_sgl_kernel(
     for f in (repo / "recipes").glob("*.toml"):
         (recipes / f.name).write_text(f.read_text())
     shared = (repo / "recipes" / "shared" / "packages.toml").read_text()
-    sgl = shared[shared.index('[[packages]]\nname = "sgl-kernel"') :] + "\n"
+    start = shared.index('[[packages]]\nname = "sgl-kernel"\nversion = "0.3.21"')
+    stop = shared.find("\n[[packages]]", start + 1)  # the 0.3.21 entry alone
+    sgl = shared[start : stop if stop != -1 else len(shared)] + "\n"
     r580 = recipes / "r580.toml"
     text = r580.read_text()
     at = text.index("# The serving stack:")

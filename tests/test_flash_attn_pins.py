@@ -153,8 +153,9 @@ def test_the_torch_in_force_picks_the_entry(recipes, torch, version, patches) ->
     assert (pkg["version"], pkg["patches"]) == (version, patches)
     assert res.package_names().count("flash-attn") == 1
     assert "flash-attn" not in res.problems
-    # sgl-kernel 0.3.21 (torch ==2.9.1) is r570/r575's only: r580 has one torch, its lock's.
-    assert "sgl-kernel" not in res.package_names()
+    # sgl-kernel 0.3.21 (torch ==2.9.1) is r570/r575's only: r580 has one torch, its lock's,
+    # and its sgl-kernel is the stack's own release (0.4.10), whatever torch a host forces.
+    assert res.package("sgl-kernel")["version"] == "0.4.10"
 
 
 def test_package_overrides_apply_to_the_entry_the_torch_picks(recipes) -> None:  # type: ignore[no-untyped-def]

@@ -59,12 +59,14 @@ def test_repo_recipes_load(recipes: dict[str, Recipe]) -> None:
     assert default_recipes_dir() == REPO / "recipes"
     for r in recipes.values():
         assert r.arch == ["12.0"]
-        # January's sgl-kernel 0.3.21 (torch 2.9.1) only where it builds against the stack's
-        # torch: r570/r575 (sglang 0.5.9 on torch 2.9.1).
+        # January's sgl-kernel 0.3.21 (torch 2.9.1) written only where it builds against the
+        # stack's torch: r570/r575 (sglang 0.5.9 on torch 2.9.1); the others take their
+        # stack's sglang-kernel release from the lock (tests/test_stack_kernel_packages.py).
         want = {"minikernel", "flash-attn"} | (
             {"sgl-kernel"} if r.torch.version == "2.9.1" else set()
         )
-        assert {p.name for p in r.packages} == want
+        assert {p.name for p in r.packages if not p.derived} == want
+        assert {p.name for p in r.packages} == {"minikernel", "flash-attn", "sgl-kernel"}
         assert r.source.endswith(f"recipes/{r.name}.toml")
 
 
@@ -283,8 +285,11 @@ def test_resolve_from_facts(recipes: dict[str, Recipe]) -> None:
     assert res.values["target.arch"] == "12.0"
     assert res.values["cuda.pip_packages"][0] == "nvidia-cuda-nvcc==13.0.*"
     assert res.notes == []
-    # Every package is buildable against the stack's torch 2.14.1 (flash-attn: 2.8.3.post2).
-    assert res.problems == {}
+    # Every package is buildable against the stack's torch 2.14.1 (flash-attn: 2.8.3.post2),
+    # but the stack's sgl-kernel 0.4.10, whose release commit is not pinned yet.
+    assert res.problems == {
+        "sgl-kernel": ["source.ref is not pinned (set recipe.packages.sgl-kernel.source.ref)"]
+    }
     assert res.values["torch.version"] == "2.14.1"
     assert res.package("flash-attn")["version"] == "2.8.3.post2"
     old = resolve_for_host(recipes, Host("gpu2"), gpu_facts("570.124.06", "12.0"))
@@ -420,7 +425,8 @@ def test_cpu_torch_override_for_cross_build(recipes: dict[str, Recipe]) -> None:
     # minikernel builds against a CPU torch; the CUDAExtension packages cannot.
     assert "minikernel" not in res.problems
     assert any("CPU torch" in p for p in res.problems["flash-attn"])
-    assert "sgl-kernel" not in res.problems  # not in r580: it cannot build on the lock's torch
+    # The stack's sgl-kernel 0.4.10 (from the lock) pins the lock's torch, 2.14.1.
+    assert any("outside its torch '==2.14.1'" in p for p in res.problems["sgl-kernel"])
     rows = {k: (v, s) for k, v, s in res.rows()}
     assert rows["torch.version"] == (
         "2.13.0",

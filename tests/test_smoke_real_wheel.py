@@ -55,6 +55,40 @@ def smoked(sgl_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return host
 
 
+@pytest.fixture(scope="session")
+def smoked_on_r580(sgl_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same wheel smoked on an R580 host: r580's sgl-kernel is its stack's sglang-kernel
+    0.4.10 (torch ==2.14.1), so no recipe of this host pins 0.3.21's torch (#46 item 6b)."""
+    tmp = tmp_path_factory.mktemp("smoke-real-r580")
+    argv = ["smoke", "-H", "local", "--python", str(sgl_venv), "--package", "sgl-kernel"]
+    inventory = tmp / "hosts.yaml"
+    local = {"ansible_connection": "local", "target_driver": "580.95.05", "target_arch": "12.0"}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"local": local}}}))
+    env = invoke_env(None, tmp, INVOKE_SM120KIT_INVENTORY=str(inventory))
+    proc = run_invoke([*argv, "--arch", "12.0", "--json"], env, timeout=1800)
+    assert proc.returncode == 2, proc.stderr
+    host: dict[str, Any] = json_of(proc)["hosts"]["local"]
+    return host
+
+
+def test_the_release_torch_is_found_by_the_wheels_sha256(smoked_on_r580: dict[str, Any]) -> None:
+    """Beside another torch and with no recipe pin for it, the torch 0.3.21 was released with
+    comes from the shipped lock that holds this very wheel (its sha256, from the install's
+    direct_url.json): locks/sglang-0.5.9 pins torch 2.9.1 beside it."""
+    import torch
+
+    pkg = smoked_on_r580["packages"]["sgl-kernel"]
+    assert pkg["built_for"]["torch"] == "==2.9.1"
+    source = (
+        "locks/sglang-0.5.9/pylock.cp311-manylinux_2_34_x86_64.toml: this wheel "
+        "(sha256 57dfb3a2a3cd) is locked beside torch 2.9.1"
+    )
+    assert pkg["built_for"]["source"] == source
+    assert pkg["torch"]["summary"] == (
+        f"built for torch 2.9.1 with CUDA 12.8 ({source}), this env has torch {torch.__version__}"
+    )
+
+
 def _checks(host: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["check"]: c for c in host["packages"]["sgl-kernel"]["checks"]}
 

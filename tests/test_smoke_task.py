@@ -101,8 +101,9 @@ def test_right_build_passes_and_absent_recipe_packages_skip(
     for name in (GPU_HOST, "local"):
         host = doc["hosts"][name]
         assert host["status"] == "ok", host["error"]
-        # gpu1's r580 lists two (sgl-kernel 0.3.21 is r570/r575's); `local` has no recipe here
-        want = ["flash-attn", "minikernel"] + (["sgl-kernel"] if name == "local" else [])
+        # gpu1's r580 lists three (its sgl-kernel is the stack's 0.4.10, from the lock);
+        # `local` has no recipe here: the default three
+        want = ["flash-attn", "minikernel", "sgl-kernel"]
         assert sorted(host["packages"]) == want
         mk = checks(host, "minikernel")
         assert host["packages"]["minikernel"]["status"] == "pass"

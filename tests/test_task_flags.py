@@ -25,11 +25,13 @@ EXPECTED: dict[str, set[str]] = {
     "facts": COMMON,
     "inventory": {"host", "inventory", "json"},
     "recipes": COMMON | RECIPE,
-    "plan": COMMON | RECIPE | {"explain", "package", "stack", "no-stack", "verbose"},
+    "plan": COMMON
+    | RECIPE
+    | {"explain", "package", "stack", "no-stack", "verbose", "no-system-python"},
     "provision": COMMON
     | RECIPE
     | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack", "no-stack"}
-    | {"verbose"},
+    | {"verbose", "no-system-python"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
@@ -101,6 +103,8 @@ HELP = {
     "stack": "install the recipe's serving stack even where host var provision_stack is false "
     "(the stack is the default)",
     "no-stack": "leave the serving stack alone: build only the packages named (--package, vars)",
+    "no-system-python": "never install the distribution's Python as root for the stack (as host "
+    "var allow_system_python: false): a host without a locked Python is refused instead",
     "top": "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)",
     "out": "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)",
     "path": "the lock file to read",
@@ -132,6 +136,7 @@ BOOL_FLAGS = {
     "stack",
     "no-stack",
     "verbose",
+    "no-system-python",
 }
 
 

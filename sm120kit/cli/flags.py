@@ -75,6 +75,11 @@ FLAGS: dict[str, Flag] = {
     "no_stack": Flag(
         False, "leave the serving stack alone: build only the packages named (--package, vars)"
     ),
+    "no_system_python": Flag(
+        False,
+        "never install the distribution's Python as root for the stack (as host var "
+        "allow_system_python: false): a host without a locked Python is refused instead",
+    ),
     "top": Flag(None, "the top-level requirement to lock, pinned (e.g. sglang==0.5.23)"),
     "out": Flag(
         None, "lock file to write (default locks/<name>-<version>/pylock.cp<XY>-<platform>.toml)"

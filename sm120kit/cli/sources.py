@@ -25,20 +25,26 @@ def package_entries(
         raise RecipeError(f"--recipe {recipe}: no such recipe (have {', '.join(sorted(recipes))})")
     seen: dict[tuple[str, str, str], src.SourceEntry] = {}
     found = False
+    unmanaged: list[str] = []
     for name in [recipe] if recipe else sorted(recipes):
         for pkg in recipes[name].packages:
             if pkg.name != package:
                 continue
             found = True
             if not src.is_managed(pkg):
-                raise RecipeError(
-                    f"--package {package}: recipe {name} lists no dependencies for it; only "
-                    "packages with `dependencies` use the source store"
-                )
+                # Across recipes, an entry without dependencies (a stack's release whose
+                # FetchContent pins are not read yet) does not stop the others' fetch.
+                unmanaged.append(f"{name} ({pkg.name} {pkg.version})")
+                continue
             for entry in src.entries(package, pkg):
                 seen.setdefault((entry.dir, entry.ref, entry.url), entry)
     if not found:
         raise RecipeError(f"--package {package}: no recipe has this package")
+    if not seen:
+        raise RecipeError(
+            f"--package {package}: recipe {unmanaged[0].split(' ')[0]} lists no dependencies "
+            "for it; only packages with `dependencies` use the source store"
+        )
     return list(seen.values())
 
 

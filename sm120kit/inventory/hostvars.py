@@ -104,6 +104,7 @@ HOST_VARS: dict[str, VarType] = {
     "pip_cache_dir": _STR,
     "allow_cpu_torch": VarType(_is_bool, "true or false"),
     "provision_stack": VarType(_is_bool, "true or false"),
+    "allow_system_python": VarType(_is_bool, "true or false"),
     "install_prerequisites": VarType(_is_bool, "true or false"),
     "build_host": _STR,
     "wheel_cache_stores": VarType(_is_mapping_list, "a list of store mappings"),

@@ -10,6 +10,12 @@ plain ``"3.11"`` is a one-item list). `pick_python` is the pure rule, facts in, 
    installed through sudo by the same rules as the toolkit's apt method (`sudo_prefix`).
 3. Else one line naming what to install.
 
+A host whose Pythons have no lock (3.13 only, the locks being for 3.11 and 3.12) is told why, from
+the locks (`no_lock_reason`: the distributions they pin one wheel per Python of), with what the
+step will do. Installing the distribution's Python is a root install (apt-get/dnf through sudo),
+said so in the plan; host var ``allow_system_python: false`` (or ``--no-system-python``) refuses
+it, and the one line then says what would serve instead.
+
 `ensure_python` is the ``python`` step: plan shows the lock and the interpreter it chose and
 why, or the install it would run; provision runs that install, then the stack (and the build
 env) use the interpreter and the lock of that Python.
@@ -40,6 +46,8 @@ _FAMILIES = {
     "almalinux": "dnf",
 }
 INSTALL_TIMEOUT = 1800.0
+#: Host var: false refuses installing the distribution's Python as root (default true).
+ALLOW_SYSTEM_PYTHON_VAR = "allow_system_python"
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,38 @@ def python_version(state: ProvisionState) -> str:
     return pick_python(state.facts, prefer, None).version or prefer[0]
 
 
+def _python_tag(filename: str) -> str:
+    """``cp312`` of a wheel built for one CPython (``cp312-cp312``), else "" (``py3-none``,
+    ``cp310-abi3``: one wheel serves every Python)."""
+    parts = filename[:-4].split("-") if filename.endswith(".whl") else []
+    if len(parts) < 5:
+        return ""
+    py, abi = parts[-3], parts[-2]
+    return py if py.startswith("cp") and abi not in ("abi3", "none") else ""
+
+
+def no_lock_reason(locks: Mapping[str, Lock], xy: str, where: str) -> str:
+    """Why Python `xy` has no lock, read from the locks there are (`where`: their directory):
+    the distributions they pin one wheel per Python of, which a `xy` env needs built for it."""
+    if not locks:
+        return f"no lock for Python {xy}: {where} has none"
+    order = sorted(locks, key=lambda v: tuple(int(p) for p in v.split(".")))
+    head = f"no lock for Python {xy}: {where} has locks for {' and '.join(order)} only"
+    lock = locks[order[-1]]
+    per = [(e, t) for e in lock.packages for t in [_python_tag(e.filename)] if t]
+    if not per:
+        return head
+    top = lock.top_name
+    first = sorted(per, key=lambda p: (p[0].key != top, p[0].key != "torch", not p[0].compiled))
+    named = ", ".join(f"{e.name} {e.version}" for e, _ in first[:3])
+    more = f" and {len(per) - 3} more" if len(per) > 3 else ""
+    return (
+        f"{head}, and {len(per)} of the distributions they pin ship one wheel per Python "
+        f"({named}{more}: {per[0][1]} wheels in {lock.path.name}): a {xy} env needs "
+        f"cp{xy.replace('.', '')} wheels of them, which no lock here pins"
+    )
+
+
 def pick_python(
     facts: Mapping[str, Any],
     prefer: list[str],
@@ -139,23 +179,36 @@ def pick_python(
     *,
     archive: Collection[str] | None = None,
     sudo: str = "",
+    unlocked: Mapping[str, str] | None = None,
+    allow_system: bool = True,
+    draft: str = "",
 ) -> PythonChoice:
     """The rule (module docstring). `locks_available`: the X.Y the stack has locks for (None:
     no stack, every preference serves). `archive`: package names the distribution's archive
     offers (`archive_has`); None while not yet looked up, and then a choice that must install
-    carries the lookup in `query`. `sudo`: the prefix of root commands (`sudo_prefix`)."""
+    carries the lookup in `query`. `sudo`: the prefix of root commands (`sudo_prefix`).
+    `unlocked`: X.Y -> why it has no lock (`no_lock_reason`), said for each the host has.
+    `allow_system`: False refuses installing the distribution's Python (root). `draft`: the
+    command that drafts the stack's locks again (named when no wanted Python has a lock)."""
     order = ", ".join(prefer)
     usable = [p for p in prefer if locks_available is None or p in locks_available]
     if not usable:
         have = ", ".join(sorted(locks_available or [])) or "none"
+        why = "; ".join((unlocked or {}).get(p, "") for p in prefer if (unlocked or {}).get(p))
+        redo = (
+            f", or draft the locks again where the index has the wheels: {draft}" if draft else ""
+        )
         return PythonChoice(
             None,
             None,
             "",
             refusal=f"the recipe wants Python {' or '.join(prefer)} but its stack has locks for "
-            f"{have} only (recipe.python, or draft a lock: invoke lock.draft --lock-python X.Y)",
+            f"{have} only{' (' + why + ')' if why else ''}: set recipe.python to one of "
+            f"{have}{redo}",
         )
     pythons = host_pythons(facts)
+    reasons = [(unlocked or {})[v] for v in sorted(pythons) if v in (unlocked or {})]
+    context = "".join(f"; {r}" for r in reasons)
     serves = "with a lock" if locks_available is not None else "of the recipe"
     for xy in usable:
         if xy in pythons:
@@ -173,8 +226,20 @@ def pick_python(
             None,
             None,
             "",
-            refusal=f"the recipe wants Python {' or '.join(usable)} but the host has {have}; "
-            f"install python{usable[0]} with its venv module ({distro}: no apt or dnf known here)",
+            refusal=f"the recipe wants Python {' or '.join(usable)} but the host has {have}"
+            f"{context}; install python{usable[0]} with its venv module ({distro}: no apt or "
+            "dnf known here)",
+        )
+    if not allow_system:
+        redo = f", or a lock for the host's Python: {draft}" if draft and pythons else ""
+        return PythonChoice(
+            None,
+            None,
+            "",
+            refusal=f"the recipe wants Python {' or '.join(usable)} but the host has {have}"
+            f"{context}; installing the distribution's python{usable[0]} as root is refused "
+            f"(host var {ALLOW_SYSTEM_PYTHON_VAR}: false, or --no-system-python): install "
+            f"Python {' or '.join(usable)} with its venv module on the host{redo}",
         )
     if archive is None:
         return PythonChoice(None, None, "", query=[query_command(manager, usable)])
@@ -189,9 +254,12 @@ def pick_python(
                 ]
             else:
                 install = [f"{sudo}dnf install -y " + " ".join(shlex.quote(n) for n in names)]
+            root = "as root" if not sudo else f"as root ({sudo.strip()})"
             why = (
-                f"the host has no {' or '.join('python' + p for p in usable)} (it has {have}); "
-                f"{distro}'s {manager} archive has {' and '.join(names)}"
+                f"the host has no {' or '.join('python' + p for p in usable)} (it has {have})"
+                f"{context}; {distro}'s {manager} archive has {' and '.join(names)}: the step "
+                f"installs them {root}, a system package (host var {ALLOW_SYSTEM_PYTHON_VAR}: "
+                "false refuses it)"
             )
             return PythonChoice(xy, f"/usr/bin/python{xy}", why, install=install)
     wanted = " or ".join(" + ".join(packages_for(manager, xy)) for xy in usable)
@@ -199,9 +267,9 @@ def pick_python(
         None,
         None,
         "",
-        refusal=f"the recipe wants Python {' or '.join(usable)} but the host has {have}, "
-        f"and {distro}'s {manager} archive has no {wanted}: install one of them with its "
-        "venv module",
+        refusal=f"the recipe wants Python {' or '.join(usable)} but the host has {have}"
+        f"{context}, and {distro}'s {manager} archive has no {wanted}: install one of them "
+        "with its venv module",
     )
 
 
@@ -230,6 +298,29 @@ def serving_lock(state: ProvisionState) -> Lock | None:
     return lock or state.resolved.recipe.lock
 
 
+def allow_system_python(state: ProvisionState) -> bool:
+    """Whether the python step may install the distribution's Python as root: not with
+    ``--no-system-python`` or host var ``allow_system_python: false`` (its type is checked
+    when the inventory is read, sm120kit/inventory/hostvars.py)."""
+    if state.flags.no_system_python:
+        return False
+    return state.host.vars.get(ALLOW_SYSTEM_PYTHON_VAR) is not False
+
+
+def _lock_context(
+    state: ProvisionState, locks: Mapping[str, Lock] | None, prefer: list[str]
+) -> tuple[dict[str, str], str]:
+    """`pick_python`'s `unlocked` (why each recipe Python without a lock has none) and `draft`
+    (the lock.draft command for this recipe's stack, every Python the release has wheels
+    for, so the directory's catalogue stays whole)."""
+    recipe = state.resolved.recipe
+    if locks is None or recipe.stack is None:
+        return {}, ""
+    where = recipe.stack.locks
+    unlocked = {xy: no_lock_reason(locks, xy, where) for xy in prefer if xy not in locks}
+    return unlocked, f"invoke lock.draft --top {recipe.stack.top} --recipe {recipe.name}"
+
+
 def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> PythonChoice:
     """The ``python`` step: pick (`pick_python`), look the archive up when needed, install
     in provision; sets ``state.python`` and ``state.stack_lock``. `stack`: this run installs
@@ -241,13 +332,27 @@ def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> Py
     name = state.host.name
     has_password = bool(ctx.runner.options.connect.sudo_password)
     sudo = sudo_prefix(state.facts, has_password)
+    unlocked, draft = _lock_context(state, locks, prefer)
+    allow = allow_system_python(state)
+
+    def pick(archive: Collection[str] | None) -> PythonChoice:
+        return pick_python(
+            state.facts,
+            prefer,
+            locks,
+            archive=archive,
+            sudo=sudo,
+            unlocked=unlocked,
+            allow_system=allow,
+            draft=draft,
+        )
+
     with ctx.step("python") as step:
-        choice = pick_python(state.facts, prefer, locks, sudo=sudo)
+        choice = pick(None)
         if choice.query:
             manager = package_manager(state.facts) or ""
             out = ctx.run(choice.query[0], check=False, what="archive lookup")
-            offered = archive_has(manager, out.stdout)
-            choice = pick_python(state.facts, prefer, locks, archive=offered, sudo=sudo)
+            choice = pick(archive_has(manager, out.stdout))
         if choice.refusal:
             raise HostFailed(f"{name}: {choice.refusal}")
         assert choice.version is not None

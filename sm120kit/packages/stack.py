@@ -17,8 +17,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from ..errors import RecipeError
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import Catalogue, load_beside
+from ..stack.lock import load_lock
 from . import registry
 from .base import LoaderChoice
 
@@ -108,6 +110,7 @@ def catalogue_wheels(names: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for cat in catalogues():
         wanted = set().union(*(cat.names(n) for n in names))
+        beside = locked_torch(cat.path.parent) if cat.path is not None else {}
         for rel in cat.releases:
             if rel.distribution not in wanted:
                 continue
@@ -122,6 +125,32 @@ def catalogue_wheels(names: list[str]) -> dict[str, dict[str, Any]]:
                     "version": wheel.version,
                     "modules": mods,
                 }
+                if wheel.sha256 in beside:  # the torch the release was locked beside
+                    out[wheel.sha256].update(beside[wheel.sha256])
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def locked_torch(folder: Path) -> dict[str, dict[str, str]]:
+    """Per wheel sha256 in the locks of lock directory `folder` (its pylock.*.toml, beside its
+    catalogue),
+    the torch that lock pins (``torch``, ``torch_cuda``, ``torch_source``: the lock file): the
+    torch a release was published for when its own metadata pins none (sgl-kernel 0.3.21's
+    wheel, sglang 0.5.9's torch 2.9.1)."""
+    out: dict[str, dict[str, str]] = {}
+    for path in sorted(folder.glob("pylock.*.toml")):
+        try:
+            lock = load_lock(path)
+        except RecipeError:
+            continue  # a broken lock is named by whatever loads it for a recipe
+        if not lock.torch:
+            continue
+        where = f"locks/{path.parent.name}/{path.name}"
+        for entry in lock.packages:
+            out.setdefault(
+                entry.sha256,
+                {"torch": lock.torch, "torch_cuda": lock.torch_cuda, "torch_source": where},
+            )
     return out
 
 

@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from .. import drivers as drv
 from ..errors import RecipeError
+from ..packages import registry
 from ..stack.lock import Lock, StackSpec, load_stack, locks_root, parse_stack, stack_locks
 from .checks import (
     _CHOICE_OPTIONAL,
@@ -465,6 +466,7 @@ def _parse_recipe(path: Path, patches_dir: Path, shared: _Shared) -> Recipe:
     _check_coverage(f, drivers, cuda)
     pythons = f.get(data, ("python",), _python_list)  # checked before the locks use it
     stack, lock, locks = _parse_stack(f, data, packages, patches_dir, shared)
+    packages += derive_stack_packages(packages, lock, shared, torch.version)
     if stack is not None and lock is not None and lock.torch:
         # The shared line's torch must agree with its lock even where a recipe's own [torch]
         # wins, unless the recipe's [stack] points at other locks than the line's.
@@ -509,6 +511,54 @@ def _parse_stack(
     root = locks_root(patches_dir.parent)
     stack, lock = load_stack(stack, root, specs, error, data.get("python"))
     return stack, lock, stack_locks(stack, root)
+
+
+def derive_stack_packages(
+    packages: list[PackageSpec], lock: Lock | None, shared: _Shared, torch_version: str
+) -> list[PackageSpec]:
+    """The stack's kernel packages a recipe does not name: for each distribution of `lock` that
+    a building descriptor publishes (under any of its names, `registry.find`) and that has no
+    recipe entry admitting the recipe's torch, the shared entry of the locked version
+    (recipes/shared/packages.toml ``<name>==<version>``), so `build --package <name>` builds
+    the stack's own release from source on every recipe of that stack. None is derived for a
+    version without a shared entry: `ProvisionState.run_packages` then names the one to add."""
+    if lock is None:
+        return []
+    out: list[PackageSpec] = []
+    for entry in lock.packages:
+        desc = registry.find(entry.name)
+        if desc is None or not desc.builds or not entry.compiled:
+            continue
+        named = [p for p in (*packages, *out) if p.name == desc.name]
+        if any(_torch_admits(p.torch, torch_version) for p in named):
+            continue
+        pin = shared.package(package_key(desc.name, entry.version))
+        if pin is None or not _torch_admits(pin.torch, torch_version):
+            continue
+        derived = copy.deepcopy(pin)
+        derived.derived = (
+            f"{shared.packages_file.where} {desc.name}=={entry.version}, the release "
+            f"{_display(lock.path.parent)} locks ({entry.name} {entry.version})"
+        )
+        out.append(derived)
+    return out
+
+
+def stack_package_hint(recipe: Recipe, name: str) -> str:
+    """Why recipe `recipe` has no package `name` although its stack locks a release of it
+    (no shared entry for that version to build it from), or ""."""
+    desc = registry.find(name)
+    if recipe.lock is None or desc is None:
+        return ""
+    for pub in registry.published_names(desc):
+        entry = recipe.lock.entry(pub)
+        if entry is not None:
+            return (
+                f"; its stack locks {entry.name} {entry.version}: to build that release from "
+                f"source, add {package_key(desc.name, entry.version)} (its source) to "
+                f"recipes/{SHARED_DIR}/packages.toml"
+            )
+    return ""
 
 
 def _check_torch_is_the_locks(error: Any, torch: TorchSpec, lock: Lock, name: str) -> None:

@@ -81,6 +81,9 @@ class PackageSpec:
     #: (``smoke`` reports them as info instead of judging them); module name -> reason.
     not_for_arch: dict[str, str] = field(default_factory=dict)
     dependencies: list[dict[str, Any]] = field(default_factory=list)
+    #: Not written in the recipe: taken from its serving stack's lock (the locked release of a
+    #: package the tool builds, `files.derive_stack_packages`); says from where, for `plan`.
+    derived: str = ""
 
 
 @dataclass

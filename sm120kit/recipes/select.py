@@ -301,6 +301,7 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
     for pkg in specs:
         where = f"packages[{next(i for i, p in enumerate(recipe.packages) if p is pkg)}]"
         base = f"packages.{pkg.name}."
+        first = len(values)
         put(base + "version", pkg.version, where)
         for k, v in pkg.source.items():
             put(f"{base}source.{k}", v, where)
@@ -310,6 +311,9 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
         put(base + "torch", spec_text(pkg.torch) if pkg.torch is not None else "", where)
         put(base + "needs_cuda_torch", pkg.needs_cuda_torch, where)
         put(base + "dependencies", [dict(d) for d in pkg.dependencies], where)
+        if pkg.derived:  # not in the recipe file: its stack's lock chose the shared entry
+            for key in list(values)[first:]:
+                sources[key] = pkg.derived
     if recipe.stack is not None:
         for key in ("top", "lock", "reason", "build"):
             value = getattr(recipe.stack, key)

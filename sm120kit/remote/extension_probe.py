@@ -82,6 +82,7 @@ from typing import Any
 from sm120kit.remote.lib.cudaarch import cc_text, parse_cc
 from sm120kit.remote.lib.diagnosis import drift_line, torch_is_cpu_build, torch_text
 from sm120kit.remote.lib.forks import Servers
+from sm120kit.remote.lib.names import dist_name
 from sm120kit.remote.lib.probe_checks import (
     check_arch,
     check_gpu,
@@ -122,9 +123,9 @@ def probe_package(
     """All checks for one installed distribution."""
     pin = requires_torch(info.get("requires") or [])
     declared = (ctx.args.get("declared") or {}).get(name) or {}
-    built_for = package_built_for(name, info, declared)
-    libs = info["libraries"]
     facts = (ctx.args.get("facts") or {}).get(name) or {}
+    built_for = package_built_for(name, info, declared, released_torch(ctx.marker, info, facts))
+    libs = info["libraries"]
     # Device code the catalogue read from the very wheel installed is not read again.
     known = catalogued(ctx.marker, info, facts)
     exts = {lib["path"]: static_extension(ctx, lib["path"], known.get(lib["path"])) for lib in libs}
@@ -136,10 +137,12 @@ def probe_package(
             exts[lib["path"]]["module"] = mod
         else:
             lib["module"] = None
-    # The recipe's declaration when it is about this version; else what the descriptor read
-    # from this exact release; else the recipe's (a build of another version).
+    # The recipe's declaration when it is about this version and declares any; else what the
+    # descriptor read from this exact release; else the recipe's (a build of another version).
+    # An entry with no table (a stack's release taken from its lock) says nothing to win with.
     skip: dict[str, str] = {}
-    if _public(declared.get("version")) != _public(info.get("version")):
+    about_this = _public(declared.get("version")) == _public(info.get("version"))
+    if not (about_this and declared.get("not_for_arch")):
         skip = facts_not_for_arch(ctx, exts, facts, info.get("version"))
     facts_used = bool(skip)
     skip = skip or not_for_arch(ctx, libs, declared)
@@ -277,14 +280,43 @@ def _public(version: Any) -> str:
     return str(version or "").split("+", 1)[0]
 
 
+def released_torch(
+    marker: dict[str, Any], info: dict[str, Any], facts: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The torch a release catalogue says this very wheel was locked beside: the installed
+    wheel's sha256 (its direct_url.json, else the env's install marker) looked up in
+    ``facts["wheels"]`` (every shipped catalogue, not only the host's stack)."""
+    sha = info.get("wheel_sha256")
+    if not sha:
+        pkg = (marker.get("packages") or {}).get(dist_name(str(info.get("distribution") or "")))
+        sha = pkg.get("sha256") if isinstance(pkg, dict) else None
+    wheel = (facts.get("wheels") or {}).get(sha) if sha else None
+    if not wheel or not wheel.get("torch"):
+        return None
+    return {
+        "torch": "==" + str(wheel["torch"]),
+        "cuda": wheel.get("torch_cuda"),
+        "source": "{}: this wheel (sha256 {}) is locked beside torch {}".format(
+            wheel.get("torch_source") or wheel.get("source") or "catalogue",
+            str(sha)[:12],
+            wheel["torch"],
+        ),
+    }
+
+
 def package_built_for(
-    name: str, info: dict[str, Any], declared: dict[str, Any]
+    name: str,
+    info: dict[str, Any],
+    declared: dict[str, Any],
+    released: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Which torch the package was built for, and what says so.
 
     The build record sm120kit writes into the wheel wins; then a ``torch`` pin in the wheel's
     Requires-Dist; then the recipe's torch pin for this package version (wheels built
-    elsewhere, like PyPI kernel wheels whose metadata pins no torch at all).
+    elsewhere, like PyPI kernel wheels whose metadata pins no torch at all); then `released`,
+    the torch a shipped lock pins beside this very wheel (`released_torch`), for a wheel no
+    recipe of the host pins (an older stack's kernel wheel beside today's torch).
     """
     prov = info.get("provenance")
     if isinstance(prov, dict) and isinstance(prov.get("torch"), dict):
@@ -306,7 +338,7 @@ def package_built_for(
             "source": "recipe pin for {} {}".format(name, declared.get("version")),
             "recipe": declared.get("recipe"),
         }
-    return None
+    return released
 
 
 def not_for_arch(

@@ -32,6 +32,9 @@ class RunFlags:
     #: unless host var ``provision_stack: false``; sm120kit/stack/choice.py `provision_parts`).
     stack: bool = False
     no_stack: bool = False
+    #: ``--no-system-python``: the python step refuses installing the distribution's Python as
+    #: root (as host var ``allow_system_python: false``; sm120kit/ops/host_python.py).
+    no_system_python: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunFlags:

@@ -2,7 +2,11 @@
 ``[stack]``, the locks it picked) and, per driver, the provenance rows `plan` prints
 (key, value, source) or the one-line refusal. tests/test_recipe_shared.py compares it with
 tests/data/recipe_resolution.json, written before the recipes shared their pins and stacks
-(``python3 -m tests.support.recipe_snapshot > tests/data/recipe_resolution.json``)."""
+(``python3 -m tests.support.recipe_snapshot > tests/data/recipe_resolution.json``).
+
+Packages a recipe does not write but takes from its stack's lock (``PackageSpec.derived``,
+tests/test_stack_kernel_packages.py) came later and are left out: the snapshot is of what the
+recipe files say."""
 
 from __future__ import annotations
 
@@ -46,12 +50,28 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _own(packages: list[Any]) -> list[Any]:
+    """The recipe's own entries, as the snapshot recorded them (no `derived` field)."""
+    out = []
+    for p in packages:
+        if not p.derived:
+            doc = _plain(p)
+            doc.pop("derived")
+            out.append(doc)
+    return out
+
+
+def _rows(res: Any) -> list[Any]:
+    derived = {p.derived for p in res.recipe.packages if p.derived}
+    return [list(_plain(row)) for row in res.rows() if row[2] not in derived]
+
+
 def snapshot(recipes_dir: Path | None = None) -> dict[str, Any]:
     """``{"recipes": {name: loaded}, "resolved": {driver: rows or error}}``."""
     recipes = load_recipes(recipes_dir or REPO / "recipes")
     loaded = {
         name: {
-            "packages": _plain(r.packages),
+            "packages": _own(r.packages),
             "stack": _plain(r.stack),
             "locks": {
                 py: [str(Path(lk.path).relative_to(REPO)), lk.top, lk.torch]
@@ -69,15 +89,16 @@ def snapshot(recipes_dir: Path | None = None) -> dict[str, Any]:
         except RecipeError as exc:
             resolved[driver] = str(exc)
             continue
+        own = {p.name for p in res.recipe.packages if not p.derived}
         resolved[driver] = {
-            "rows": [list(_plain(row)) for row in res.rows()],
-            "problems": _plain(res.problems),
+            "rows": _rows(res),
+            "problems": _plain({k: v for k, v in res.problems.items() if k in own}),
             "notes": list(res.notes),
         }
     for name in sorted(recipes):
         host = Host("box", vars={"target_arch": "12.0"})
         res = resolve_for_host(recipes, host, None, forced=name)
-        resolved[f"--recipe {name}"] = {"rows": [list(_plain(row)) for row in res.rows()]}
+        resolved[f"--recipe {name}"] = {"rows": _rows(res)}
     return {"recipes": loaded, "resolved": resolved}
 
 

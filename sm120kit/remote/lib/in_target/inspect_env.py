@@ -108,8 +108,21 @@ for name in ARGS["packages"]:
                 provenance = {"error": "%s is not a JSON object" % PROVENANCE_FILE}
     except Exception as e:
         provenance = {"error": "%s unreadable: %s" % (PROVENANCE_FILE, _err(e))}
+    # The installer's record of the wheel file it installed (PEP 610 direct_url.json; pip and
+    # uv write archive_info.hashes for a wheel from a file or a URL): release facts are keyed
+    # by that sha256, whatever env or recipe the wheel is now in.
+    wheel_sha = None
+    try:
+        direct = json.loads(d.read_text("direct_url.json") or "{}")
+        archive = (direct.get("archive_info") if isinstance(direct, dict) else None) or {}
+        wheel_sha = (archive.get("hashes") or {}).get("sha256")
+        if not wheel_sha and str(archive.get("hash") or "").startswith("sha256="):
+            wheel_sha = str(archive["hash"])[7:]
+    except Exception:
+        wheel_sha = None
     out["packages"][name] = {
         "installed": True,
+        "wheel_sha256": wheel_sha if isinstance(wheel_sha, str) else None,
         "distribution": d.metadata["Name"],
         "version": d.version,
         "requires": list(d.requires or []),
