@@ -37,8 +37,10 @@ EXPECTED: dict[str, set[str]] = {
     "build-sgl-kernel": BUILD,
     "build-flash-attn": BUILD,
     "smoke": COMMON | RECIPE | {"package", "python"},
-    "serve-check": COMMON | RECIPE | {"url", "timeout", "pid", "process-match", "launch", "python"},
-    "preflight": COMMON | RECIPE | {"python", "launch"},
+    "serve-check": COMMON
+    | RECIPE
+    | {"url", "timeout", "pid", "process-match", "launch", "python", "strict", "model-config"},
+    "preflight": COMMON | RECIPE | {"python", "launch", "strict", "model-config"},
     "cache.key": COMMON | RECIPE | {"package"},
     "cache.list": {"json", "store"},
     "cache.verify": {"json", "store"},
@@ -65,6 +67,8 @@ EXPECTED: dict[str, set[str]] = {
 #: The help text of each flag, as `invoke --help TASK` showed it before the flags were
 #: declared once (sources.fetch words --package its own way).
 HELP = {
+    "strict": "fail the host when a check is unknown (a backend whose support for the GPU cannot be read, a hub model whose config is not at hand), not only warn",
+    "model-config": "for a hub model id: its config.json on this machine (or a directory holding it), which sglang's resolution on the host then reads",
     "host": "host, group, pattern (all:!gpu3, gpu*, a,b), 'local', or user@addr:port",
     "inventory": "inventory file (default from invoke.yaml: inventory/hosts.yaml)",
     "json": "print exactly one JSON document on stdout",
@@ -137,6 +141,7 @@ BOOL_FLAGS = {
     "no-stack",
     "verbose",
     "no-system-python",
+    "strict",
 }
 
 

@@ -80,7 +80,7 @@ def recheck_rule(
         return have[name] if name else None
 
     flags = []
-    # A distribution published under two names (sgl-kernel, sglang-kernel) is one locked
+    # A distribution published under two names (the kernel package renamed) is one locked
     # release: judged under the name the lock spells, once.
     exact = {norm(d) for d, _s in rule.versions if norm(d) in have}
     locked: dict[str, str | None] = {}
