@@ -7,7 +7,9 @@ sees them:
   without the ``--`` in front of them, taken for task names): invoke prints its message and
   exits 1, with no JSON under ``--json``;
 - config files that do not merge (``sm120kit: 5`` in ``~/.invoke.yaml`` beside the project's
-  mapping): invoke's ``merge_dicts`` raises AmbiguousMergeError, a traceback.
+  mapping): invoke's ``merge_dicts`` raises AmbiguousMergeError, a traceback;
+- config files that cannot be read (a YAML syntax error, a ``!!python`` tag, a list at the top:
+  `config_files`).
 
 `install` (called when tasks.py is loaded, before invoke parses the task's flags or loads the
 project's config file) wraps the two invoke methods where these surface, so each becomes
@@ -70,7 +72,8 @@ def _show(value: Any) -> str:
 
 
 def install(argv: Sequence[str] | None = None) -> None:
-    """Wrap invoke's Program.parse_tasks and Config._merge_file (once per process)."""
+    """Wrap invoke's Program.parse_tasks, Config._merge_file and its file loaders (once per
+    process)."""
     if _INSTALLED:
         return
     _INSTALLED.append(True)
@@ -78,6 +81,7 @@ def install(argv: Sequence[str] | None = None) -> None:
     import invoke.program
     from invoke.exceptions import ParseError
 
+    from . import config_files
     from . import core as cli
 
     words = sys.argv[1:] if argv is None else argv
@@ -96,6 +100,7 @@ def install(argv: Sequence[str] | None = None) -> None:
         except invoke.config.AmbiguousMergeError as exc:
             cli.fail(Exception(merge_error_message(self, exc)), json_wanted(words))
 
+    config_files.check(lambda exc: cli.fail(exc, json_wanted(words)))
     invoke.program.Program.parse_tasks = checked_parse_tasks  # type: ignore[method-assign]
     invoke.config.Config._merge_file = checked_merge_file  # type: ignore[method-assign]
 
