@@ -44,10 +44,9 @@ from sm120kit.stack.draft import draft_lock  # noqa: E402
 from sm120kit.stack.lock import dump_lock  # noqa: E402
 from tests.conftest import invoke_env, run_invoke  # noqa: E402
 from tests.support.fleet import fleet_of  # noqa: E402
-from tests.support.tiny_index import make_wheel, serve, sha256_of  # noqa: E402
+from tests.support.tiny_index import make_wheel, serve, sha256_of, stack_on_lock  # noqa: E402
 
 UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
-TORCH = '[torch]\nversion = "2.14.1"\nindex = "pypi"\ncuda = "13.0"\n\n'
 
 
 def uv_wheel() -> Path:
@@ -84,16 +83,8 @@ def recipes(tmp: Path, url: str, files: int) -> Path:
         top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
         cache=tmp / "draft-cache", index=url,
     )  # fmt: skip
-    (root / "locks" / "demo").mkdir(parents=True)
     text = dump_lock(lock, [f"{files} small files and one big one"])
-    (root / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml").write_text(text)
-    recipe = root / "recipes" / "r580.toml"
-    body = recipe.read_text()
-    start = body.index("\n[stack]\n") + 1
-    end = body.find("\n[", start + 1)
-    table = TORCH + f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "bench"\n'
-    recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
-    return root / "recipes"
+    return stack_on_lock(root, text, top, "bench")
 
 
 def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from sm120kit.recipes.files import load_recipes
 from sm120kit.stack.lock import Lock, LockEntry, dump_lock, lock_file_name
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
-from tests.support.tiny_index import make_wheel, serve, sha256_of
+from tests.support.tiny_index import make_wheel, point_r580_at_demo, serve, sha256_of
 
 REPO = Path(__file__).resolve().parent.parent
 PYENV = Path("/root/.pyenv/versions")
@@ -35,10 +35,6 @@ PREFER = ["3.11", "3.12", "3.13"]
 DEBIAN = {"id": "debian", "id_like": None, "pretty": "Debian 12"}
 UBUNTU = {"id": "ubuntu", "id_like": "debian", "pretty": "Ubuntu 22.04"}
 RHEL = {"id": "rocky", "id_like": "rhel centos fedora", "pretty": "Rocky 9"}
-
-
-# The recipe's own [torch]: this [stack] is not a shared stack line, so it has no torch.
-TINY_TORCH = '[torch]\nversion = "2.14.1"\nindex = "pypi"\ncuda = "13.0"\n\n'
 
 
 def facts(*pythons: str, os_: dict[str, Any] | None = None, user: str = "me") -> dict[str, Any]:
@@ -294,13 +290,7 @@ def _tiny_stack(tmp: Path, url: str, files: Path) -> Path:
         )
         name = lock_file_name(py, "manylinux_2_34_x86_64")
         (root / "locks" / "demo" / name).write_text(dump_lock(lock, ["tiny"]))
-    recipe = root / "recipes" / "r580.toml"
-    body = recipe.read_text()
-    start = body.index("\n[stack]\n") + 1
-    end = body.find("\n[", start + 1)
-    table = TINY_TORCH + '[stack]\ntop = "demo-app==1.0"\nlocks = "locks/demo"\nreason = "tiny"\n'
-    recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
-    return root / "recipes"
+    return point_r580_at_demo(root, "demo-app==1.0", "tiny")
 
 
 def test_each_host_python_provisions_its_lock_over_ssh(pyfleet: Fleet, tmp_path: Path) -> None:

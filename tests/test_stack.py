@@ -29,7 +29,13 @@ from sm120kit.stack.lock import load_lock
 from sm120kit.stack.resolve import platform_tags
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
-from tests.support.tiny_index import SYSTEM_SO, make_wheel, serve, sha256_of
+from tests.support.tiny_index import (
+    SYSTEM_SO,
+    make_wheel,
+    serve,
+    sha256_of,
+    stack_on_lock,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(1200)
@@ -38,7 +44,6 @@ UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
 
 
 # The recipe's own [torch]: this [stack] is not a shared stack line, so it has no torch.
-TINY_TORCH = '[torch]\nversion = "2.14.1"\nindex = "pypi"\ncuda = "13.0"\n\n'
 
 
 @pytest.fixture(scope="session")
@@ -227,15 +232,7 @@ def _tiny_recipes(
         text = text.replace(entry.sha256, "f" * 64)
     if edit:
         text = edit(text)
-    (root / "locks" / "demo").mkdir(parents=True, exist_ok=True)
-    (root / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml").write_text(text)
-    recipe = root / "recipes" / "r580.toml"
-    body = recipe.read_text()
-    start = body.index("\n[stack]\n") + 1
-    end = body.find("\n[", start + 1)
-    table = TINY_TORCH + f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "tiny"\n'
-    recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
-    return root / "recipes"
+    return stack_on_lock(root, text, top, "tiny")
 
 
 def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:

@@ -132,3 +132,29 @@ def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+#: The recipe's own [torch] for a tiny stack: its [stack] is not a shared stack line, so it
+#: names no torch (2.14.1: the torch the real 0.5.23 lock holds).
+TINY_TORCH = '[torch]\nversion = "2.14.1"\nindex = "pypi"\ncuda = "13.0"\n\n'
+
+
+def stack_on_lock(root: Path, lock_text: str, top: str, reason: str) -> Path:
+    """Write `lock_text` as `root/locks/demo`'s cp311 lock and point the copied recipes'
+    r580 [stack] at it (`root/recipes` must be a copy of the repo's recipes); returns the
+    recipes directory."""
+    (root / "locks" / "demo").mkdir(parents=True, exist_ok=True)
+    (root / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml").write_text(lock_text)
+    return point_r580_at_demo(root, top, reason)
+
+
+def point_r580_at_demo(root: Path, top: str, reason: str) -> Path:
+    """Replace the copied r580 recipe's [stack] table (and pin its torch) so that its stack is
+    `top` from the locks in `root/locks/demo`; returns the recipes directory."""
+    recipe = root / "recipes" / "r580.toml"
+    body = recipe.read_text()
+    start = body.index("\n[stack]\n") + 1
+    end = body.find("\n[", start + 1)
+    table = TINY_TORCH + f'[stack]\ntop = "{top}"\nlocks = "locks/demo"\nreason = "{reason}"\n'
+    recipe.write_text(body[:start] + table + (body[end:] if end != -1 else ""))
+    return root / "recipes"
