@@ -628,7 +628,7 @@ def judge(
     strict: bool = False,
 ) -> dict[str, Any]:
     """Every preflight verdict for one host: {"ok", "verdict", "checks", "failed", "unknown",
-    "attention"}.
+    "strict_failed", "attention"}.
 
     `cats`: the catalogues of release facts whose module facts judge a backend's modules for
     the versions they read (the env's own files otherwise). `strict`: an unknown check fails
@@ -677,4 +677,5 @@ def judge(
         "resolved": res.get("backends"),
         "checks": checks,
         "failed": summary["failed"],
+        "strict_failed": summary["strict_failed"],
     }
