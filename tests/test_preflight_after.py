@@ -14,6 +14,7 @@ a real server in this machine's python (no sglang there: the "could not run" ans
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -37,7 +38,7 @@ from sm120kit.remote.preflight_probe import model_state, resolve, with_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
-GLM = FIXTURES / "preflight" / "models" / "glm-moe-dsa"  # DeepSeek-V3.2's, as GlmMoeDsa
+GLM = MODELS / "glm-moe-dsa"  # DeepSeek-V3.2's, as GlmMoeDsa (a corpus stand-in too)
 RECORDED = json.loads((FIXTURES / "preflight" / "sglang-0.5.23-resolved.json").read_text())
 FACTS: dict[str, Any] = {
     "gpu": {
@@ -157,15 +158,21 @@ def _recorded(words: str) -> dict[str, Any]:
 
 
 def test_a_refusal_past_resolution_fails_the_launch_preflight_passed_before() -> None:
-    """DeepSeek-V3.2 with --dsa-*-backend flashinfer_sparse_mla: the recorded resolution
-    passes both phases (JIT), and sglang's own DSA validator refuses it (GLM DSA only)."""
+    """DeepSeek-V3.2 with --dsa-*-backend flashinfer_sparse_mla: sglang's resolution alone
+    passes both phases (JIT), and sglang's own DSA validator refuses it (GLM DSA only): the
+    re-recorded real env's answer says so."""
     words = "--model-path @deepseek-v32-dsa --dsa-prefill-backend flashinfer_sparse_mla "
     words += "--dsa-decode-backend flashinfer_sparse_mla"
     case = _recorded(words)
     argv = [str(MODELS / "deepseek-v32-dsa"), *case["argv"][2:]]
     argv.insert(0, "--model-path")
-    before = _judge(argv, case)
+    # Before class 2 the recording had no checks past resolution: both phases pass (JIT).
+    before = _judge(argv, dict(case, after=[]))
     assert before["ok"] is True
+    # The real env's recording (tests/support/recorded_resolution.py) holds sglang's refusal.
+    recorded = _judge(argv, case)
+    assert recorded["ok"] is False and recorded["verdict"] == "fail"
+    assert any("supports only GLM DSA" in line for line in recorded["failed"])
     case["after"] = _steps(("dsa_flashinfer_sparse_mla", "refused", SPARSE))
     after = _judge(argv, case)
     assert after["ok"] is False and after["verdict"] == "fail"
@@ -313,13 +320,32 @@ def test_real_env_resolves_a_hub_id_from_model_config_and_from_the_cache(
     given = _real(["--model-path", "org/mla"], model_config=config, model=hub)
     assert given["ran"] and given["cases"][0]["backends"]["attention_backend"] == "triton"
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    snap = tmp_path / "models--org--mha" / "snapshots" / "r1"
+    # huggingface_hub's own layout: the file in blobs/<sha256>, the snapshot's config.json a
+    # relative link to it, refs/main naming the revision; only config.json is cached.
+    text = (MODELS / "llama-mha" / "config.json").read_text()
+    root = tmp_path / "models--org--mha"
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    blob = root / "blobs" / hashlib.sha256(text.encode()).hexdigest()
+    snap = root / "snapshots" / rev
+    blob.parent.mkdir(parents=True)
     snap.mkdir(parents=True)
-    (snap / "config.json").write_text((MODELS / "llama-mha" / "config.json").read_text())
+    blob.write_text(text)
+    (snap / "config.json").symlink_to(os.path.relpath(blob, snap))
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(rev)
     cached = _real(["--model-path", "org/mha"], model={"path": "org/mha", "local": False})
-    # Found in the cache and run: with only config.json cached (no refs/main, no tokenizer
-    # files), transformers 0.5.23's env still asks the hub and sglang's resolution refuses.
+    # sglang is given the snapshot directory: it resolves offline (before, transformers asked
+    # the hub for the id and sglang's resolution refused).
     assert cached["ran"], cached
+    assert cached["cases"][0]["error"] is None, cached["cases"][0]
+    assert cached["cases"][0]["backends"]["attention_backend"] == "flashinfer"
+    assert cached["config_from"] == f"config from the host's HF cache ({rev})"
+    launch = parse_launch(["--model-path", "org/mha"])
+    probe = {"error": None, "python": "/env/bin/python", **RECORDED["env"], "resolved": cached}
+    probe["model"] = {"path": "org/mha", "local": False}
+    line = next(c for c in judge(launch, FACTS, probe, (12, 0), "serving env", catalogues())[
+        "checks"] if c["check"] == "sglang_resolution")
+    assert line["status"] == "pass" and f"HF cache ({rev})" in line["reason"]
     missing = _real(["--model-path", "org/none"], model={"path": "org/none", "local": False})
     assert not missing["ran"] and "--model-config" in missing["reason"]
 
@@ -357,3 +383,28 @@ def test_real_env_warm_server_answers_as_a_fresh_interpreter(tmp_path, monkeypat
     for doc in (first, second):
         assert doc["cases"][0]["backends"] == fresh["cases"][0]["backends"]
         assert doc["cases"][0]["after"] == fresh["cases"][0]["after"]
+
+
+@pytest.mark.parametrize(
+    ("config_from", "said"),
+    [
+        ("config from the host's HF cache (0123abc)", "config from the host's HF cache (0123abc)"),
+        (None, None),
+    ],
+)
+def test_the_resolution_line_says_where_a_hub_ids_config_came_from(
+    config_from: str | None, said: str | None
+) -> None:
+    """A hub id resolved from the host's HF cache: the sglang_resolution line names the cached
+    revision sglang read (the probe's ``config_from``); a local model path names none."""
+    case = _recorded("--model-path @llama-mha")
+    argv = ["--model-path", "org/mha"]
+    probe = _probe(["--model-path", str(MODELS / "llama-mha")], case)
+    probe["model"] = {"path": "org/mha", "local": False}
+    if config_from:
+        probe["resolved"]["config_from"] = config_from
+    launch = parse_launch(["python", "-m", "sglang.launch_server", *argv])
+    got = judge(launch, FACTS, probe, (12, 0), "serving env", catalogues())
+    line = next(c for c in got["checks"] if c["check"] == "sglang_resolution")
+    assert line["status"] == "pass"
+    assert (said in line["reason"]) if said else "HF cache" not in line["reason"]

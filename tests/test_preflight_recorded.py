@@ -161,6 +161,24 @@ TABLE = [
         "--dsa-decode-backend triton",
         {"sglang_resolution": "fail"},
     ),
+    # sglang's own DSA validator (flash_mla_sm120._validate_flashinfer_sparse_mla_backend, run
+    # past resolution): flashinfer_sparse_mla is for GLM DSA with an FP8 KV cache only.
+    (
+        "--model-path @deepseek-v32-dsa --dsa-prefill-backend flashinfer_sparse_mla "
+        "--dsa-decode-backend flashinfer_sparse_mla",
+        {"sglang_checks": "fail"},
+    ),
+    # GLM DSA (GlmMoeDsaForCausalLM): sglang 0.5.23 picks flashinfer_sparse_mla on 12.x, and
+    # with an FP8 KV cache refuses anything but flashinfer_sparse_mla / triton_sparse_mla.
+    (
+        "--model-path @glm-moe-dsa --kv-cache-dtype fp8_e4m3",
+        {"dsa_prefill_backend": "pass", "dsa_decode_backend": "pass", "sglang_checks": "pass"},
+    ),
+    (
+        "--model-path @glm-moe-dsa --kv-cache-dtype fp8_e4m3 --dsa-prefill-backend trtllm "
+        "--dsa-decode-backend trtllm",
+        {"sglang_checks": "fail", "dsa_prefill_backend": "fail"},
+    ),
     # GPT-OSS: sglang's override gives triton attention and flashinfer_mxfp4 MoE on 12.0.
     ("--model-path @gpt-oss-mxfp4", {"attention_backend": "pass", "moe_backend": "pass"}),
     ("--model-path @gpt-oss-mxfp4 --attention-backend fa3", {"attention_backend": "fail"}),
@@ -249,6 +267,9 @@ def test_real_serving_env_resolves_like_the_recording() -> None:
     for want, got in zip(cases, doc["cases"], strict=True):
         assert (got["error"] is None) == (want["error"] is None), (want["argv"], got)
         assert got["backends"] == want["backends"], want["argv"]
+        # sglang's checks past resolution: the same steps with the same outcome.
+        steps = [(a["step"], a["status"]) for a in got.get("after") or []]
+        assert steps == [(a["step"], a["status"]) for a in want["after"]], want["argv"]
 
 
 def test_cubin_sets_are_judged_with_the_catalogues_cubin_facts() -> None:

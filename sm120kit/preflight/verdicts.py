@@ -158,6 +158,7 @@ def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
         "driver": doc.get("driver"),
         "after": case.get("after"),
         "version": doc.get("version"),
+        "config_from": doc.get("config_from"),
     }
 
 
@@ -204,6 +205,8 @@ def resolution_check(res: Mapping[str, Any]) -> Check:
     gpu = res.get("gpu")
     if res.get("driver") and str(res["driver"]).startswith("no driver"):
         gpu = f"{gpu}; {res['driver']}"
+    if res.get("config_from"):
+        gpu = f"{gpu}; {res['config_from']}"
     return check(
         "sglang_resolution",
         "pass",

@@ -430,8 +430,31 @@ def _resolve(
         problem = read_config(cached)[1]
         if problem:
             return {"ran": False, "reason": "the cached %s %s" % (cached, problem)}
+        # sglang is given the snapshot directory, not the hub id: sglang 0.5.23's ModelConfig
+        # (transformers' AutoConfig via sglang/srt/utils/hf_transformers_utils.py get_config)
+        # then reads that directory's config.json as a local model and never asks the hub,
+        # which HF_HUB_OFFLINE alone did not stop (a cache with config.json only).
+        snapshot = os.path.dirname(cached)
+        request = dict(request)
+        request["cases"] = [
+            with_model(argv, str(model.get("path") or ""), snapshot)
+            for argv in request.get("cases") or []
+        ]
+        doc = _run_resolution(python, request, site, args)
+        if doc.get("ran"):
+            doc["config_from"] = "config from the host's HF cache (%s)" % os.path.basename(
+                snapshot
+            )
+        return doc
     elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
+    return _run_resolution(python, request, site, args)
+
+
+def _run_resolution(
+    python: str, request: dict[str, Any], site: str | None, args: dict[str, Any]
+) -> dict[str, Any]:
+    """The env's answer to the server_args request: the warm server's, else a fresh run's."""
     request = dict(request)
     idle = float(request.pop("warm", 0) or 0)
     fingerprint = request.pop("fingerprint", None)

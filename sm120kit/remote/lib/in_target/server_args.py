@@ -96,7 +96,13 @@ def _step(after, name, by, fn, needs=None):
     except ImportError as e:
         item["status"], item["detail"] = "stopped", "it imports a module this env lacks: " + _err(e)
     except BaseException as e:
-        item["status"], item["detail"] = "refused", _err(e)
+        if "cudaErrorStubLibrary" in str(e) or "driver is a stub library" in str(e):
+            # A GPU call that bypassed torch.cuda's lazy init (a CUDA graph pool, an extension)
+            # reached the driver stub: sglang did not refuse, the step needs a real GPU.
+            item["status"] = "stopped"
+            item["detail"] = "it reaches the GPU (the driver stub answered: %s)" % _err(e)[:160]
+        else:
+            item["status"], item["detail"] = "refused", _err(e)
     return None
 
 
