@@ -343,8 +343,11 @@ def test_real_env_resolves_a_hub_id_from_model_config_and_from_the_cache(
     launch = parse_launch(["--model-path", "org/mha"])
     probe = {"error": None, "python": "/env/bin/python", **RECORDED["env"], "resolved": cached}
     probe["model"] = {"path": "org/mha", "local": False}
-    line = next(c for c in judge(launch, FACTS, probe, (12, 0), "serving env", catalogues())[
-        "checks"] if c["check"] == "sglang_resolution")
+    line = next(
+        c
+        for c in judge(launch, FACTS, probe, (12, 0), "serving env", catalogues())["checks"]
+        if c["check"] == "sglang_resolution"
+    )
     assert line["status"] == "pass" and f"HF cache ({rev})" in line["reason"]
     missing = _real(["--model-path", "org/none"], model={"path": "org/none", "local": False})
     assert not missing["ran"] and "--model-config" in missing["reason"]

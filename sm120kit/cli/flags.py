@@ -121,6 +121,11 @@ FLAGS: dict[str, Flag] = {
         "for a hub model id: its config.json on this machine (or a directory holding it), "
         "which sglang's resolution on the host then reads",
     ),
+    "stop_warm": Flag(
+        False,
+        "stop this user's warm resolution servers on each host (sglang imported once per env; "
+        "they exit after 15 idle minutes anyway) instead of judging a launch",
+    ),
     "launch": Flag(
         None,
         "the launch command as one string (python -m sglang.launch_server ARGS), "

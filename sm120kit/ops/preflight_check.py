@@ -160,3 +160,30 @@ def preflight_op(
         run_preflight(ctx, opts, launch, python, arch, strict=strict, model_config=config)
 
     return run
+
+
+def stop_warm_op() -> HostOp:
+    """`invoke preflight --stop-warm`: stop the SSH user's warm resolution servers on each host
+    (remote/lib/warm.py stop_all, run by remote/preflight_probe.py). Idempotent: the second run
+    finds none and says "no warm server"."""
+
+    def run(ctx: HostContext) -> None:
+        with ctx.step("stop-warm") as step:
+            if ctx.check_mode:
+                step.message = "would stop this user's warm resolution servers"
+                return
+            doc = ctx.script("preflight_probe", {"stop_warm": True}, timeout=60)
+            got = doc.get("stop_warm") or {}
+            if got.get("error"):
+                raise HostFailed(f"stop-warm: {got['error']}")
+            stopped, stale = list(got.get("stopped") or []), list(got.get("stale") or [])
+            ctx.set(stop_warm={"stopped": stopped, "stale": stale})
+            if not stopped and not stale:
+                step.message = "no warm server"
+                return
+            step.status = "changed"
+            step.message = f"stopped {len(stopped)} warm resolution server(s)" + (
+                f", removed {len(stale)} stale socket(s)" if stale else ""
+            )
+
+    return run

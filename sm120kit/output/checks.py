@@ -241,3 +241,19 @@ def failed_lines(doc: dict[str, Any]) -> list[str]:
         if item.get("status") == "unknown" and item.get("check") in strict_failed
     ]
     return out
+
+
+def render_stop_warm(console: Console, result: RunResult) -> None:
+    """Per host: the warm resolution servers `preflight --stop-warm` stopped, or none."""
+    for name, host in result.hosts.items():
+        got = host.data.get("stop_warm")
+        head = Text(name, style="bold")
+        if not isinstance(got, dict):
+            head.append(f"  {host.status}: {host.error}", style="red")
+        elif not got.get("stopped") and not got.get("stale"):
+            head.append("  no warm server")
+        else:
+            head.append(f"  stopped {len(got.get('stopped') or [])} warm resolution server(s)")
+            if got.get("stale"):
+                head.append(f", removed {len(got['stale'])} stale socket(s)", style="dim")
+        console.print(head)

@@ -271,7 +271,11 @@ def torch_cuda(location: str | None) -> str | None:
 
 
 def probe(args: dict[str, Any]) -> dict[str, Any]:
-    """Everything preflight reads on the host; JSON-ready."""
+    """Everything preflight reads on the host; JSON-ready. ``{"stop_warm": true}``: stop this
+    user's warm resolution servers instead (lib/warm.py stop_all)."""
+    if args.get("stop_warm"):
+        # invoke preflight --stop-warm: this user's warm resolution servers, nothing else.
+        return {"error": None, "stop_warm": warm.stop_all(float(args.get("timeout") or 10))}
     out: dict[str, Any] = {"error": None, "dists": {}, "modules": []}
     if args.get("port"):
         out["port"] = port_state(args.get("host") or "127.0.0.1", int(args["port"]))
@@ -442,9 +446,7 @@ def _resolve(
         ]
         doc = _run_resolution(python, request, site, args)
         if doc.get("ran"):
-            doc["config_from"] = "config from the host's HF cache (%s)" % os.path.basename(
-                snapshot
-            )
+            doc["config_from"] = "config from the host's HF cache (%s)" % os.path.basename(snapshot)
         return doc
     elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}

@@ -204,10 +204,13 @@ class Fleet:
         hosts: list[tuple[str, str, str]],
         dead: list[tuple[str, str]] | None = None,
         sshd_options: dict[str, str] | None = None,
+        host_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.root = root
         #: Extra sshd_config lines per host name (e.g. "MaxSessions 1").
         self.sshd_options = sshd_options or {}
+        #: Extra environment of a host's sessions per host name (e.g. its own TMPDIR).
+        self.host_env = host_env or {}
         self.user = getpass.getuser()
         self.hosts = [SimHost(n, a, p, root / n) for n, a, p in hosts]
         self.dead = [SimHost(n, a, "nogpu", root / n, live=False) for n, a in (dead or [])]
@@ -281,7 +284,7 @@ class Fleet:
             "/sbin",
             "/bin",
         ]
-        env = {"HOME": str(h.home), "PATH": ":".join(path_dirs)}
+        env = {"HOME": str(h.home), "PATH": ":".join(path_dirs), **self.host_env.get(h.name, {})}
         if profile:
             data = h.root / "gpu.json"
             data.write_text(json.dumps(profile))

@@ -7,7 +7,7 @@ install or removal changes), the GPU it presents (capability, memory), whether t
 driver, the process environment (SSH_* and shell bookkeeping left out) and the server's own
 source. Another key is another server. It listens on ``<tmp>/sm120kit-preflight-<uid>/<key>``,
 a directory only this user may enter (checked before use), and exits after ``idle`` seconds
-without a request. Whatever fails here (no socket, a dead server, a slow start) is answered
+without a request or when asked to stop (``stop_all``: ``invoke preflight --stop-warm``). Whatever fails here (no socket, a dead server, a slow start) is answered
 None: the caller then runs a fresh interpreter, as without a server.
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
@@ -145,3 +145,43 @@ def start(
             return False
         time.sleep(0.05)
     return False
+
+
+def stop_all(timeout: float = 10.0) -> dict[str, Any]:
+    """Stop every warm resolution server of this user on this host: each socket of
+    `socket_dir` is asked to stop (``{"stop": true}``; the server answers, exits, removes its
+    socket and stub), waiting up to `timeout` s for its socket to go; a socket nobody answers
+    on is a stale name, removed. {"stopped": [key], "stale": [key], "error": str|None}; a
+    second call finds nothing (both lists empty)."""
+    out: dict[str, Any] = {"stopped": [], "stale": [], "error": None}
+    where = socket_dir()
+    if where is None:
+        out["error"] = "the socket directory is not this user's alone: nothing stopped"
+        return out
+    try:
+        names = sorted(os.listdir(where))
+    except OSError as exc:
+        out["error"] = "cannot list %s: %s" % (where, exc)
+        return out
+    for name in names:
+        path = os.path.join(where, name)
+        try:
+            is_socket = stat.S_ISSOCK(os.lstat(path).st_mode)
+        except OSError:
+            continue
+        if "." in name or not is_socket:
+            continue  # a log, or a server's ``.<pid>`` name still binding
+        doc = ask(path, {"stop": True}, timeout)
+        if doc is not None and doc.get("stopping"):
+            deadline = time.monotonic() + timeout
+            while os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out["stopped"].append(name)
+        else:
+            out["stale"].append(name)
+        for left in (path, path + ".log"):
+            try:
+                os.unlink(left)
+            except OSError:
+                pass
+    return out
