@@ -197,14 +197,19 @@ def test_a_hub_id_without_its_config_is_unknown_listing_what_did_not_run() -> No
 
 
 def test_an_unknown_backend_is_said_and_fails_only_under_strict() -> None:
-    """trtllm_mha: flashinfer's trtllm-gen FMHA cubins, downloaded at run time (unknown)."""
-    case = _recorded("--model-path @llama-mha --attention-backend trtllm_mha")
-    argv = ["--model-path", str(MODELS / "llama-mha"), "--attention-backend", "trtllm_mha"]
+    """DSA tilelang on 12.x: JIT with fixed tiles whose fit the wheel does not decide (unknown;
+    trtllm_mha was the example until item 4 decided it from the XQA / FMHAv2 gates)."""
+    words = "--model-path @deepseek-v32-dsa --dsa-prefill-backend tilelang "
+    words += "--dsa-decode-backend tilelang"
+    case = _recorded(words)
+    argv = ["--model-path", str(MODELS / "deepseek-v32-dsa"), *case["argv"][2:]]
     default = _judge(argv, case)
     assert default["ok"] is True and default["verdict"] == "unknown"
-    assert any(line.startswith("attention_backend:") for line in default["unknown"])
+    assert any(line.startswith("dsa_prefill_backend:") for line in default["unknown"])
     strict = _judge(argv, case, strict=True)
-    assert strict["ok"] is False and strict["failed"][0].startswith("attention_backend: unknown")
+    assert strict["ok"] is False
+    assert strict["failed"][0].startswith("dsa_prefill_backend: unknown")
+    assert strict["strict_failed"] == ["dsa_prefill_backend", "dsa_decode_backend"]
 
 
 @pytest.mark.parametrize(
@@ -355,8 +360,10 @@ def test_real_env_resolves_a_hub_id_from_model_config_and_from_the_cache(
 
 @real_env
 def test_real_env_unknown_backend_fails_under_strict() -> None:
-    """Class 4 in the real env: trtllm_mha resolved by sglang, judged unknown; --strict fails."""
-    argv = ["--model-path", str(MODELS / "llama-mha"), "--attention-backend", "trtllm_mha"]
+    """Class 4 in the real env: DSA tilelang resolved by sglang, judged unknown; --strict
+    fails (trtllm_mha, the example before item 4, is now a JIT pass on 12.x)."""
+    argv = ["--model-path", str(MODELS / "deepseek-v32-dsa"), "--dsa-prefill-backend"]
+    argv += ["tilelang", "--dsa-decode-backend", "tilelang"]
     launch = parse_launch(argv)
     request = probe_request(launch, REAL_ENV, (12, 0), resolve=True, memory_mib=32768)
     request["resolve"]["warm"] = 0
@@ -364,7 +371,7 @@ def test_real_env_unknown_backend_fails_under_strict() -> None:
     loose = judge(launch, FACTS, probe, (12, 0), "serving env", catalogues())
     assert loose["ok"] and loose["verdict"] == "unknown", loose["failed"]
     strict = judge(launch, FACTS, probe, (12, 0), "serving env", catalogues(), strict=True)
-    assert not strict["ok"] and "attention_backend: unknown (--strict)" in strict["failed"][0]
+    assert not strict["ok"] and "dsa_prefill_backend: unknown (--strict)" in strict["failed"][0]
 
 
 @real_env

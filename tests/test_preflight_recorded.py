@@ -73,8 +73,9 @@ TABLE = [
         "--model-path @llama-mha --attention-backend fa3",
         {"attention_backend": "fail", "rule:fa3-no-sm120": "fail"},
     ),
-    # flashinfer's trtllm-gen FMHA cubins: never a pass without the catalogue's cubin facts.
-    ("--model-path @llama-mha --attention-backend trtllm_mha", {"attention_backend": "unknown"}),
+    # trtllm_mha on 12.x runs flashinfer's XQA decode and FMHAv2 prefill (JIT, both gates
+    # admit major 12), not the trtllm-gen FMHA cubins (issue 44 item 4).
+    ("--model-path @llama-mha --attention-backend trtllm_mha", {"attention_backend": "pass"}),
     ("--model-path @llama-mha --fp8-gemm-backend cutlass", {"fp8_gemm_runner_backend": "pass"}),
     (
         "--model-path @llama-mha --fp8-gemm-backend deep_gemm",
@@ -149,7 +150,9 @@ TABLE = [
     (
         "--model-path @deepseek-v32-dsa --dsa-prefill-backend tilelang --dsa-decode-backend "
         "tilelang",
-        {"dsa_prefill_backend": "fail"},
+        # The env's own listing has tilelang 0.1.12 (the old recording's had no listing: "not
+        # installed", class 6's false refusal); on 12.x its fixed tiles are undecided.
+        {"dsa_prefill_backend": "unknown", "dsa_decode_backend": "unknown"},
     ),
     (
         "--model-path @deepseek-v32-dsa --dsa-paged-mqa-logits-backend cutedsl "
@@ -221,7 +224,9 @@ def test_refusals_cite_the_module_and_where_it_was_read() -> None:
     assert "read from the catalogue locks/sglang-0.5.23/catalogue.toml" in reason
     mha = _verdict("--model-path @llama-mha --attention-backend trtllm_mha")
     attn = next(c for c in mha["checks"] if c["check"] == "attention_backend")
-    assert "TRTLLM_GEN_FMHA" in attn["reason"] and "downloaded at run time" in attn["reason"]
+    assert "flashinfer/jit/xqa.py:140 gen_xqa_module" in attn["reason"]
+    assert "flashinfer/jit/attention/modules.py:2602 gen_fmha_v2_module" in attn["reason"]
+    assert "trtllm_mha_backend.py:258 is_xqa_impl" in attn["reason"]
     dsa = _verdict("--model-path @deepseek-v32-dsa")
     prefill = next(c for c in dsa["checks"] if c["check"] == "dsa_prefill_backend")
     # The gate as flashinfer 0.7.2 writes it, where, and the backend that serves 12.0.

@@ -137,6 +137,28 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM kernels (trtllm_mha_backend.py imports flashinfer)",
         source=_REG,
+        # On 12.x sglang does not run trtllm-gen here: trtllm_mha_backend.py:258
+        # `is_xqa_impl = get_platform().is_sm90 or get_platform().is_sm120` (runtime_context.py
+        # maps is_sm120 to utils/common.py is_sm120_supported: major 12, so 12.0 and 12.1) and
+        # :367 `use_fmha_v2` the same; decode calls flashinfer.decode.
+        # trtllm_batch_decode_with_kv_cache with backend "auto", which flashinfer-python 0.7.2
+        # decode.py:4113-4115 resolves to "xqa" on any major but 10; prefill calls
+        # flashinfer.prefill.trtllm_fmha_v2_prefill (:1897), which builds
+        # get_trtllm_fmha_v2_module -> gen_fmha_v2_module (prefill.py:7441-7444). Both are JIT
+        # modules whose gates the catalogue read (jit/xqa.py:140 gen_xqa_module: majors 9, 10,
+        # 12; jit/attention/modules.py:2602 gen_fmha_v2_module: majors 9, 12).
+        sm12x=Backend(
+            "jit",
+            needs=_FLASHINFER,
+            note="flashinfer XQA decode and FMHAv2 prefill on 12.x (sglang trtllm_mha_backend.py"
+            ":258 is_xqa_impl, :367 use_fmha_v2; flashinfer decode.py:4113 auto -> xqa, "
+            "prefill.py:7444 gen_fmha_v2_module)",
+            source=f"{SGLANG_WHEEL}: sglang/srt/layers/attention/trtllm_mha_backend.py",
+            kernels=(
+                ("flashinfer-python", "flashinfer/jit/xqa.py:gen_xqa_module"),
+                ("flashinfer-python", "flashinfer/jit/attention/modules.py:gen_fmha_v2_module"),
+            ),
+        ),
     ),
     "trtllm_mla": Backend(
         "cubin",

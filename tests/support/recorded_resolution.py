@@ -65,7 +65,11 @@ def record(env_python: str, argvs: list[list[str]], timeout: float = 900) -> dic
             "'@name' is tests/fixtures/models/name; env: the probe's dists and modules",
             "version": resolved.get("version"),
             "gpu": resolved.get("gpu"),
-            "env": {"dists": doc.get("dists"), "modules": doc.get("modules")},
+            "env": {
+                "dists": doc.get("dists"),
+                "installed": doc.get("installed"),
+                "modules": doc.get("modules"),
+            },
             "cases": cases,
         }
     )
