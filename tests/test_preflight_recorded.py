@@ -73,8 +73,11 @@ TABLE = [
         "--model-path @llama-mha --attention-backend fa3",
         {"attention_backend": "fail", "rule:fa3-no-sm120": "fail"},
     ),
-    # flashinfer's trtllm-gen FMHA cubins: never a pass without the catalogue's cubin facts.
-    ("--model-path @llama-mha --attention-backend trtllm_mha", {"attention_backend": "unknown"}),
+    # On 12.x sglang's trtllm_mha runs flashinfer's FMHAv2 prefill and XQA decode (JIT), whose
+    # arch gates (jit/attention/modules.py gen_fmha_v2_module [9, 12], jit/xqa.py [9, 10, 12])
+    # admit 12.0: a pass quoting them (it was "unknown" when judged as trtllm-gen cubins).
+    ("--model-path @llama-mha --attention-backend trtllm_mha", {"attention_backend": "pass"}),
+    ("--model-path @gpt-oss-mxfp4 --attention-backend trtllm_mha", {"attention_backend": "pass"}),
     ("--model-path @llama-mha --fp8-gemm-backend cutlass", {"fp8_gemm_runner_backend": "pass"}),
     (
         "--model-path @llama-mha --fp8-gemm-backend deep_gemm",
@@ -144,12 +147,33 @@ TABLE = [
     (
         "--model-path @deepseek-v32-dsa --dsa-prefill-backend flashinfer_sparse_mla "
         "--dsa-decode-backend flashinfer_sparse_mla",
-        {"dsa_prefill_backend": "pass", "dsa_decode_backend": "pass"},
+        # JIT kernels for 12.0, and sglang's own validator refuses them off GLM DSA
+        # (kernels/ops/attention/flash_mla_sm120.py:678 _validate_flashinfer_sparse_mla_backend).
+        {"dsa_prefill_backend": "pass", "dsa_decode_backend": "pass", "sglang_checks": "fail"},
+    ),
+    # GLM DSA (GlmMoeDsaForCausalLM): sglang 0.5.23 picks flashinfer_sparse_mla on 12.x.
+    (
+        "--model-path @glm-moe-dsa --kv-cache-dtype fp8_e4m3",
+        {"dsa_prefill_backend": "pass", "dsa_decode_backend": "pass", "sglang_checks": "pass"},
+    ),
+    (
+        "--model-path @glm-moe-dsa --kv-cache-dtype fp8_e4m3 --dsa-prefill-backend trtllm "
+        "--dsa-decode-backend trtllm",
+        {"dsa_prefill_backend": "fail", "sglang_checks": "fail"},
+    ),
+    # EAGLE's draft backend init calls the CUDA driver: the stub's error is "stopped", never
+    # sglang's refusal (remote/lib/in_target/server_args.py _from_stub_driver).
+    (
+        "--model-path @llama-mha --speculative-algorithm EAGLE --speculative-draft-model-path "
+        "@llama-mha",
+        {"sglang_checks": "pass", "attention_backend": "pass"},
     ),
     (
         "--model-path @deepseek-v32-dsa --dsa-prefill-backend tilelang --dsa-decode-backend "
         "tilelang",
-        {"dsa_prefill_backend": "fail"},
+        # tilelang 0.1.12 is installed (the probe lists every dist; the 12-03 recording had no
+        # "installed" list, so it read "not installed"); its fixed tiles on 12.x are undecided.
+        {"dsa_prefill_backend": "unknown", "dsa_decode_backend": "unknown"},
     ),
     (
         "--model-path @deepseek-v32-dsa --dsa-paged-mqa-logits-backend cutedsl "
@@ -203,7 +227,10 @@ def test_refusals_cite_the_module_and_where_it_was_read() -> None:
     assert "read from the catalogue locks/sglang-0.5.23/catalogue.toml" in reason
     mha = _verdict("--model-path @llama-mha --attention-backend trtllm_mha")
     attn = next(c for c in mha["checks"] if c["check"] == "attention_backend")
-    assert "TRTLLM_GEN_FMHA" in attn["reason"] and "downloaded at run time" in attn["reason"]
+    assert "FMHAv2 prefill and XQA decode" in attn["reason"]
+    assert "flashinfer/jit/attention/modules.py:2602 gen_fmha_v2_module" in attn["reason"]
+    assert "flashinfer/jit/xqa.py:140 gen_xqa_module" in attn["reason"]
+    assert "read from the catalogue locks/sglang-0.5.23/catalogue.toml" in attn["reason"]
     dsa = _verdict("--model-path @deepseek-v32-dsa")
     prefill = next(c for c in dsa["checks"] if c["check"] == "dsa_prefill_backend")
     # The gate as flashinfer 0.7.2 writes it, where, and the backend that serves 12.0.

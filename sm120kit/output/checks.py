@@ -215,11 +215,11 @@ def _render_preflight_host(console: Console, name: str, host: Any) -> None:
     console.print(table)
     for line in failed_lines(doc):
         console.print(Text(line, style="red"))
-    failed = set(doc.get("failed") or [])
-    for line in doc.get("unknown") or []:
+    strict_failed = set(doc.get("strict_failed") or [])
+    for item in doc.get("checks") or []:
         # Not a failure by default: said in the recap so a pass resting on it is not missed.
-        name, _, why = line.partition(": ")
-        if f"{name}: unknown (--strict): {why}" not in failed:
+        if item.get("status") == "unknown" and item.get("check") not in strict_failed:
+            line = f"{item.get('check', '?')}: {item.get('reason') or ''}"
             console.print(Text(f"UNKNOWN {line} (--strict fails it)", style="yellow"))
 
 
@@ -233,7 +233,10 @@ def failed_lines(doc: dict[str, Any]) -> list[str]:
             continue
         fix = f": fix {item['fix']}" if item.get("fix") else ""
         out.append(f"FAILED {item.get('check', '?')}{fix}")
+    strict_failed = set(doc.get("strict_failed") or [])
     out += [
-        f"FAILED {line}" for line in doc.get("failed") or [] if ": unknown (--strict): " in line
+        f"FAILED {item.get('check', '?')}: unknown (--strict): {item.get('reason') or ''}"
+        for item in doc.get("checks") or []
+        if item.get("status") == "unknown" and item.get("check") in strict_failed
     ]
     return out
