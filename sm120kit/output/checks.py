@@ -176,6 +176,24 @@ def render_serve_launch(console: Console, result: RunResult) -> None:
                 )
 
 
+def render_stop_warm(console: Console, result: RunResult) -> None:
+    """Per host: what `preflight --stop-warm` stopped ("no warm server" when nothing ran)."""
+    for name, host in result.hosts.items():
+        warm = host.data.get("warm")
+        if not isinstance(warm, dict):
+            console.print(Text(f"{name}: {host.status}: {host.error}", style="red"))
+            continue
+        stopped = warm.get("stopped") or []
+        line = (
+            f"stopped {len(stopped)} warm server(s) (pid {', '.join(map(str, stopped))})"
+            if stopped
+            else "no warm server"
+        )
+        if warm.get("stale"):
+            line += f"; removed {warm['stale']} stale socket(s)"
+        console.print(f"{name}: {line}")
+
+
 def render_preflight(console: Console, result: RunResult) -> None:
     """Per host: every preflight check with its verdict and fix, then one line per failure."""
     for name, host in result.hosts.items():

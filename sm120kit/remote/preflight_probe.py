@@ -271,7 +271,10 @@ def torch_cuda(location: str | None) -> str | None:
 
 
 def probe(args: dict[str, Any]) -> dict[str, Any]:
-    """Everything preflight reads on the host; JSON-ready."""
+    """Everything preflight reads on the host; JSON-ready. ``{"stop_warm": true}``: stop this
+    user's warm resolution servers instead (lib/warm.py stop_all)."""
+    if args.get("stop_warm"):
+        return warm.stop_all()
     out: dict[str, Any] = {"error": None, "dists": {}, "modules": []}
     if args.get("port"):
         out["port"] = port_state(args.get("host") or "127.0.0.1", int(args["port"]))
