@@ -328,9 +328,13 @@ def test_real_env_resolves_a_hub_id_from_model_config_and_from_the_cache(
     snap.mkdir(parents=True)
     (snap / "config.json").write_text((MODELS / "llama-mha" / "config.json").read_text())
     cached = _real(["--model-path", "org/mha"], model={"path": "org/mha", "local": False})
-    # Found in the cache and run: with only config.json cached (no refs/main, no tokenizer
-    # files), transformers 0.5.23's env still asks the hub and sglang's resolution refuses.
+    # Found in the cache and run on the snapshot directory: with only config.json cached (no
+    # refs/main, no tokenizer files) sglang resolves it offline, nothing asks the hub.
     assert cached["ran"], cached
+    assert cached["cases"][0]["error"] is None, cached["cases"][0]
+    assert cached["cases"][0]["backends"]["attention_backend"] == "flashinfer"
+    assert cached["model_source"] == "config from the host's HF cache (r1)"
+    assert given["model_source"] == "config from --model-config"
     missing = _real(["--model-path", "org/none"], model={"path": "org/none", "local": False})
     assert not missing["ran"] and "--model-config" in missing["reason"]
 

@@ -150,19 +150,18 @@ def gate_admissions(
     out = []
     for dist, name in gates:
         version = versions.get(dist)
-        read = None
+        gate, where = None, None
         for cat in cats:
             found = cat.lookup(dist, version) if version else None
             if found is not None and found.facts is not None:
-                read = (cat, found.facts.gate(name))
+                gate, where = found.facts.gate(name), cat
                 break
-        if read is None or read[1] is None:
+        if gate is None or where is None:
             return None
-        cat, gate = read
         if gate.admits(arch):
             out.append(
                 f"{dist} {version} {gate.source}: {gate.text} admits {arch} "
-                f"(read from the catalogue {cat.source or cat.path})"
+                f"(read from the catalogue {where.source or where.path})"
             )
     return out
 

@@ -164,6 +164,7 @@ def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
         "driver": doc.get("driver"),
         "after": case.get("after"),
         "version": doc.get("version"),
+        "model_source": doc.get("model_source"),
     }
 
 
@@ -210,6 +211,10 @@ def resolution_check(res: Mapping[str, Any]) -> Check:
     gpu = res.get("gpu")
     if res.get("driver") and str(res["driver"]).startswith("no driver"):
         gpu = f"{gpu}; {res['driver']}"
+    if res.get("model_source"):
+        # A hub id: where the config sglang read came from (the HF cache's revision, or
+        # --model-config), so a pass says what it rests on.
+        gpu = f"{gpu}; {res['model_source']}"
     return check(
         "sglang_resolution",
         "pass",
