@@ -315,3 +315,27 @@ def test_cubin_sets_are_judged_with_the_catalogues_cubin_facts() -> None:
     # time, so its coverage of 12.0 is unknown, and the verdict says where it comes from.
     status, why = cubin_coverage(fi, "0.7.2", ["TRTLLM_GEN_FMHA"], "12.0", catalogues())
     assert status == "unknown" and "cubins downloaded at run time from https://" in why
+
+
+def test_a_backend_judged_by_its_gates_needs_every_gate_read() -> None:
+    """`Backend.by_gates` (trtllm_mha on 12.x): a pass only when the catalogue read every gate
+    for the installed version and they admit the GPU; a gate not read, or a version no
+    catalogue read, leaves it undecided (None), never a pass. Built from the real types."""
+    from sm120kit.preflight.from_catalogue import gate_admissions
+    from sm120kit.stack.catalogue import ArchGate, Catalogue, ReleaseFacts, WheelFacts
+
+    fmha = ArchGate(
+        "m.py:gen_fmha_v2_module", "nvcc_majors", ("9.x", "12.x"), "m.py:1 g", "[9, 12]"
+    )
+    xqa = ArchGate("x.py:gen_xqa_module", "nvcc_majors", ("9.x", "10.x", "12.x"), "x.py:2 g", "t")
+    wheel = WheelFacts("0.7.2", "flashinfer_python-0.7.2.whl", "0" * 64)
+    both = ReleaseFacts("flashinfer-python", ("0.7.2",), (wheel,), arch_gates=(fmha, xqa))
+    cat = Catalogue((both,), source="c.toml")
+    gates = [("flashinfer-python", fmha.name), ("flashinfer-python", xqa.name)]
+    got = gate_admissions(gates, {"flashinfer-python": "0.7.2"}, "12.0", [cat])
+    assert got is not None and len(got) == 2 and "m.py:1 g: [9, 12] admits 12.0" in got[0]
+    one = ReleaseFacts("flashinfer-python", ("0.7.2",), (wheel,), arch_gates=(fmha,))
+    only_one = Catalogue((one,), source="c.toml")
+    assert gate_admissions(gates, {"flashinfer-python": "0.7.2"}, "12.0", [only_one]) is None
+    assert gate_admissions(gates, {"flashinfer-python": "0.7.3"}, "12.0", [cat]) is None
+    assert gate_admissions(gates, {}, "12.0", [cat]) is None
