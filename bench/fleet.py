@@ -2,6 +2,7 @@
 SSH hosts, side by side in one run (issue 46).
 
     python3 bench/fleet.py [--hosts 1,4,8] [--files 207] [--big-mb 512] [--rounds 1]
+                           [--link-mbps 400]
 
 The lock is synthetic, so that 8 hosts fit on this machine: `--files` small pure wheels (the
 real sglang 0.5.23 lock has 207 files and uv: the controller's work per host is per file, not
@@ -17,11 +18,18 @@ latest moment a host had every file checked (the stack step's ``check_s``). On 2
 whole provision of 8 hosts is CPU-bound (8 uv installs and compiles); the data time is the
 bytes' part, which the controller's data path decides. Goals: controller CPU per extra host
 <= 1 CPU-s; 8 hosts' data time <= 1.5x one host's.
+
+`--link-mbps N` (root, `tc`: bench/links.py) gives every host its own N Mbit/s link both
+ways, as on a LAN where each host has its own NIC, so that bytes, not the 2 shared cores,
+decide the data time: at 400 Mbit/s a 512 MB file takes 10.7 s on the link and about 2 s of
+CPU to hash and unpack. Without it the data time of 8 hosts measures mostly the CPU their
+hashing shares. The index and the controller (127.0.0.1) are not shaped: the internet's side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -45,6 +53,9 @@ from sm120kit.stack.lock import dump_lock  # noqa: E402
 from tests.conftest import invoke_env, run_invoke  # noqa: E402
 from tests.support.fleet import fleet_of  # noqa: E402
 from tests.support.tiny_index import make_wheel, serve, sha256_of, stack_on_lock  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from links import shaped  # noqa: E402
 
 UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
 
@@ -135,6 +146,12 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=207)
     parser.add_argument("--big-mb", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--link-mbps",
+        type=float,
+        default=0.0,
+        help="each host's own link rate, both ways (tc; 0: not shaped)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     counts = [int(x) for x in args.hosts.split(",")]
@@ -150,8 +167,13 @@ def main() -> int:
         big_mb = big.stat().st_size / 1e6
         fleet = fleet_of(max(counts), tmp / "fleet", first=101).start()
         rows: list[dict[str, Any]] = []
+        links = (
+            shaped([h.address for h in fleet.hosts], args.link_mbps)
+            if args.link_mbps > 0
+            else contextlib.nullcontext()
+        )
         try:
-            with serve(files) as url:
+            with links, serve(files) as url:
                 rec = recipes(tmp, url, args.files)
                 cache = tmp / "release-cache" / UV.sha256
                 cache.mkdir(parents=True)
@@ -169,7 +191,8 @@ def main() -> int:
         finally:
             fleet.stop()
     gb = lock_bytes / 1e9
-    print(f"\nlock: {args.files} files, {gb:.2f} GB (one file {big_mb:.0f} MB)")
+    shaping = f"{args.link_mbps:g} Mbit/s per host each way" if args.link_mbps else "not shaped"
+    print(f"\nlock: {args.files} files, {gb:.2f} GB (one file {big_mb:.0f} MB); links {shaping}")
     print(
         "hosts  wall s  stack s  data s  controller CPU-s  per host  per GB to hosts  files from"
         "  load"
