@@ -124,6 +124,7 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     hosts = json.loads(proc.stdout)["hosts"]
     origins: dict[str, int] = {}
     data_s = step_s = 0.0
+    each: list[float] = []
     for name in names:
         stack = hosts[name]["stack"]
         step = next(s for s in hosts[name]["steps"] if s["name"] == "stack")
@@ -131,12 +132,13 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
         for where, k in (stack.get("files_from") or {}).items():
             key = "peer" if where.startswith("peer:") else where
             origins[key] = origins.get(key, 0) + k
-        data_s = max(data_s, float((stack.get("timings") or {}).get("check_s") or 0.0))
+        each.append(round(float((stack.get("timings") or {}).get("check_s") or 0.0), 1))
+        data_s = max(data_s, each[-1])
     shutil.rmtree(tmp / tag, ignore_errors=True)
     return {
         "hosts": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "data_s": round(data_s, 2),
         "stack_s": round(step_s, 2),
-        "files_from": origins, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        "files_from": origins, "data_each_s": each, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }  # fmt: skip
 
 
