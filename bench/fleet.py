@@ -39,6 +39,7 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def big_wheel(out: Path, mb: int) -> Path:
     return path
 
 
-def recipes(tmp: Path, url: str, files: int) -> Path:
+def recipes(tmp: Path, url: str, files: int, index_dir: Path) -> Path:
     """The repo's recipes with r580's [stack] on the synthetic lock."""
     root = tmp / "tree"
     shutil.copytree(REPO / "recipes", root / "recipes")
@@ -94,6 +95,10 @@ def recipes(tmp: Path, url: str, files: int) -> Path:
         top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
         cache=tmp / "draft-cache", index=url,
     )  # fmt: skip
+    # Sizes as a real lock has them (uv's pylock records each wheel's; the tiny index's simple
+    # pages give none): the data path treats a big file by its locked size.
+    sized = tuple(replace(e, size=(index_dir / e.filename).stat().st_size) for e in lock.packages)
+    lock = replace(lock, packages=sized)
     text = dump_lock(lock, [f"{files} small files and one big one"])
     return stack_on_lock(root, text, top, "bench")
 
@@ -176,7 +181,7 @@ def main() -> int:
         )
         try:
             with links, serve(files) as url:
-                rec = recipes(tmp, url, args.files)
+                rec = recipes(tmp, url, args.files, files)
                 cache = tmp / "release-cache" / UV.sha256
                 cache.mkdir(parents=True)
                 shutil.copyfile(uv_wheel(), cache / UV.filename)
