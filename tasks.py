@@ -307,19 +307,17 @@ def serve_check(c, **f):
 @task(*COMMON, "python", "launch", "strict", "model_config", "stop_warm", *RECIPE)
 def preflight(c, **f):
     """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
-    combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --.
-    --stop-warm: stop the hosts' warm resolution servers instead."""
+    combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
     from sm120kit.ops import preflight_check
     from sm120kit.output import checks
     from sm120kit.preflight import launch
 
-    words = launch.launch_words(f["launch"])
     if f["stop_warm"]:
-        if words or f["strict"] or f["model_config"]:
-            raise cli.Sm120Error("--stop-warm stops the warm servers: give no launch with it")
         s = _session(c, f)
-        cli.finish(s, s.run("preflight", preflight_check.stop_warm_op()), checks.render_stop_warm)
+        op = preflight_check.stop_warm_op()
+        cli.finish(s, s.run("preflight.stop-warm", op), checks.render_stop_warm)
         return
+    words = launch.launch_words(f["launch"])
     parsed = launch.parse_launch(words)
     opts = _plan_options(c, f)
     s = _session(c, f)

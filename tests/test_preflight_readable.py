@@ -23,7 +23,6 @@ from sm120kit.output import report
 from sm120kit.preflight.fixes import is_installed
 from sm120kit.preflight.host import stack_check
 from sm120kit.preflight.rules import FIELD_TABLES
-from sm120kit.preflight.sglang_checks import overall
 from sm120kit.preflight.verdicts import backend_verdict
 from sm120kit.remote.preflight_probe import torch_cuda
 from tests.support.public_corpus import RECORDED, load, verdict
@@ -241,26 +240,3 @@ def report_error_line(host: _Host) -> str:
 def test_other_errors_reach_the_recap_whole() -> None:
     host = _Host({"failed": ["a: x"]}, "ssh: connection refused")
     assert report_error_line(host) == "ssh: connection refused"
-
-
-@pytest.mark.parametrize("strict", [False, True])
-def test_the_unknown_recap_reads_the_verdict_data_not_the_words(strict: bool) -> None:
-    """The recap's UNKNOWN / FAILED-under---strict lines come from overall()'s
-    ``strict_failed`` and each check's status, never from matching the text of ``failed``: a
-    failed check whose own reason quotes ": unknown (--strict): " is one FAILED line, and an
-    unknown check is said once, as UNKNOWN by default and FAILED under --strict."""
-    checks = [
-        {"check": "a", "status": "fail", "reason": "b: unknown (--strict): quoted", "fix": "x"},
-        {"check": "u", "status": "unknown", "reason": "cubins downloaded at run time"},
-    ]
-    doc = dict(overall(checks, strict), checks=checks)
-    assert doc["strict_failed"] == (["u"] if strict else [])
-    lines = out_checks.failed_lines(doc)
-    assert lines[0] == "FAILED a: fix x"
-    want = ["FAILED u: unknown (--strict): cubins downloaded at run time"] if strict else []
-    assert lines[1:] == want
-    text = _rendered(doc)
-    said = "UNKNOWN u: cubins downloaded at run time (--strict fails it)"
-    assert (said in text) is not strict
-    # The table's row and one recap line (UNKNOWN, or FAILED under --strict).
-    assert text.count("cubins downloaded at run time") == 2

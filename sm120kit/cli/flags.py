@@ -116,15 +116,15 @@ FLAGS: dict[str, Flag] = {
         "fail the host when a check is unknown (a backend whose support for the GPU cannot be "
         "read, a hub model whose config is not at hand), not only warn",
     ),
+    "stop_warm": Flag(
+        False,
+        "stop the host's warm resolution server(s) (sglang kept imported between preflights) "
+        "and judge nothing; says 'no warm server' when none runs",
+    ),
     "model_config": Flag(
         None,
         "for a hub model id: its config.json on this machine (or a directory holding it), "
         "which sglang's resolution on the host then reads",
-    ),
-    "stop_warm": Flag(
-        False,
-        "stop this user's warm resolution servers on each host (sglang imported once per env; "
-        "they exit after 15 idle minutes anyway) instead of judging a launch",
     ),
     "launch": Flag(
         None,

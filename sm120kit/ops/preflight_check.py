@@ -128,6 +128,28 @@ def run_preflight(
     return verdict
 
 
+def stop_warm_op() -> HostOp:
+    """`invoke preflight --stop-warm`: stop the host's warm resolution servers (this user's,
+    remote/lib/warm.py ``stop_all``). Idempotent: "no warm server" when none runs."""
+
+    def run(ctx: HostContext) -> None:
+        with ctx.step("preflight.stop-warm") as step:
+            doc = ctx.script("preflight_probe", {"stop_warm": True}, timeout=PROBE_TIMEOUT)
+            if doc.get("error"):
+                raise HostFailed(str(doc["error"]))
+            stopped = [p for p in doc.get("stopped") or []]
+            ctx.set(warm={"stopped": stopped, "stale": doc.get("stale") or 0})
+            if stopped:
+                pids = ", ".join(str(p) for p in stopped)
+                step.message = f"stopped {len(stopped)} warm server(s) (pid {pids})"
+            else:
+                step.message = "no warm server"
+            if doc.get("stale"):
+                step.message += f"; removed {doc['stale']} stale socket(s)"
+
+    return run
+
+
 def preflight_arch(
     host: Host, facts: Mapping[str, Any], arch: str | None, state: ProvisionState | None
 ) -> TargetArch:
@@ -158,32 +180,5 @@ def preflight_op(
 
     def run(ctx: HostContext) -> None:
         run_preflight(ctx, opts, launch, python, arch, strict=strict, model_config=config)
-
-    return run
-
-
-def stop_warm_op() -> HostOp:
-    """`invoke preflight --stop-warm`: stop the SSH user's warm resolution servers on each host
-    (remote/lib/warm.py stop_all, run by remote/preflight_probe.py). Idempotent: the second run
-    finds none and says "no warm server"."""
-
-    def run(ctx: HostContext) -> None:
-        with ctx.step("stop-warm") as step:
-            if ctx.check_mode:
-                step.message = "would stop this user's warm resolution servers"
-                return
-            doc = ctx.script("preflight_probe", {"stop_warm": True}, timeout=60)
-            got = doc.get("stop_warm") or {}
-            if got.get("error"):
-                raise HostFailed(f"stop-warm: {got['error']}")
-            stopped, stale = list(got.get("stopped") or []), list(got.get("stale") or [])
-            ctx.set(stop_warm={"stopped": stopped, "stale": stale})
-            if not stopped and not stale:
-                step.message = "no warm server"
-                return
-            step.status = "changed"
-            step.message = f"stopped {len(stopped)} warm resolution server(s)" + (
-                f", removed {len(stale)} stale socket(s)" if stale else ""
-            )
 
     return run

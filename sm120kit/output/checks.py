@@ -176,6 +176,24 @@ def render_serve_launch(console: Console, result: RunResult) -> None:
                 )
 
 
+def render_stop_warm(console: Console, result: RunResult) -> None:
+    """Per host: what `preflight --stop-warm` stopped ("no warm server" when nothing ran)."""
+    for name, host in result.hosts.items():
+        warm = host.data.get("warm")
+        if not isinstance(warm, dict):
+            console.print(Text(f"{name}: {host.status}: {host.error}", style="red"))
+            continue
+        stopped = warm.get("stopped") or []
+        line = (
+            f"stopped {len(stopped)} warm server(s) (pid {', '.join(map(str, stopped))})"
+            if stopped
+            else "no warm server"
+        )
+        if warm.get("stale"):
+            line += f"; removed {warm['stale']} stale socket(s)"
+        console.print(f"{name}: {line}")
+
+
 def render_preflight(console: Console, result: RunResult) -> None:
     """Per host: every preflight check with its verdict and fix, then one line per failure."""
     for name, host in result.hosts.items():
@@ -217,8 +235,7 @@ def _render_preflight_host(console: Console, name: str, host: Any) -> None:
         console.print(Text(line, style="red"))
     strict_failed = set(doc.get("strict_failed") or [])
     for item in doc.get("checks") or []:
-        # Not a failure by default: said in the recap so a pass resting on it is not missed
-        # (a check --strict failed is a FAILED line instead).
+        # Not a failure by default: said in the recap so a pass resting on it is not missed.
         if item.get("status") == "unknown" and item.get("check") not in strict_failed:
             line = f"{item.get('check', '?')}: {item.get('reason') or ''}"
             console.print(Text(f"UNKNOWN {line} (--strict fails it)", style="yellow"))
@@ -241,19 +258,3 @@ def failed_lines(doc: dict[str, Any]) -> list[str]:
         if item.get("status") == "unknown" and item.get("check") in strict_failed
     ]
     return out
-
-
-def render_stop_warm(console: Console, result: RunResult) -> None:
-    """Per host: the warm resolution servers `preflight --stop-warm` stopped, or none."""
-    for name, host in result.hosts.items():
-        got = host.data.get("stop_warm")
-        head = Text(name, style="bold")
-        if not isinstance(got, dict):
-            head.append(f"  {host.status}: {host.error}", style="red")
-        elif not got.get("stopped") and not got.get("stale"):
-            head.append("  no warm server")
-        else:
-            head.append(f"  stopped {len(got.get('stopped') or [])} warm resolution server(s)")
-            if got.get("stale"):
-                head.append(f", removed {len(got['stale'])} stale socket(s)", style="dim")
-        console.print(head)

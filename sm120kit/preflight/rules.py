@@ -64,6 +64,10 @@ class Backend:
     #: (distribution, ``kernel_sources`` gate name) of the catalogue; sources for the GPU's
     #: arch make it a JIT pass, none a refusal (a version no catalogue read: its modules judge).
     kernels: tuple[tuple[str, str], ...] = ()
+    #: Judged by `gates` alone: a JIT path whose every gate the catalogue read for the
+    #: installed version and which all admit the GPU passes quoting them; a gate not read
+    #: leaves it unknown (it is never a pass resting on a gate nobody read).
+    by_gates: bool = False
 
 
 SGL_KERNEL = ("sglang-kernel", "sgl-kernel")
@@ -94,6 +98,27 @@ _FI_FMHA_GATE = (
         "flashinfer-python",
         "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:TllmGenFmhaRunner",
     ),
+)
+#: trtllm_mha on 12.x is not trtllm-gen. sglang 0.5.23 sglang/srt/layers/attention/
+#: trtllm_mha_backend.py:258 ``is_xqa_impl = is_sm90 or is_sm120`` (decode: flashinfer XQA,
+#: :1643) and :367 ``use_fmha_v2 = is_sm90 or is_sm120`` (prefill: :1897
+#: ``flashinfer.prefill.trtllm_fmha_v2_prefill``). flashinfer-python 0.7.2 builds both JIT:
+#: flashinfer/prefill.py:7444 ``get_trtllm_fmha_v2_module`` -> jit/attention/modules.py:2602
+#: ``gen_fmha_v2_module`` (supported_major_versions=[9, 12]) and decode.py:4749 ``xqa`` ->
+#: jit/xqa.py:140 ``gen_xqa_module`` ([9, 10, 12]); both take the attention sinks
+#: (prefill.py:7820, decode.py:4762). Its 12.x refusals (prefill.py:7733 chunked attention,
+#: :7762 an fp8 e4m3 query) are sglang's own checks or the rule `trtllm-mha-fp8-kv-sm120`.
+_TRTLLM_MHA_SM12X = Backend(
+    "jit",
+    needs=_FLASHINFER,
+    note="on 12.x sglang's trtllm_mha runs flashinfer's FMHAv2 prefill and XQA decode "
+    "(trtllm_mha_backend.py:258/:367 is_sm120), JIT-compiled, not the trtllm-gen cubins",
+    source=f"{SGLANG_WHEEL}: sglang/srt/layers/attention/trtllm_mha_backend.py:258, :367",
+    gates=(
+        ("flashinfer-python", "flashinfer/jit/attention/modules.py:gen_fmha_v2_module"),
+        ("flashinfer-python", "flashinfer/jit/xqa.py:gen_xqa_module"),
+    ),
+    by_gates=True,
 )
 _FI_BMM_GATE = (
     ("flashinfer-python", "flashinfer/data/csrc/trtllm_batched_gemm_runner.cu:isArchCompatible"),
@@ -137,28 +162,7 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM kernels (trtllm_mha_backend.py imports flashinfer)",
         source=_REG,
-        # On 12.x sglang does not run trtllm-gen here: trtllm_mha_backend.py:258
-        # `is_xqa_impl = get_platform().is_sm90 or get_platform().is_sm120` (runtime_context.py
-        # maps is_sm120 to utils/common.py is_sm120_supported: major 12, so 12.0 and 12.1) and
-        # :367 `use_fmha_v2` the same; decode calls flashinfer.decode.
-        # trtllm_batch_decode_with_kv_cache with backend "auto", which flashinfer-python 0.7.2
-        # decode.py:4113-4115 resolves to "xqa" on any major but 10; prefill calls
-        # flashinfer.prefill.trtllm_fmha_v2_prefill (:1897), which builds
-        # get_trtllm_fmha_v2_module -> gen_fmha_v2_module (prefill.py:7441-7444). Both are JIT
-        # modules whose gates the catalogue read (jit/xqa.py:140 gen_xqa_module: majors 9, 10,
-        # 12; jit/attention/modules.py:2602 gen_fmha_v2_module: majors 9, 12).
-        sm12x=Backend(
-            "jit",
-            needs=_FLASHINFER,
-            note="flashinfer XQA decode and FMHAv2 prefill on 12.x (sglang trtllm_mha_backend.py"
-            ":258 is_xqa_impl, :367 use_fmha_v2; flashinfer decode.py:4113 auto -> xqa, "
-            "prefill.py:7444 gen_fmha_v2_module)",
-            source=f"{SGLANG_WHEEL}: sglang/srt/layers/attention/trtllm_mha_backend.py",
-            kernels=(
-                ("flashinfer-python", "flashinfer/jit/xqa.py:gen_xqa_module"),
-                ("flashinfer-python", "flashinfer/jit/attention/modules.py:gen_fmha_v2_module"),
-            ),
-        ),
+        sm12x=_TRTLLM_MHA_SM12X,
     ),
     "trtllm_mla": Backend(
         "cubin",

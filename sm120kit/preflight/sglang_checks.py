@@ -110,8 +110,8 @@ def unresolved_checks(res: Mapping[str, Any], checks: list[Check]) -> list[Check
 def overall(checks: Sequence[Check], strict: bool) -> dict[str, Any]:
     """{"verdict", "failed", "unknown", "strict_failed"}: fail when a check fails (with
     `strict`, also when one is unknown), unknown when none fails but one is unknown, else pass.
-    `strict_failed` names the unknown checks that --strict turned into failures (data the
-    output reads; the ``failed`` lines are for people and for HostFailed's message)."""
+    `strict_failed` names the unknown checks that `strict` failed, as data: the output reads
+    it, never the wording of the `failed` lines."""
     failed = [c for c in checks if c["status"] == "fail"]
     unknown = [c for c in checks if c["status"] == "unknown"]
     lines = [f"{c['check']}: {c['reason']}" for c in failed]

@@ -209,7 +209,7 @@ class Fleet:
         self.root = root
         #: Extra sshd_config lines per host name (e.g. "MaxSessions 1").
         self.sshd_options = sshd_options or {}
-        #: Extra environment of a host's sessions per host name (e.g. its own TMPDIR).
+        #: Extra session environment per host name (sshd SetEnv), e.g. its own TMPDIR.
         self.host_env = host_env or {}
         self.user = getpass.getuser()
         self.hosts = [SimHost(n, a, p, root / n) for n, a, p in hosts]
@@ -284,7 +284,7 @@ class Fleet:
             "/sbin",
             "/bin",
         ]
-        env = {"HOME": str(h.home), "PATH": ":".join(path_dirs), **self.host_env.get(h.name, {})}
+        env = {"HOME": str(h.home), "PATH": ":".join(path_dirs)}
         if profile:
             data = h.root / "gpu.json"
             data.write_text(json.dumps(profile))
@@ -298,6 +298,7 @@ class Fleet:
         # No /proc file for hosts without a driver: point at a path that does not exist so the
         # machine's real /proc (if any) never leaks into a simulated host.
         env.setdefault("SM120KIT_NVIDIA_PROC_VERSION", str(h.root / "no-driver"))
+        env.update(self.host_env.get(h.name, {}))
         config = f"""
 ListenAddress {h.address}:{self.port}
 HostKey {h.root}/ssh_host_ed25519_key

@@ -7,7 +7,7 @@ install or removal changes), the GPU it presents (capability, memory), whether t
 driver, the process environment (SSH_* and shell bookkeeping left out) and the server's own
 source. Another key is another server. It listens on ``<tmp>/sm120kit-preflight-<uid>/<key>``,
 a directory only this user may enter (checked before use), and exits after ``idle`` seconds
-without a request or when asked to stop (``stop_all``: ``invoke preflight --stop-warm``). Whatever fails here (no socket, a dead server, a slow start) is answered
+without a request. Whatever fails here (no socket, a dead server, a slow start) is answered
 None: the caller then runs a fresh interpreter, as without a server.
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
@@ -147,41 +147,38 @@ def start(
     return False
 
 
+def _is_key(name: str) -> bool:
+    return len(name) == 32 and all(ch in "0123456789abcdef" for ch in name)
+
+
 def stop_all(timeout: float = 10.0) -> dict[str, Any]:
-    """Stop every warm resolution server of this user on this host: each socket of
-    `socket_dir` is asked to stop (``{"stop": true}``; the server answers, exits, removes its
-    socket and stub), waiting up to `timeout` s for its socket to go; a socket nobody answers
-    on is a stale name, removed. {"stopped": [key], "stale": [key], "error": str|None}; a
-    second call finds nothing (both lists empty)."""
-    out: dict[str, Any] = {"stopped": [], "stale": [], "error": None}
+    """Stop every warm server of this user (`preflight --stop-warm`): each socket of
+    `socket_dir()` is asked to stop, and waited for (at most `timeout` s in all) until its name
+    is gone; a name no server answers on is a stale one and removed. Idempotent: with none
+    left, {"stopped": [], "stale": 0}. {"stopped": [pid, ...], "stale": n, "error": None}."""
+    out: dict[str, Any] = {"stopped": [], "stale": 0, "error": None}
     where = socket_dir()
     if where is None:
-        out["error"] = "the socket directory is not this user's alone: nothing stopped"
+        out["error"] = "the warm servers' directory is not this user's alone: left as it is"
         return out
-    try:
-        names = sorted(os.listdir(where))
-    except OSError as exc:
-        out["error"] = "cannot list %s: %s" % (where, exc)
-        return out
-    for name in names:
+    deadline = time.monotonic() + timeout
+    for name in sorted(os.listdir(where)):
         path = os.path.join(where, name)
-        try:
-            is_socket = stat.S_ISSOCK(os.lstat(path).st_mode)
-        except OSError:
+        if not _is_key(name):
             continue
-        if "." in name or not is_socket:
-            continue  # a log, or a server's ``.<pid>`` name still binding
-        doc = ask(path, {"stop": True}, timeout)
-        if doc is not None and doc.get("stopping"):
-            deadline = time.monotonic() + timeout
+        doc = ask(path, {"stop": True}, max(0.5, deadline - time.monotonic()))
+        if doc is not None and doc.get("stopped"):
+            out["stopped"].append(doc.get("pid"))
             while os.path.exists(path) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            out["stopped"].append(name)
         else:
-            out["stale"].append(name)
-        for left in (path, path + ".log"):
             try:
-                os.unlink(left)
+                os.unlink(path)
+                out["stale"] += 1
             except OSError:
                 pass
+        try:
+            os.unlink(path + ".log")
+        except OSError:
+            pass
     return out

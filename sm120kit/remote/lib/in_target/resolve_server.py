@@ -9,9 +9,9 @@
 # it (_run_cases) and writes back one JSON line, the answer a fresh interpreter gives. What a
 # child does (a published context, a GPU wall, the modules it imports) dies with it. No hang:
 # a child is killed by SIGALRM after ARGS["timeout"] s; the server exits after ARGS["idle"] s
-# without a request or after a {"stop": true} request (lib/warm.py stop_all), removing its
-# socket and ARGS["stub_dir"] (its libcuda stub), and after its first answer when the import
-# failed (nothing warm to keep).
+# without a request, removing its socket and ARGS["stub_dir"] (its libcuda stub), and after
+# its first answer when the import failed (nothing warm to keep), and when a request says
+# {"stop": true} (it answers {"stopped": true, "pid"} first).
 import shutil, signal, socket
 
 _SOCK = ARGS["socket"]
@@ -29,8 +29,8 @@ def _serve_one(conn):
         raw += got
     request = json.loads(raw.split(b"\n", 1)[0].decode())
     if request.get("stop"):
-        # lib/warm.py stop_all (invoke preflight --stop-warm): answer, then exit as on idle.
-        conn.sendall((json.dumps({"stopping": True, "pid": os.getpid()}) + "\n").encode())
+        # `preflight --stop-warm` (lib/warm.py stop_all): answer, then leave the loop.
+        conn.sendall((json.dumps({"stopped": True, "pid": os.getpid()}) + "\n").encode())
         return "stop"
     pid = os.fork()
     if pid == 0:
