@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -352,6 +353,34 @@ def test_provision_installs_the_lock_verified_and_idempotent(
     last = run_invoke(args, env)
     assert last.returncode == 0, last.stdout + last.stderr
     assert all(h["changed"] == 0 for h in json_of(last)["hosts"].values())
+
+    # An installed shared object changed in place (one byte; same size, same mtime): the
+    # fast path cannot see it; --recheck hashes the catalogued ones, names it and reinstalls
+    # its distribution; a second --recheck is a no-op.
+    [so] = [p for p in stack_env.glob("lib/python*/site-packages/**/*.so*") if p.is_file()]
+    before, st = so.read_bytes(), so.stat()
+    # uv installed it by hard link from its cache: editing it edits the cache's copy too.
+    assert st.st_nlink == 2
+    data = bytearray(before)
+    data[len(data) // 2] ^= 0xFF
+    with so.open("r+b") as fh:  # in place: the same inode (a hard link to uv's cache, if any)
+        fh.write(data)
+    os.utime(so, ns=(st.st_atime_ns, st.st_mtime_ns))
+    gpu3 = ["provision", "-H", "gpu3", "-i", str(inv), "--json"]
+    fast = run_invoke(gpu3, env)
+    assert fast.returncode == 0 and json_of(fast)["hosts"]["gpu3"]["changed"] == 0
+    rechecked = run_invoke([*gpu3, "--recheck"], env)
+    assert rechecked.returncode == 0, rechecked.stdout + rechecked.stderr
+    step = next(s for s in json_of(rechecked)["hosts"]["gpu3"]["steps"] if s["name"] == "stack")
+    rel = so.relative_to(next(stack_env.glob("lib/python*/site-packages"))).as_posix()
+    assert (
+        step["status"] == "changed" and f"changed in place: {rel} (demo-native)" in step["message"]
+    )
+    assert any(c.endswith("uv cache clean demo-native") for c in step["commands"])
+    assert any("--reinstall-package demo-native" in c for c in step["commands"])
+    assert so.read_bytes() == before
+    still = run_invoke([*gpu3, "--recheck"], env)
+    assert still.returncode == 0 and json_of(still)["hosts"]["gpu3"]["changed"] == 0
 
 
 @pytest.mark.parametrize(

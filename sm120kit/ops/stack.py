@@ -196,9 +196,12 @@ def stack_document(
     }
 
 
-def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> dict[str, Any]:
+def ensure_stack(
+    ctx: HostContext, state: ProvisionState, *, install: bool, recheck: bool = False
+) -> dict[str, Any]:
     """Choose every locked distribution's source (plan shows it); with `install`, make the
-    serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
+    serving env hold the lock's releases (builds: `ensure_stack_builds`). `recheck`: the probe
+    also hashes the env's catalogued shared objects (one changed in place is reinstalled)."""
     lock, choices = choose(
         state.resolved, read_copies=ctx.check_mode or not install, lock=state.stack_lock
     )
@@ -241,14 +244,14 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     facts = stack_facts(state, lock, files, str(python["path"]))
     with ctx.step("stack") as step:
         try:
-            _stack_step(ctx, state, lock, doc, facts, files, releases, step)
+            _stack_step(ctx, state, lock, doc, facts, files, releases, step, recheck)
         except ConnectionLost as exc:
             # Everything the step does is idempotent and the files already placed are kept:
             # once more on a new connection, as a person would run it again (once: a host
             # that drops twice is reported).
             lost = one_line(str(exc))
             ctx.log.warning("stack: %s; running the step once more", lost)
-            _stack_step(ctx, state, lock, doc, facts, files, releases, step)
+            _stack_step(ctx, state, lock, doc, facts, files, releases, step, recheck)
             step.message = f"{step.message} (run again after: {lost})"
     return doc
 
@@ -262,6 +265,7 @@ def _stack_step(
     files: list[StackFile],
     releases: list[Choice],
     step: StepResult,
+    recheck: bool = False,
 ) -> None:
     """The stack step's work: probe the env, plan, and (unless check mode) install."""
     probe = ctx.script(
@@ -271,6 +275,7 @@ def _stack_step(
             "env": facts.env,
             "record": facts.record,
             "entries": [f.row() for f in (*files, facts.uv)],
+            "hash_shared": recheck,
         },
     )
     for c in releases:
