@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -750,3 +751,82 @@ def test_provision_finishes_on_a_host_whose_sshd_allows_one_session(
     log = Path(host["log"]).read_text()
     assert "sshd allows 1 session(s) per connection (MaxSessions), fewer than setting " \
         "ssh_max_sessions (10)" in log  # fmt: skip
+
+
+#: tests only: the host's interpreter, which SIGKILLs the stack's install (install_lock
+#: "apply") on the host once its progress file is there, the first time it is handed it.
+KILL_PY = """#!/bin/sh
+case " $* " in *" -c "*) exec {python} "$@";; esac
+prog=$(mktemp)
+cat > "$prog"
+if grep -q '"action": "apply"' "$prog" && [ ! -e {marker} ]; then
+  : > {marker}
+  {python} "$@" < "$prog" &
+  child=$!
+  for _ in $(seq 600); do
+    ls {envs}/.*.progress >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  kill -KILL "$child"
+  exit 1
+fi
+exec {python} "$@" < "$prog"
+"""
+
+#: A writer of `path`'s temporary, as the host's downloaders name it (its own pid).
+WRITER_PY = (
+    "import os,sys,time; open(sys.argv[1] + '.%d-ab.part' % os.getpid(), 'w'); time.sleep(60)"
+)
+
+
+def test_an_interrupted_run_then_a_good_one_leave_no_temporaries(
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """Over SSH (gpu3, a fresh work_root): the host-side install is SIGKILLed mid-step (a
+    real kill of the real process), and a real downloader process is killed while its
+    `.part` is open; a live one keeps writing. The failed run leaves none of its own
+    temporaries; the next run, under the host lock, sweeps the dead writer's and keeps the
+    live writer's; it installs the lock. The GPU is simulated (target vars)."""
+    recipes = _tiny_recipes(tmp_path, index)
+    inv = _inventory(fleet, tmp_path, ("gpu3",))
+    work = tmp_path / "work" / "gpu3"
+    marker, wrapper = tmp_path / "killed", tmp_path / "killy"
+    wrapper.write_text(KILL_PY.format(marker=marker, python=sys.executable, envs=work / "envs"))
+    wrapper.chmod(0o755)
+    doc = yaml.safe_load(inv.read_text())
+    doc["all"]["hosts"]["gpu3"]["ansible_python_interpreter"] = str(wrapper)
+    inv.write_text(yaml.safe_dump(doc))
+    env = invoke_env(
+        fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+        SM120KIT_RELEASE_CACHE=release_cache_with_uv(tmp_path / "release-cache", uv_wheel),
+    )  # fmt: skip
+    args = ["provision", "-H", "gpu3", "-i", str(inv), "--json"]
+    first = run_invoke(args, env)
+    assert first.returncode != 0 and marker.exists(), first.stdout + first.stderr
+
+    def temporaries() -> list[str]:
+        return sorted(
+            p.name for p in work.rglob("*")
+            if re.search(r"\.(part|fetched|progress)$", p.name) and "site-packages" not in p.parts
+        )  # fmt: skip
+
+    assert temporaries() == []  # the run's own, removed in its finally
+    [folder] = [p for p in (work / "releases").iterdir() if p.is_dir()][:1]
+    dead = subprocess.Popen([sys.executable, "-c", WRITER_PY, str(folder / "dead.whl")])
+    live = subprocess.Popen([sys.executable, "-c", WRITER_PY, str(folder / "live.whl")])
+    try:
+        for p in (dead, live):
+            while not list(folder.glob(f"*.{p.pid}-ab.part")):  # bounded: its sleep 60
+                assert p.poll() is None
+                time.sleep(0.05)
+        dead.kill()
+        dead.wait(timeout=30)
+        assert len(temporaries()) == 2
+        again = run_invoke(args, env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert temporaries() == [f"live.whl.{live.pid}-ab.part"]
+        log = Path(json_of(again)["hosts"]["gpu3"]["log"]).read_text()
+        assert f"dead.whl.{dead.pid}-ab.part" in log and "leftover temporaries" in log
+    finally:
+        live.kill()
+        live.wait(timeout=30)

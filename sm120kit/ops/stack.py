@@ -446,8 +446,9 @@ def _fetch_while_installing(
         )
     )
     env = str(args["env"])
-    marker = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.fetched")
     token = secrets.token_hex(8)
+    # pid 0: the controller's; a run cut off leaves it to the next run's sweep (host_lock).
+    marker = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.0-{token}.fetched")
     args = {**args, "fetched": {"path": marker, "token": token}}
     box: dict[str, Any] = {}
     placed = Meter(len(rest), sum(wanted[i].size or 0 for i in rest))
@@ -541,7 +542,10 @@ def _install(
         if e["sha256"] in judged:
             e["verdict"] = judged[e["sha256"]]
     env = facts.env
-    progress = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.progress")
+    run = secrets.token_hex(6)
+    progress = posixpath.join(
+        posixpath.dirname(env), f".{posixpath.basename(env)}.0-{run}.progress"
+    )
     args = {
         "action": "apply",
         "env": env,
@@ -553,33 +557,36 @@ def _install(
         "progress": progress,
         "timeout": INSTALL_TIMEOUT,
     }
-    if plan.streams:
-        got, result = _fetch_while_installing(ctx, state, lock, wanted, args)
-    else:
-        got = _fetch(ctx, state, lock, wanted, target, judged=judged)
-        with poll_progress(ctx, "stack", progress):
-            result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
-    origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
-    fetched = sum(n for _where, n in got)
-    refetched: list[str] = []
-    for attempt in range(2):
-        if attempt:
+    try:
+        if plan.streams:
+            got, result = _fetch_while_installing(ctx, state, lock, wanted, args)
+        else:
+            got = _fetch(ctx, state, lock, wanted, target, judged=judged)
             with poll_progress(ctx, "stack", progress):
                 result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
-        ran += plan.host_steps[: int(result.get("done") or 0)]
-        corrupt = [by_dest[d] for d in result.get("corrupt") or [] if d in by_dest]
-        if result.get("ok") or not corrupt or refetched:
-            break
-        # A file in the host's releases/ whose bytes are not the lock's (removed there): fetched
-        # again through the stores, then everything is checked again.
-        refetched = [f.name for f in corrupt]
-        ctx.log.warning("corrupt on the host, fetched again: %s", ", ".join(refetched))
-        again = [entry_of[f.dest] for f in corrupt]
-        ran += [fetch_step(f) for f in corrupt]
-        fetched += sum(n for _w, n in _fetch(ctx, state, lock, again, target))
-        args["entries"] = [{**e, "checked": False} for e in entries]
-    # Its last reader was the display, now done with it: no run leaves it behind.
-    ctx.run(f"rm -f {shlex.quote(progress)}", what="progress file", quiet=True, check=False)
+        origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
+        fetched = sum(n for _where, n in got)
+        refetched: list[str] = []
+        for attempt in range(2):
+            if attempt:
+                with poll_progress(ctx, "stack", progress):
+                    result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
+            ran += plan.host_steps[: int(result.get("done") or 0)]
+            corrupt = [by_dest[d] for d in result.get("corrupt") or [] if d in by_dest]
+            if result.get("ok") or not corrupt or refetched:
+                break
+            # A file in the host's releases/ whose bytes are not the lock's (removed there): fetched
+            # again through the stores, then everything is checked again.
+            refetched = [f.name for f in corrupt]
+            ctx.log.warning("corrupt on the host, fetched again: %s", ", ".join(refetched))
+            again = [entry_of[f.dest] for f in corrupt]
+            ran += [fetch_step(f) for f in corrupt]
+            fetched += sum(n for _w, n in _fetch(ctx, state, lock, again, target))
+            args["entries"] = [{**e, "checked": False} for e in entries]
+    finally:
+        # Its last reader was the display, now done with it: no run leaves it behind (one cut
+        # off before this leaves it to the next run's sweep, remote/host_lock.py).
+        ctx.run(f"rm -f {shlex.quote(progress)}", what="progress file", quiet=True, check=False)
     for name, verdict in (result.get("verdicts") or {}).items():
         row = doc["packages"].get(name)
         if row is None:

@@ -203,7 +203,7 @@ def controller_copy(
             f" sha256 {got}, the lock's is {entry.sha256}; not sent"
         )
     token = secrets.token_hex(6)
-    part = f"{dest}.{token}.part"
+    part = f"{dest}.0-{token}.part"  # pid 0: the controller's (remote/host_lock.py sweeps)
     if ctx.host.is_local:
         os.makedirs(posixpath.dirname(dest), exist_ok=True)
         try:

@@ -10,12 +10,19 @@ holder's process dead on its own machine). Each command of the holder's run left
 pg.<process group id> in the lock directory; on a takeover the groups still running (and
 started before their file was written, so not a reused id) are killed: the dead run's work
 must not go on beside the new run's.
+Once the lock is held, the temporaries earlier runs left in the work root are swept
+(`sweep_leftovers`): every writer names its temporary ``<dest>.<pid>-<token>.<kind>``
+(kind ``part``, ``peer.part``, ``fetched`` or ``progress``), the host process's pid, or 0 for
+a file the controller writes (its run holds this lock, so at acquire none is live); one whose
+pid is gone (or now another process's, started after the file was last written) is removed,
+a live writer's never.
 Prints {"acquired": bool, "holder": {...} | null, "stale_taken_over": bool,
-"dead_taken_over": bool, "killed": [pgid, ...]} (refresh and release print {"refreshed"/"released": bool}).
+"dead_taken_over": bool, "killed": [pgid, ...], "swept": [path, ...]} (refresh and release print {"refreshed"/"released": bool}).
 """
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -49,6 +56,52 @@ def _started_at(pid):
     if fields[0] == "Z":
         return None
     return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+#: A writer's temporary: ``<dest>.<pid>-<token>.part`` (``.peer.part``, ``.fetched``,
+#: ``.progress``); pid 0: the controller's.
+TEMPORARY = re.compile(r"\.(\d+)-[0-9A-Za-z]+\.(?:part|peer\.part|fetched|progress)$")
+
+#: Where the data path writes them, relative to the work root, and how deep: releases/<sha>/,
+#: envs/ (never inside an env), tools/uv-<version>/.
+SWEPT = (("releases", 1), ("envs", 0), ("tools", 1))
+
+
+def _live_writer(pid, written):
+    started = _started_at(pid) if pid > 0 else None
+    return started is not None and started <= written + 2
+
+
+def sweep_leftovers(work_root):
+    """Remove the temporaries of writers that are gone; their paths."""
+    removed = []
+    for top, depth in SWEPT:
+        folders = [os.path.join(work_root, top)]
+        for _ in range(depth):
+            nxt = []
+            for folder in folders:
+                try:
+                    nxt += [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+                except OSError:
+                    pass
+            folders += nxt
+        for folder in folders:
+            try:
+                entries = [e for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
+            except OSError:
+                continue
+            for entry in entries:
+                m = TEMPORARY.search(entry.name)
+                if m is None:
+                    continue
+                try:
+                    if _live_writer(int(m.group(1)), entry.stat(follow_symlinks=False).st_mtime):
+                        continue
+                    os.unlink(entry.path)
+                except OSError:
+                    continue
+                removed.append(entry.path)
+    return removed
 
 
 def kill_leftovers(lock_dir):
@@ -143,6 +196,7 @@ def main():
         owner["token"] = args["token"]
         owner["since"] = owner["refreshed"] = time.time()
         write_owner(owner_file, owner)
+        swept = sweep_leftovers(work_root)
         print(
             json.dumps(
                 {
@@ -151,6 +205,7 @@ def main():
                     "stale_taken_over": stale_taken_over,
                     "dead_taken_over": dead_taken_over,
                     "killed": killed,
+                    "swept": swept,
                 }
             )
         )

@@ -290,6 +290,9 @@ class Runner:
                 step.message = f"took over a stale lock{left}"
             else:
                 step.message = ""
+        swept = doc.get("swept") or []
+        if swept:  # temporaries of writers gone (a run cut off, a killed download)
+            ctx.log.info("lock: removed %d leftover temporaries: %s", len(swept), ", ".join(swept))
         if step.message:
             ctx.log.info("lock: %s", step.message)
             notes = ctx.result.data.setdefault("lock_notes", [])
