@@ -23,6 +23,7 @@ from sm120kit.runner.connection import ConnectOptions, SSHConnection, connect
 from sm120kit.runner.pool import HostContext, Runner, RunOptions
 from sm120kit.runner.process import start
 from sm120kit.runner.service import Service, service_command
+from sm120kit.runner.sessions import PROBE_AFTER, PROBE_MAX, SessionLimit
 from tests.support import tiny_index
 from tests.support.fleet import Fleet
 
@@ -242,3 +243,62 @@ def test_a_command_or_service_killed_on_the_host_says_by_which_signal(limited: F
         "remote service fetch_release ended (killed by SIGKILL on the host; the next request "
         "starts it again)"
     )
+
+
+#: (setting, events, limits after each event): "rN" a session refused with N others open
+#: on its connection, "oK" K sessions opened in a row (one entry for the K).
+LIMIT_CASES = [
+    # A transient refusal: the limit falls, then climbs back one by one to the setting.
+    (10, ["r3", f"o{PROBE_AFTER}", f"o{PROBE_AFTER}"], [3, 4, 5]),
+    (4, ["r1", f"o{PROBE_AFTER * 3}", f"o{PROBE_AFTER * 10}"], [1, 4, 4]),
+    # Never above the setting, never below 1.
+    (2, [f"o{PROBE_AFTER * 5}", "r0", f"o{PROBE_AFTER}"], [2, 1, 2]),
+    # One short of the wait: no try yet.
+    (10, ["r2", f"o{PROBE_AFTER - 1}", "o1"], [2, 2, 3]),
+    # A real MaxSessions 2: each refused try doubles the wait before the next.
+    (
+        10,
+        [
+            "r2",
+            f"o{PROBE_AFTER}",
+            "r2",
+            f"o{PROBE_AFTER}",
+            f"o{PROBE_AFTER}",
+            "r2",
+            f"o{PROBE_AFTER * 3}",
+            f"o{PROBE_AFTER}",
+        ],
+        [2, 3, 2, 2, 3, 2, 2, 3],
+    ),
+    # A refusal at a limit already lower than the others open changes nothing.
+    (10, ["r3", "r5"], [3, 3]),
+]
+
+
+@pytest.mark.parametrize(("setting", "events", "limits"), LIMIT_CASES)
+def test_the_session_limit_recovers_after_a_transient_refusal(
+    setting: int, events: list[str], limits: list[int]
+) -> None:
+    """The pool's limit policy (pure): lowered by a refusal, tried one higher again after
+    sessions opened without one, the wait doubled by each refused try."""
+    policy = SessionLimit(setting)
+    got = []
+    for event in events:
+        n = int(event[1:])
+        if event[0] == "r":
+            policy.refused(n)
+        else:
+            for _ in range(n):
+                policy.opened()
+        got.append(policy.limit)
+    assert got == limits
+
+
+def test_the_wait_between_tries_is_bounded() -> None:
+    policy = SessionLimit(10)
+    policy.refused(1)
+    for _ in range(40):  # every try refused: the wait doubles up to PROBE_MAX, no further
+        while not policy.opened():
+            pass
+        policy.refused(1)
+    assert policy.probe_after == PROBE_MAX and policy.limit == 1

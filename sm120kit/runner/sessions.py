@@ -19,7 +19,11 @@ killed over a session of its own. So a host's sessions come from a pool of conne
 - sshd may allow fewer sessions than the setting ``ssh_max_sessions`` says: a session it
   refuses while others are open on that connection teaches the pool the real limit (the
   refused one goes to another connection); one refused with none other open is a one-line
-  error naming the host, never a hang.
+  error naming the host, never a hang. A refusal may be transient (sshd short of a resource
+  for a moment), so the lowered limit is not kept for good (`SessionLimit`): after
+  ``PROBE_AFTER`` sessions opened without a refusal the pool tries one more per connection,
+  up to the setting; each refusal after such a try doubles the wait before the next (a host
+  whose MaxSessions really is low costs a refusal every few hundred sessions at most).
 
 Each connection of the pool is watched (`_watch`): every so often a global request that
 wants a reply (OpenSSH answers every global request, with failure for those it does not
@@ -51,6 +55,54 @@ DEFAULT_SILENCE = 90.0
 
 #: The keepalive's request name: OpenSSH's own client sends this one (clientloop.c).
 KEEPALIVE_REQUEST = "keepalive@openssh.com"
+
+
+#: Sessions opened without a refusal before the pool tries one more per connection again.
+PROBE_AFTER = 16
+
+#: The longest wait (sessions opened) between two tries of a higher limit.
+PROBE_MAX = 1024
+
+
+@dataclass
+class SessionLimit:
+    """How many sessions a connection of the pool may hold: lowered by a refusal, raised
+    again by one after `probe_after` sessions opened without one (up to `setting`), the wait
+    doubled by each refusal of a raised limit. Pure: the table in tests/test_ssh_sessions.py."""
+
+    setting: int
+    limit: int = 0
+    opened_since: int = 0
+    probe_after: int = PROBE_AFTER
+    raised: bool = False
+
+    def __post_init__(self) -> None:
+        self.setting = max(1, self.setting)
+        self.limit = self.limit or self.setting
+
+    def refused(self, others: int) -> bool:
+        """A session refused with `others` open on its connection; True when the limit fell."""
+        self.opened_since = 0
+        if self.raised:  # the try of a higher limit failed: wait longer before the next
+            self.probe_after = min(PROBE_MAX, self.probe_after * 2)
+            self.raised = False
+        if others < self.limit:
+            self.limit = max(1, others)
+            return True
+        return False
+
+    def opened(self) -> bool:
+        """A session opened; True when the limit was raised by one (a try)."""
+        if self.limit >= self.setting:
+            self.raised = False
+            return False
+        self.opened_since += 1
+        if self.opened_since < self.probe_after:
+            return False
+        self.limit += 1
+        self.opened_since = 0
+        self.raised = True
+        return True
 
 
 @dataclass(eq=False)
@@ -104,7 +156,7 @@ class Sessions:
         cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
         self._dial = dial
-        self.limit = max(1, limit)
+        self._policy = SessionLimit(limit)
         self._setting = limit
         self._where = where
         self.silence = silence
@@ -117,6 +169,11 @@ class Sessions:
         self.reclaim: Callable[[], bool] = lambda: False
         #: Told what the pool learned of sshd (a refused session): the host's log.
         self.note: Callable[[str], None] = lambda text: None
+
+    @property
+    def limit(self) -> int:
+        """Sessions per connection the pool uses now (`SessionLimit`)."""
+        return self._policy.limit
 
     def adopt(self, conn: Any) -> Link:
         """Put an already open connection in the pool (the host's first)."""
@@ -183,7 +240,7 @@ class Sessions:
         while other sessions are open on its own (sshd allows fewer than the setting)."""
         while True:
             try:
-                return open_channel(lease.transport)
+                chan = open_channel(lease.transport)
             except Exception as exc:
                 if not refused(exc, lease.transport):
                     raise
@@ -196,9 +253,7 @@ class Sessions:
                             "was open on the connection (its MaxSessions allows none; setting "
                             f"ssh_max_sessions is {self._setting})"
                         ) from None
-                    learned = others < self.limit
-                    if learned:
-                        self.limit = others
+                    learned = self._policy.refused(others)
                     link.limit = min(link.limit, others)
                 if learned:
                     self.note(
@@ -208,6 +263,15 @@ class Sessions:
                 lease.release()
                 fresh = self.lease(urgent=True)
                 lease.link, lease._released = fresh.link, False
+                continue
+            with self._cond:
+                raised = self._policy.opened()
+                if raised:
+                    for link in self.links:
+                        link.limit = max(link.limit, self.limit)
+            if raised:
+                self.note(f"trying {self.limit} session(s) per connection again")
+            return chan
 
     def _start_watch(self, link: Link) -> None:
         if self.silence > 0:
@@ -256,4 +320,4 @@ class Sessions:
                 pass
 
 
-__all__ = ["DEFAULT_SILENCE", "SESSION_BUDGET", "Lease", "Link", "Sessions"]
+__all__ = ["DEFAULT_SILENCE", "SESSION_BUDGET", "Lease", "Link", "SessionLimit", "Sessions"]
