@@ -16,8 +16,10 @@ stack step looks up several files of one host at a time.
 
 from __future__ import annotations
 
+import base64
 import errno
 import functools
+import hashlib
 import posixpath
 import secrets
 import stat
@@ -29,6 +31,7 @@ from typing import Any, TypeVar
 
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 from sm120kit.cache.store_types import SftpConnect, register_store_type
+from sm120kit.runner import known_hosts
 
 
 def _missing(exc: OSError) -> bool:
@@ -280,19 +283,64 @@ class SFTPStore(Store):
             here = posixpath.dirname(here)
 
 
+#: The files OpenSSH's client reads by default (ssh_config(5) UserKnownHostsFile,
+#: GlobalKnownHostsFile).
+USER_KNOWN_HOSTS = (
+    Path("~/.ssh/known_hosts").expanduser(),
+    Path("~/.ssh/known_hosts2").expanduser(),
+)
+GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+
+
+class HostKeyRefused(Exception):
+    """The SFTP store's host presented a key known_hosts does not vouch for."""
+
+
+def _policy(base: type, files: list[Path], address: str, port: Any) -> Any:
+    """A paramiko host key policy judging each key against `files` (`check_files`)."""
+
+    class Policy(base):  # type: ignore[misc,valid-type]
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            result, path = known_hosts.check_files(
+                files, address, int(port) if port else None, key.asbytes()
+            )
+            if result.verdict is known_hosts.Verdict.ACCEPT:
+                return
+            name = known_hosts.host_name(address, int(port) if port else None)
+            fingerprint = "SHA256:" + base64.b64encode(
+                hashlib.sha256(key.asbytes()).digest()
+            ).decode().rstrip("=")
+            if path is not None:
+                line = known_hosts.refusal(result, name, fingerprint, path)
+                if line:
+                    raise HostKeyRefused(line)
+            raise HostKeyRefused(
+                f"host key of {name} ({fingerprint}) is not in "
+                f"{', '.join(str(f) for f in files)}; verify it and add it (ssh-keyscan)"
+            )
+
+    return Policy()
+
+
 def paramiko_connect(spec: Mapping[str, Any]) -> Any:
     """Open an SFTPClient from a store spec with plain paramiko.
 
-    Host keys must already be known (system known_hosts, plus ``known_hosts`` from the spec);
-    an unknown host is refused, never silently trusted.
+    Host keys must already be known (the user's and the system's known_hosts, plus
+    ``known_hosts`` from the spec), read as OpenSSH reads them (`runner.known_hosts`:
+    ``@cert-authority``/``@revoked`` markers, several keys per host, hashed names,
+    ``[host]:port``); an unknown, changed or revoked key is refused, never trusted.
     """
     import paramiko
 
-    client = paramiko.SSHClient()
-    client.load_system_host_keys()
+    files = [*USER_KNOWN_HOSTS, Path(GLOBAL_KNOWN_HOSTS)]
     if spec.get("known_hosts"):
-        client.load_host_keys(str(Path(str(spec["known_hosts"])).expanduser()))
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        files.insert(0, Path(str(spec["known_hosts"])).expanduser())
+    client = paramiko.SSHClient()
+    # paramiko's own store stays empty (its parser fails a whole file on a marker line and
+    # keeps one key per type): every presented key reaches the policy below.
+    client.set_missing_host_key_policy(
+        _policy(paramiko.MissingHostKeyPolicy, files, str(spec["host"]), spec.get("port"))
+    )
     try:
         client.connect(
             hostname=str(spec["host"]),
@@ -301,7 +349,7 @@ def paramiko_connect(spec: Mapping[str, Any]) -> Any:
             key_filename=spec.get("key_filename"),
             timeout=30,
         )
-    except (paramiko.SSHException, OSError) as exc:
+    except (HostKeyRefused, paramiko.SSHException, OSError) as exc:
         client.close()
         raise StoreUnavailable(f"cache sftp:{spec['host']}: cannot connect ({exc})") from None
     try:
