@@ -11,6 +11,7 @@ object of this machine, the sshd fleet. Simulated: the target GPU and driver (ho
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import os
@@ -830,3 +831,51 @@ def test_an_interrupted_run_then_a_good_one_leave_no_temporaries(
     finally:
         live.kill()
         live.wait(timeout=30)
+
+
+PRIVATE_PASSWORD = "s3cr3tPw0rd9"  # noqa: S105 - the test's own loopback index
+
+
+def test_a_private_index_with_basic_auth_from_the_controllers_netrc(
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """Over SSH (gpu3): the lock's index wants HTTP basic auth (a real loopback index,
+    tests/support/tiny_index.serve with auth); the credentials come from the controller's
+    netrc ($NETRC) and reach the host inside the remote program on stdin. Provision installs
+    the lock; the password (or its basic-auth token) is in no output, no file of the run
+    directory, the host's work root or HOME. A wrong password: one line naming the index,
+    no secret."""
+    files, _url = index
+    token = base64.b64encode(f"ci:{PRIVATE_PASSWORD}".encode()).decode()
+    netrc_file = tmp_path / "netrc"
+    with serve(files, auth=("ci", PRIVATE_PASSWORD)) as private:
+        base = private.rsplit("/simple", 1)[0]
+        recipes = _tiny_recipes(
+            tmp_path, index, edit=lambda t: re.sub(r"http://127\.0\.0\.1:\d+", base, t)
+        )
+        inv = _inventory(fleet, tmp_path, ("gpu3",))
+        env = invoke_env(
+            fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes), NETRC=str(netrc_file),
+            SM120KIT_RELEASE_CACHE=release_cache_with_uv(tmp_path / "release-cache", uv_wheel),
+        )  # fmt: skip
+        args = ["provision", "-H", "gpu3", "-i", str(inv), "--json"]
+        netrc_file.write_text(f"machine 127.0.0.1 login ci password {PRIVATE_PASSWORD}x\n")
+        netrc_file.chmod(0o600)
+        wrong = run_invoke(args, env)
+        assert wrong.returncode != 0
+        out = wrong.stdout + wrong.stderr
+        assert "index 127.0.0.1:" in out and "refused the credentials" in out, out
+        netrc_file.write_text(f"machine 127.0.0.1 login ci password {PRIVATE_PASSWORD}\n")
+        good = run_invoke(args, env)
+        assert good.returncode == 0, good.stdout + good.stderr
+        assert json_of(good)["hosts"]["gpu3"]["stack"]["packages"]["demo-native"]["verdict"] == "ok"
+    secrets_ = (PRIVATE_PASSWORD.encode(), token.encode())
+    for proc in (wrong, good):
+        assert not any(s in (proc.stdout + proc.stderr).encode() for s in secrets_)
+    roots = [tmp_path, fleet.by_name("gpu3").home]
+    leaks = [
+        str(p) for root in roots for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink() and p != netrc_file
+        and any(s in p.read_bytes() for s in secrets_)
+    ]  # fmt: skip
+    assert leaks == []

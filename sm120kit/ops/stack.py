@@ -42,6 +42,7 @@ from ..runner.results import StepResult
 from ..stack import release_check
 from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
+from ..stack.index_auth import index_auth
 from ..stack.lock import Lock, LockEntry
 from ..state import ProvisionState
 from ..steps import Step, commands, summary
@@ -552,6 +553,7 @@ def _install(
         "entries": entries,
         "verify": target,
         "indexes": list(lock.indexes),
+        "auth": index_auth(lock.indexes),
         "steps": plan.host_steps,
         "cleanup": plan.cleanup,
         "progress": progress,

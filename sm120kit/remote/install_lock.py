@@ -70,7 +70,7 @@ import time
 from sm120kit.remote.lib import steps, stream_install, uv_sync
 from sm120kit.remote.lib.files import remove, write_atomic
 from sm120kit.remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE, dist_name
-from sm120kit.remote.lib.obtain import obtain
+from sm120kit.remote.lib.obtain import obtain, use_auth
 from sm120kit.remote.lib.proc import StepFailed
 
 installed = uv_sync.installed
@@ -530,6 +530,7 @@ ACTIONS = {
 def main():
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     action = ACTIONS.get(args.get("action"))
+    use_auth(args.get("auth"))  # the lock's indexes' credentials (stdin, never a file)
     if action is None:
         doc = {"ok": False, "error": "unknown action %r" % args.get("action")}
     else:

@@ -77,9 +77,15 @@ def sha256_of(path: Path) -> str:
 
 
 @contextmanager
-def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
+def serve(
+    files: Path, log: list[str] | None = None, auth: tuple[str, str] | None = None
+) -> Iterator[str]:
     """A simple index of every wheel under `files`; yields its base URL (``.../simple``).
-    `log` gets the name of every file served (to count downloads)."""
+    `log` gets the name of every file served (to count downloads); `auth`: (user, password)
+    the index wants as HTTP basic auth on every request (401 without them)."""
+    want_auth = (
+        "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() if auth else None
+    )
     # Wheels, and sdists (a wheel stub's): uv reads both from a page.
     wheels = sorted([*files.glob("*.whl"), *files.glob("*.tar.gz")])
 
@@ -93,6 +99,8 @@ def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
+            if want_auth and self.headers.get("Authorization") != want_auth:
+                return self._send(401, b"unauthorized", "text/plain")
             if path.startswith("/files/"):
                 target = files / path[len("/files/") :]
                 if target.is_file():
