@@ -84,7 +84,7 @@ def allowed(url, indexes):
 #: (scheme, host, port) -> the percent-encoded ``user:password`` an index needs: given by the
 #: controller on stdin (``"auth"``: ``scheme://user:password@host:port/`` per index), kept in
 #: this process only, never written to a file.
-_AUTH = {}
+_AUTH = {}  # type: dict[tuple[str, str, int], str]
 
 
 def use_auth(urls):
