@@ -23,7 +23,7 @@ from sm120kit.runner.connection import ConnectOptions, SSHConnection, connect
 from sm120kit.runner.pool import HostContext, Runner, RunOptions
 from sm120kit.runner.process import start
 from sm120kit.runner.service import Service, service_command
-from sm120kit.runner.sessions import PROBE_AFTER, PROBE_MAX, SessionLimit
+from sm120kit.runner.sessions import PROBE_AFTER, SessionLimit
 from tests.support import tiny_index
 from tests.support.fleet import Fleet
 
@@ -245,60 +245,36 @@ def test_a_command_or_service_killed_on_the_host_says_by_which_signal(limited: F
     )
 
 
-#: (setting, events, limits after each event): "rN" a session refused with N others open
-#: on its connection, "oK" K sessions opened in a row (one entry for the K).
-LIMIT_CASES = [
-    # A transient refusal: the limit falls, then climbs back one by one to the setting.
-    (10, ["r3", f"o{PROBE_AFTER}", f"o{PROBE_AFTER}"], [3, 4, 5]),
-    (4, ["r1", f"o{PROBE_AFTER * 3}", f"o{PROBE_AFTER * 10}"], [1, 4, 4]),
-    # Never above the setting, never below 1.
-    (2, [f"o{PROBE_AFTER * 5}", "r0", f"o{PROBE_AFTER}"], [2, 1, 2]),
-    # One short of the wait: no try yet.
-    (10, ["r2", f"o{PROBE_AFTER - 1}", "o1"], [2, 2, 3]),
-    # A real MaxSessions 2: each refused try doubles the wait before the next.
-    (
-        10,
-        [
-            "r2",
-            f"o{PROBE_AFTER}",
-            "r2",
-            f"o{PROBE_AFTER}",
-            f"o{PROBE_AFTER}",
-            "r2",
-            f"o{PROBE_AFTER * 3}",
-            f"o{PROBE_AFTER}",
-        ],
-        [2, 3, 2, 2, 3, 2, 2, 3],
-    ),
-    # A refusal at a limit already lower than the others open changes nothing.
-    (10, ["r3", "r5"], [3, 3]),
+#: (events, the limit after each): "r<N>": sshd refused a session with N others open,
+#: "o<K>": K sessions opened without a refusal. Setting 10, PROBE_AFTER sessions to a raise.
+P = PROBE_AFTER
+LIMIT_TABLE = [
+    # One transient refusal at 3: back up by one per PROBE_AFTER successes, to the setting.
+    (["r3", f"o{P - 1}", "o1", f"o{P}", f"o{P * 5}"], [3, 3, 4, 5, 10]),
+    # A real MaxSessions 2: each raise to 3 is refused; the wait before the next one doubles.
+    (["r2", f"o{P}", "r2", f"o{P}", f"o{P}", "r2", f"o{P * 3}", f"o{P}"], [2, 3, 2, 2, 3, 2, 2, 3]),
+    # A refusal at or above the limit teaches nothing; one deeper lowers again.
+    (["r4", "r5", "r1", f"o{P}"], [4, 4, 1, 2]),
+    # At the setting nothing is counted.
+    ([f"o{P * 4}"], [10]),
 ]
 
 
-@pytest.mark.parametrize(("setting", "events", "limits"), LIMIT_CASES)
+@pytest.mark.parametrize(("events", "limits"), LIMIT_TABLE)
 def test_the_session_limit_recovers_after_a_transient_refusal(
-    setting: int, events: list[str], limits: list[int]
+    events: list[str], limits: list[int]
 ) -> None:
-    """The pool's limit policy (pure): lowered by a refusal, tried one higher again after
-    sessions opened without one, the wait doubled by each refused try."""
-    policy = SessionLimit(setting)
-    got = []
+    """`SessionLimit` (sm120kit/runner/sessions.py), pure: a refusal lowers the limit to what
+    was open; sessions opened after it raise it again one at a time; a raise refused at once
+    (the real MaxSessions) doubles the sessions the next raise waits for."""
+    limit = SessionLimit(10)
+    seen = []
     for event in events:
-        n = int(event[1:])
-        if event[0] == "r":
-            policy.refused(n)
+        kind, n = event[0], int(event[1:])
+        if kind == "r":
+            limit.refused(n)
         else:
             for _ in range(n):
-                policy.opened()
-        got.append(policy.limit)
-    assert got == limits
-
-
-def test_the_wait_between_tries_is_bounded() -> None:
-    policy = SessionLimit(10)
-    policy.refused(1)
-    for _ in range(40):  # every try refused: the wait doubles up to PROBE_MAX, no further
-        while not policy.opened():
-            pass
-        policy.refused(1)
-    assert policy.probe_after == PROBE_MAX and policy.limit == 1
+                limit.opened()
+        seen.append(limit.value)
+    assert seen == limits

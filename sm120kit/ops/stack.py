@@ -17,6 +17,7 @@ them, and records the ones that ran as the step's commands.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import posixpath
@@ -42,7 +43,7 @@ from ..runner.results import StepResult
 from ..stack import release_check
 from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
-from ..stack.index_auth import index_auth
+from ..stack.index_auth import authed
 from ..stack.lock import Lock, LockEntry
 from ..state import ProvisionState
 from ..steps import Step, commands, summary
@@ -447,9 +448,8 @@ def _fetch_while_installing(
         )
     )
     env = str(args["env"])
+    marker = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.fetched")
     token = secrets.token_hex(8)
-    # pid 0: the controller's; a run cut off leaves it to the next run's sweep (host_lock).
-    marker = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.0-{token}.fetched")
     args = {**args, "fetched": {"path": marker, "token": token}}
     box: dict[str, Any] = {}
     placed = Meter(len(rest), sum(wanted[i].size or 0 for i in rest))
@@ -537,23 +537,19 @@ def _install(
     ran: list[Step] = list(plan.fetches)
     # Files placed in this run were hashed as they arrived: not read again before install.
     placed = {s["dest"] for s in plan.fetches}
-    entries = [{**f.row(), "checked": f.dest in placed} for f in facts.files]
+    entries = [{**f.row(), "url": authed(f.url), "checked": f.dest in placed} for f in facts.files]
     judged = _judged_by_catalogue(lock, facts.files, target)
     for e in entries:
         if e["sha256"] in judged:
             e["verdict"] = judged[e["sha256"]]
     env = facts.env
-    run = secrets.token_hex(6)
-    progress = posixpath.join(
-        posixpath.dirname(env), f".{posixpath.basename(env)}.0-{run}.progress"
-    )
+    progress = posixpath.join(posixpath.dirname(env), f".{posixpath.basename(env)}.progress")
     args = {
         "action": "apply",
         "env": env,
         "entries": entries,
         "verify": target,
-        "indexes": list(lock.indexes),
-        "auth": index_auth(lock.indexes),
+        "indexes": [authed(i) for i in lock.indexes],
         "steps": plan.host_steps,
         "cleanup": plan.cleanup,
         "progress": progress,
@@ -586,9 +582,13 @@ def _install(
             fetched += sum(n for _w, n in _fetch(ctx, state, lock, again, target))
             args["entries"] = [{**e, "checked": False} for e in entries]
     finally:
-        # Its last reader was the display, now done with it: no run leaves it behind (one cut
-        # off before this leaves it to the next run's sweep, remote/host_lock.py).
-        ctx.run(f"rm -f {shlex.quote(progress)}", what="progress file", quiet=True, check=False)
+        # Its last reader was the display, now done with it: no run leaves it behind, failed
+        # or not (one cut off leaves it to the next run's sweep under the host lock).
+        tmp = shlex.quote(progress + ".tmp")
+        with contextlib.suppress(Exception):  # a lost connection: the step's own error says so
+            ctx.run(
+                f"rm -f {shlex.quote(progress)} {tmp}", what="progress", quiet=True, check=False
+            )
     for name, verdict in (result.get("verdicts") or {}).items():
         row = doc["packages"].get(name)
         if row is None:

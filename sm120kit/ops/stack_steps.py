@@ -225,9 +225,10 @@ def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step],
     # pyc headers again at the end of the step, so the sync audits, and what it adds or
     # rewrites is compiled after it (``compile: "new"``).
     # A distribution whose files changed in place has the locked version: uv would keep it, so
-    # it is reinstalled. uv installs by hard link from its cache (the changed file's link count
-    # is 2): the edit changed the cache's unpacked copy too, and a reinstall alone links the
-    # same bytes back. Its cache entries go first; the sync unpacks the checked wheel afresh.
+    # it is reinstalled. uv links an env's files from its cache (hard links: `stat -c %h` is 2),
+    # so a file edited in place IS uv's cache entry and a plain reinstall links the edited bytes
+    # back: the distribution's cache entries go first (uv unpacks the checked wheel again), and
+    # the repair copies, so this env's copy no longer shares an inode with the cache.
     again = [] if new_env else sorted({dist for _, dist in probe.get("changed") or []})
     if again:
         steps.append(uv_step(facts, "cache", "clean", *again, timeout=VENV_TIMEOUT))
@@ -235,6 +236,7 @@ def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step],
         facts,
         *(AUDIT if new_env else SYNC),
         *(word for dist in again for word in ("--reinstall-package", dist)),
+        *(("--link-mode", "copy") if again else ()),
         "--python",
         posixpath.join(target, "bin", "python"),
         req,

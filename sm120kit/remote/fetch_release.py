@@ -31,7 +31,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from sm120kit.remote.lib import peers
-from sm120kit.remote.lib.obtain import obtain, use_auth
+from sm120kit.remote.lib.obtain import obtain
 
 
 def answer(request, out, lock):
@@ -51,7 +51,6 @@ def answer(request, out, lock):
             reply["error"] = "%s %s: no peer served it (%s)" % (
                 entry["name"], entry["version"], "; ".join(refused) or "none asked")  # fmt: skip
         else:
-            use_auth(request.get("auth"))  # the lock's indexes' credentials, from the controller
             there = os.path.isfile(entry["dest"])
             line, fetched, _corrupt = obtain(entry, timeout, request.get("indexes"))
             source = "index" if fetched else ("kept" if there else "index")

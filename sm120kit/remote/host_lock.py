@@ -10,16 +10,16 @@ holder's process dead on its own machine). Each command of the holder's run left
 pg.<process group id> in the lock directory; on a takeover the groups still running (and
 started before their file was written, so not a reused id) are killed: the dead run's work
 must not go on beside the new run's.
-Once the lock is held, the temporaries earlier runs left in the work root are swept
-(`sweep_leftovers`): every writer names its temporary ``<dest>.<pid>-<token>.<kind>``
-(kind ``part``, ``peer.part``, ``fetched`` or ``progress``), the host process's pid, or 0 for
-a file the controller writes (its run holds this lock, so at acquire none is live); one whose
-pid is gone (or now another process's, started after the file was last written) is removed,
-a live writer's never.
+Once acquired, the temporaries earlier runs left are swept (`sweep_leftovers`): the stack's
+``.<env>.fetched``/``.<env>.progress`` files and the controller's uploads
+``<dest>.<token>.part`` (only the lock's holder writes them, and that is now this run), and the
+host's downloads ``<dest>.<pid>-<thread>[.peer].part`` whose writer is gone (a live one's never:
+a download left running by a run that gave up on it keeps its file).
 Prints {"acquired": bool, "holder": {...} | null, "stale_taken_over": bool,
 "dead_taken_over": bool, "killed": [pgid, ...], "swept": [path, ...]} (refresh and release print {"refreshed"/"released": bool}).
 """
 
+import glob
 import json
 import os
 import re
@@ -58,52 +58,6 @@ def _started_at(pid):
     return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-#: A writer's temporary: ``<dest>.<pid>-<token>.part`` (``.peer.part``, ``.fetched``,
-#: ``.progress``); pid 0: the controller's.
-TEMPORARY = re.compile(r"\.(\d+)-[0-9A-Za-z]+\.(?:part|peer\.part|fetched|progress)$")
-
-#: Where the data path writes them, relative to the work root, and how deep: releases/<sha>/,
-#: envs/ (never inside an env), tools/uv-<version>/.
-SWEPT = (("releases", 1), ("envs", 0), ("tools", 1))
-
-
-def _live_writer(pid, written):
-    started = _started_at(pid) if pid > 0 else None
-    return started is not None and started <= written + 2
-
-
-def sweep_leftovers(work_root):
-    """Remove the temporaries of writers that are gone; their paths."""
-    removed = []
-    for top, depth in SWEPT:
-        folders = [os.path.join(work_root, top)]
-        for _ in range(depth):
-            nxt = []
-            for folder in folders:
-                try:
-                    nxt += [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
-                except OSError:
-                    pass
-            folders += nxt
-        for folder in folders:
-            try:
-                entries = [e for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
-            except OSError:
-                continue
-            for entry in entries:
-                m = TEMPORARY.search(entry.name)
-                if m is None:
-                    continue
-                try:
-                    if _live_writer(int(m.group(1)), entry.stat(follow_symlinks=False).st_mtime):
-                        continue
-                    os.unlink(entry.path)
-                except OSError:
-                    continue
-                removed.append(entry.path)
-    return removed
-
-
 def kill_leftovers(lock_dir):
     """Kill the process groups a dead holder's commands left behind; their ids."""
     import signal
@@ -139,6 +93,41 @@ def kill_leftovers(lock_dir):
             except OSError:
                 pass
     return killed
+
+
+_WRITER = re.compile(r"\.(\d+)-\d+(?:\.peer)?\.part$")
+_UPLOAD = re.compile(r"\.[0-9a-f]{12}\.part$")
+
+
+def _writer_alive(pid, path):
+    """Whether process `pid` (started no later than `path` was last written) still runs."""
+    started = _started_at(pid)
+    try:
+        return started is not None and started <= os.stat(path).st_mtime + 2
+    except OSError:
+        return False
+
+
+def sweep_leftovers(work_root):
+    """Remove what interrupted or failed runs left under `work_root`; the paths removed."""
+    swept = []
+    found = glob.glob(os.path.join(work_root, "releases", "*", "*.part"))
+    # uv's binary unpacked from its wheel (lib/uv_sync.unpack): a writer's own temporary too.
+    found += glob.glob(os.path.join(work_root, "tools", "*", "*.part"))
+    for pattern in (".*.fetched", ".*.progress", ".*.progress.tmp"):
+        found += glob.glob(os.path.join(work_root, "envs", pattern))
+    for path in sorted(found):
+        writer = _WRITER.search(path)
+        if writer is not None and _writer_alive(int(writer.group(1)), path):
+            continue
+        if path.endswith(".part") and writer is None and not _UPLOAD.search(path):
+            continue  # not a name this tool gives: not its to remove
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        swept.append(path)
+    return swept
 
 
 def main():

@@ -70,7 +70,7 @@ import time
 from sm120kit.remote.lib import steps, stream_install, uv_sync
 from sm120kit.remote.lib.files import remove, write_atomic
 from sm120kit.remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE, dist_name
-from sm120kit.remote.lib.obtain import obtain, use_auth
+from sm120kit.remote.lib.obtain import obtain
 from sm120kit.remote.lib.proc import StepFailed
 
 installed = uv_sync.installed
@@ -462,7 +462,7 @@ def apply(args):
 
     def uv_op(step, result):
         argv = step["argv"]
-        if argv[1:3] == ["cache", "clean"]:  # a changed distribution's unpacked copies dropped
+        if argv[1:3] == ["cache", "clean"]:  # no env: the repair's dropped cache entries
             error = uv_sync.run_uv(argv[0], argv[1:], step["cache"], int(step["timeout"]))
             if error:
                 raise StepFailed(error)
@@ -530,7 +530,6 @@ ACTIONS = {
 def main():
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     action = ACTIONS.get(args.get("action"))
-    use_auth(args.get("auth"))  # the lock's indexes' credentials (stdin, never a file)
     if action is None:
         doc = {"ok": False, "error": "unknown action %r" % args.get("action")}
     else:

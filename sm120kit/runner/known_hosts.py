@@ -175,20 +175,6 @@ def check_host(path: Path, address: str, port: int | None, blob: bytes) -> Resul
     return result
 
 
-def check_files(
-    paths: list[Path], address: str, port: int | None, blob: bytes
-) -> tuple[Result, Path | None]:
-    """`check_host` over several files read as one set, as ssh reads its user and global
-    files: a revoked key anywhere refuses, then a listed equal key accepts, then other keys
-    make it CHANGED. Returns the verdict and the file it rests on (None: unknown)."""
-    results = [(check_host(p, address, port, blob), p) for p in paths]
-    for verdict in (Verdict.REVOKED, Verdict.ACCEPT, Verdict.CHANGED):
-        for result, path in results:
-            if result.verdict is verdict:
-                return result, path
-    return Result(Verdict.UNKNOWN), None
-
-
 def refusal(result: Result, name: str, fingerprint: str, path: Path) -> str | None:
     """The one-line refusal for a revoked or changed key; None for accept/unknown."""
     lines = ", ".join(str(n) for n in result.lines)

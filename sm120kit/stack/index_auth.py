@@ -1,13 +1,14 @@
-"""Credentials for a lock's private index, from the controller's netrc.
+"""Credentials for a private index, from the controller's netrc file, for the hosts' downloads.
 
-A lock names its indexes without credentials (it is committed and shared). When an index
-needs HTTP basic auth, the controller reads them from its netrc (``$NETRC``, else
-``~/.netrc``; the format curl, pip and uv read: ``machine HOST login USER password PASS``) and
-gives the host's downloader ``scheme://user:password@host:port/`` per index inside the
-remote program (stdin: never a command line, an environment or a file on the host;
-remote/lib/obtain.py keeps them in its process). Every output channel masks a URL's
-password (`redact_text`, remote/lib/download.py); the lock, the plan and the state files
-only ever hold the lock's own URLs.
+A lock names its index without credentials (`https://host/simple`). When the controller's
+netrc file (``$NETRC``, else ``~/.netrc``: the file curl, pip and uv read) has a ``machine``
+entry for an index's host, `authed` gives the URL the host is sent: the same URL with the
+entry's login and password as its userinfo. It reaches the host only inside a remote script's
+program or a service's request, both on stdin (never a command line or an environment a
+``ps`` on the host shows); the host's downloader turns the userinfo into HTTP basic auth
+(`sm120kit.remote.lib.download.request_of`) and every output channel shows a URL's password
+as ``****`` (`redact_text`). uv on the host never reaches an index (``--offline
+--no-index``), so no netrc file is ever written on a host.
 """
 
 from __future__ import annotations
@@ -15,52 +16,51 @@ from __future__ import annotations
 import functools
 import netrc
 import os
-from pathlib import Path
-from urllib.parse import quote, urlsplit
+import urllib.parse
 
 from ..errors import Sm120Error
 
 
 class NetrcError(Sm120Error):
-    """The controller's netrc cannot be read: one line naming the file and line."""
+    """The controller's netrc file cannot be read (its line said)."""
 
 
-def netrc_path() -> Path:
-    """The netrc file the controller reads: ``$NETRC`` when set, else ``~/.netrc``."""
-    return Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
+def netrc_path() -> str:
+    """The controller's netrc file: ``$NETRC``, else ``~/.netrc``."""
+    return os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
 
 
-@functools.lru_cache(maxsize=8)
-def _logins(path: str, stamp: float) -> dict[str, tuple[str, str]]:
+def _machines(path: str) -> dict[str, tuple[str, str]]:
     try:
-        doc = netrc.netrc(path)
+        st = os.stat(path)
+    except OSError:
+        return {}
+    return _read(path, (st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.cache
+def _read(path: str, _version: tuple[int, int, int]) -> dict[str, tuple[str, str]]:
+    """The file's machines with a password: read once per version of the file."""
+    try:
+        hosts = netrc.netrc(path).hosts
     except netrc.NetrcParseError as exc:
-        raise NetrcError(f"{exc.filename}:{exc.lineno}: {exc.msg}") from None
+        where = f"{exc.filename or path}:{exc.lineno}" if exc.lineno else path
+        raise NetrcError(f"{where}: {exc.msg}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise NetrcError(f"{path}: cannot be read: {exc}") from None
-    out = {}
-    for host, (login, _account, password) in doc.hosts.items():
-        if login and password:
-            out[host.lower()] = (login, password)
-    return out
+    return {host.lower(): (login or "", password or "") for host, (login, _a, password) in
+            hosts.items() if password}  # fmt: skip
 
 
-def index_auth(indexes: tuple[str, ...] | list[str]) -> list[str]:
-    """``scheme://user:password@host[:port]/`` for each of `indexes` (without userinfo of its
-    own) whose host the controller's netrc has a login and password for."""
-    path = netrc_path()
-    try:
-        stamp = path.stat().st_mtime
-    except OSError:
-        return []
-    logins = _logins(str(path), stamp)
-    out = []
-    for url in indexes:
-        parts = urlsplit(url)
-        if "@" in parts.netloc or not parts.hostname:
-            continue
-        found = logins.get(parts.hostname.lower())
-        if found:
-            user, password = (quote(x, safe="") for x in found)
-            out.append(f"{parts.scheme}://{user}:{password}@{parts.netloc}/")
-    return out
+def authed(url: str) -> str:
+    """`url` with the controller's netrc credentials for its host as userinfo (unchanged when
+    it has userinfo already, is not http(s), or the netrc names no such machine)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or "@" in parts.netloc or not parts.hostname:
+        return url
+    found = _machines(netrc_path()).get(parts.hostname.lower())
+    if found is None:
+        return url
+    user, password = (urllib.parse.quote(v, safe="") for v in found)
+    netloc = f"{user}:{password}@{parts.netloc}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -7,7 +7,7 @@ Stdlib only, Python >= 3.8.
 
 import os
 import threading
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from sm120kit.remote.lib.download import DownloadFailed, download, redact_text
 from sm120kit.remote.lib.download import shown as redact
@@ -81,46 +81,6 @@ def allowed(url, indexes):
     return url_problem(url, indexes) is None
 
 
-#: (scheme, host, port) -> the percent-encoded ``user:password`` an index needs: given by the
-#: controller on stdin (``"auth"``: ``scheme://user:password@host:port/`` per index), kept in
-#: this process only, never written to a file.
-_AUTH = {}  # type: dict[tuple[str, str, int], str]
-
-
-def use_auth(urls):
-    """Remember the credentials of `urls` (``scheme://user:password@host[:port]/``)."""
-    for url in urls or []:
-        got = _origin(url)
-        if not isinstance(got, str) and got[4]:
-            _AUTH[got[:3]] = got[4]
-
-
-def with_auth(url):
-    """`url` with its index's credentials as userinfo (`download` sends them as basic auth and
-    masks them in every message), or as it is."""
-    got = _origin(url)
-    if isinstance(got, str) or got[4] or got[:3] not in _AUTH:
-        return url
-    parts = urlsplit(url)
-    return urlunsplit(
-        (parts.scheme, _AUTH[got[:3]] + "@" + parts.netloc, parts.path, parts.query, parts.fragment)
-    )
-
-
-def auth_hint(url, error):
-    """What to do about a 401/403 from `url`'s index (empty for other errors)."""
-    if "HTTP Error 401" not in error and "HTTP Error 403" not in error:
-        return ""
-    got = _origin(url)
-    if isinstance(got, str):
-        return ""
-    host = got[1] if got[2] == _PORTS.get(got[0]) else "%s:%s" % (got[1], got[2])
-    if got[:3] in _AUTH:
-        return "; index %s refused the credentials the controller has for it (netrc)" % host
-    return "; index %s wants credentials: give them in the controller's netrc (machine %s)" % (
-        host, got[1])  # fmt: skip
-
-
 def obtain(entry, timeout, indexes):
     """The entry's file at its dest with the lock's sha256. Returns (error line or None, bytes
     downloaded, corrupt): a file already there with other bytes is removed and `corrupt`."""
@@ -139,10 +99,9 @@ def obtain(entry, timeout, indexes):
         # (or another process fetching the same file) writes its own part file, never this one.
         part = "%s.%d-%d.part" % (dest, os.getpid(), threading.get_ident())
         try:
-            got = download(with_auth(entry["url"]), part, "", timeout=timeout)
+            got = download(entry["url"], part, "", timeout=timeout)
         except DownloadFailed as exc:
-            line = "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc)))
-            return line + auth_hint(entry["url"], str(exc)), 0, False
+            return "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc))), 0, False
         fetched = os.path.getsize(part)
         if got != want:
             remove(part)  # never at its final name: a streaming install takes what is there

@@ -18,6 +18,7 @@ import glob
 import os
 import stat
 import subprocess
+import threading
 import zipfile
 
 from sm120kit.remote.lib.names import dist_name
@@ -40,7 +41,7 @@ def unpack(wheel, member, dest):
         return dest
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     # This writer's own temporary (its pid: remote/host_lock.py sweeps a dead writer's).
-    part = "%s.%d-%s.part" % (dest, os.getpid(), os.urandom(4).hex())
+    part = "%s.%d-%d.part" % (dest, os.getpid(), threading.get_ident())
     try:
         with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(part, "wb") as out:
             while True:
