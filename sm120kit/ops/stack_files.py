@@ -303,12 +303,12 @@ def obtain_release(
     cache = cache_for(ctx.runner)
     peers = cache.peers if target is None and not ctx.host.is_local else None
     if peers is not None:
-        peer = peers.claim(entry.sha256, ctx.host.name)
+        peer = peers.claim(entry.sha256, ctx.host.name, size=entry.size)
         if peer is not None:
             try:
                 got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)), indexes)
             finally:
-                peers.uploaded(peer)
+                peers.uploaded(peer, entry.size)
             peers.placed(entry.sha256, ctx.host.name, _serve(ctx, peers, dest))
             return got
     fetched: list[int] = []

@@ -368,10 +368,10 @@ def backend_verdict(
             f"{label}: {entry.note or 'not modelled'} (modules not checked)",
             evidence,
         )
+    installed = {d: (v or {}).get("version") for d, v in dists.items()}
     if entry.gates and cc is not None:
         # The package's own arch gate on this path, read from the installed release's source
         # (the catalogue): a refusal there ends the launch whatever the kernels are.
-        installed = {d: (v or {}).get("version") for d, v in dists.items()}
         refused = gate_refusals(entry.gates, installed, cc_text(cc), cats)
         if refused:
             evidence["gates"] = refused
@@ -394,7 +394,6 @@ def backend_verdict(
     if entry.kind == "undecided":
         return check(f"{role}_backend", "unknown", f"{label}: unknown: {entry.note}", evidence)
     if entry.by_gates and cc is not None:
-        installed = {d: (v or {}).get("version") for d, v in dists.items()}
         admitted = gate_admissions(entry.gates, installed, cc_text(cc), cats)
         if admitted is None:
             return check(

@@ -152,14 +152,15 @@ def record(env_python: str, reports: list[Report], timeout: float = 900) -> dict
             "reason": resolved.get("reason"),
             "gpu": resolved.get("gpu"),
             "driver": resolved.get("driver"),
-            "env": {
-                "dists": doc.get("dists"),
-                "installed": doc.get("installed"),
-                "modules": doc.get("modules"),
-            },
+            "env": _env_of(doc),
             "cases": cases,
         }
     )
+
+
+def _env_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """The probed env's distributions, installed files and module fatbins, as recorded."""
+    return {k: doc.get(k) for k in ("dists", "installed", "modules")}
 
 
 def record_fixture(env_python: str, path: Path = FIXTURE, timeout: float = 900) -> dict[str, Any]:
@@ -188,11 +189,7 @@ def record_fixture(env_python: str, path: Path = FIXTURE, timeout: float = 900) 
             "version": resolved.get("version"),
             "gpu": resolved.get("gpu"),
             "driver": resolved.get("driver"),
-            "env": {
-                "dists": doc.get("dists"),
-                "installed": doc.get("installed"),
-                "modules": doc.get("modules"),
-            },
+            "env": _env_of(doc),
             "cases": cases,
         }
     )
