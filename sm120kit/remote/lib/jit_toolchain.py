@@ -508,7 +508,7 @@ def _triton(
         return dict(out, status="fail", reason=f"no working {tool}: " + "; ".join(errors))
     need = _MIN_NVCC.get(cc) if cc is not None else None
     mm = _mm(out["ptxas_version"])
-    if need and mm is not None and mm < need:
+    if cc is not None and need and mm is not None and mm < need:
         return dict(out, status="fail", reason=f"{tool} {out['ptxas_version']} ({out['ptxas']}) "
                     f"cannot target {cc[0]}.{cc[1]}: needs CUDA >= {need[0]}.{need[1]}")  # fmt: skip
     return dict(out, status="pass", reason=f"{tool} {out['ptxas_version']} from "
