@@ -63,7 +63,7 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             if parts.stack:
                 from .ops.stack import ensure_stack
 
-                doc = ensure_stack(ctx, state, install=True)
+                doc = ensure_stack(ctx, state, install=True, recheck=opts.flags.recheck)
                 if not ctx.check_mode:
                     step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
                     fresh = step.status == "changed" or opts.flags.recheck
