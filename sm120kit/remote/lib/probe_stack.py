@@ -12,6 +12,7 @@ import os
 import re
 from typing import Any
 
+from sm120kit.remote.lib import file_owners
 from sm120kit.remote.lib.cuda_pieces import installed_pieces, judge_pieces
 from sm120kit.remote.lib.cudaarch import cc_text, sass_runs_on
 from sm120kit.remote.lib.jit_toolchain import check_jit
@@ -210,4 +211,5 @@ def stack_section(
         {"path": h, "nvcc_version": n, "headers_version": v} for h, n, v in sorted(homes)
     ]
     out["checks"].append(pieces)
+    out["checks"].append(file_owners.check(env_info.get("sys_path") or []))
     return out

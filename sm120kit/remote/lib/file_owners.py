@@ -1,0 +1,107 @@
+"""Files two installed distributions both claim, with different contents.
+
+A resolver treats distributions by name, not by the files they install: a lock can hold two
+whose wheels write the same path (vllm 0.33.0's lock: cuda-python 12.6.2.post1, which
+flashinfer-python 0.7.2.post1 asks for, and cuda-bindings 13.5.0 both list
+``cuda/bindings/runtime.cpython-311-x86_64-linux-gnu.so`` in their RECORD). The installer
+writes both; whichever came last is on disk and the other distribution is broken, with no
+error until an import reaches the overwritten file. Identical bytes under one path
+(a namespace package's ``__init__.py``) are harmless and not reported.
+
+Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import glob
+import hashlib
+import os
+from typing import Any
+
+#: The clashing paths a check's details keep (the count is always exact).
+SHOWN = 8
+
+
+def records(site: str) -> dict[str, list[tuple[str, str]]]:
+    """Path (relative to `site`) -> [(distribution, RECORD hash)] for every hashed row of every
+    ``*.dist-info/RECORD`` under `site`."""
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for record in sorted(glob.glob(os.path.join(site, "*.dist-info", "RECORD"))):
+        dist = os.path.basename(os.path.dirname(record))[: -len(".dist-info")]
+        try:
+            with open(record, newline="") as fh:
+                rows = list(csv.reader(fh))
+        except (OSError, csv.Error):
+            continue
+        for row in rows:
+            if len(row) >= 2 and row[1] and not row[0].startswith(("..", "/")):
+                owners.setdefault(os.path.normpath(row[0]), []).append((dist, row[1]))
+    return owners
+
+
+def _on_disk(path: str) -> str | None:
+    """The RECORD-style hash (``sha256=<urlsafe b64, unpadded>``) of the file at `path`."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
+def clashes(site: str) -> list[dict[str, Any]]:
+    """Every path of `site` two or more distributions claim with different hashes: the
+    claimants and which one's bytes are on disk now (None: none of theirs)."""
+    out = []
+    for rel, claims in sorted(records(site).items()):
+        if len({h for _d, h in claims}) < 2:
+            continue
+        now = _on_disk(os.path.join(site, rel))
+        winner = next((d for d, h in claims if h == now), None)
+        out.append({"path": rel, "claimed_by": sorted({d for d, _h in claims}), "on_disk": winner})
+    return out
+
+
+def check(sites: list[str]) -> dict[str, Any]:
+    """The smoke check ``file_owners`` over the env's site directories."""
+    found: list[dict[str, Any]] = []
+    for site in sites:
+        if os.path.isdir(site):
+            found += clashes(site)
+    if not found:
+        return {"check": "file_owners", "status": "pass",
+                "reason": "no file is installed by two distributions with different contents",
+                "details": {"clashes": 0}}  # fmt: skip
+    pairs: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for item in found:
+        pairs.setdefault(tuple(item["claimed_by"]), []).append(item)
+    said = []
+    for dists, items in sorted(pairs.items()):
+        winners = sorted({i["on_disk"] or "none of them" for i in items})
+        said.append(
+            f"{' and '.join(dists)} both install {len(items)} file(s) with different contents "
+            f"(e.g. {items[0]['path']}; on disk now: {', '.join(winners)})"
+        )
+    # A clash inside a package directory mixes two releases of that package (cuda/bindings/
+    # above: the import fails or runs the wrong one); one of top-level single-file modules
+    # only is a wheel that ships a stray build script (flashinfer-python 0.7.2 and
+    # torch-c-dlpack-ext 0.1.5 both install a top-level build_backend.py), said, not failed.
+    packaged = any("/" in item["path"] for item in found)
+    return {
+        "check": "file_owners",
+        "status": "fail" if packaged else "warn",
+        "reason": "; ".join(said)
+        + (
+            ": the distribution whose files were overwritten is broken"
+            if packaged
+            else ": top-level single-file modules only (no package is mixed)"
+        ),
+        "fix": "lock a set whose distributions do not write the same files (drop or re-pin one "
+        "of each pair, e.g. a metapackage's old self-contained release beside its split-out "
+        "successor), then provision again",
+        "details": {"clashes": len(found), "shown": found[:SHOWN]},
+    }
