@@ -80,6 +80,17 @@ def memo_dir(state: ProvisionState) -> str:
     return state.paths.join("state", "smoke")
 
 
+def reuse(memo: dict[str, Any] | None, *, recheck: bool) -> str:
+    """What a remembered verdict (`look_up`'s, found under the key of unchanged inputs) makes
+    of this run: ``"run"`` the checks (none remembered, or --recheck / a changed env),
+    ``"fail"`` again at once with the old reason (a check judged the env bad), else
+    ``"pass"``: every verdict that did not fail (ok, warn with its reasons, skip) is reused
+    as it was judged."""
+    if not memo or recheck:
+        return "run"
+    return "fail" if memo.get("failed") else "pass"
+
+
 def look_up(
     ctx: HostContext,
     state: ProvisionState,
@@ -154,7 +165,8 @@ def smoke_or_reuse(
         ctx, state, env=env, marker=ENV_MARKER, packages=names, context=context(state)
     )
     looked_up = time.monotonic() - start  # counted in the smoke step's time below
-    if memo and not recheck:
+    verdict = reuse(memo, recheck=recheck)
+    if memo and verdict != "run":
         try:
             with ctx.step("smoke") as step:
                 verdicts = memo.get("packages") or {}
@@ -170,7 +182,7 @@ def smoke_or_reuse(
                         "packages": {n: (verdicts.get(n) or {}).get("status") for n in names},
                     }
                 )
-                if memo.get("failed"):
+                if verdict == "fail":
                     raise HostFailed(
                         smoke_check.failed_again(memo, "the installed builds, the env")
                     )
@@ -245,7 +257,8 @@ def stack_smoke_or_reuse(ctx: HostContext, state: ProvisionState, env: str, *, f
     }
     key, memo = look_up(ctx, state, **fingerprint)
     try:
-        passed = smoke_check.smoke_stack(ctx, state, env, memo=None if fresh else memo)
+        remembered = None if reuse(memo, recheck=fresh) == "run" else memo
+        passed = smoke_check.smoke_stack(ctx, state, env, memo=remembered)
     except ChecksFailed as exc:
         if key:
             judged = ctx.result.data.get("stack_smoke") or {}
