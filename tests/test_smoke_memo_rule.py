@@ -1,4 +1,4 @@
-"""The rule a remembered smoke verdict is reused by (`smoke.memo.reuse`), in a table: any
+"""The rule a remembered smoke verdict is reused by (`smoke.report.reuse`), in a table: any
 verdict that did not fail is reused as judged (a warn as much as an ok: the real vLLM env's
 stack smoke is "warn", vllm's ``_vllm_fa2_C`` holding only compute_80 PTX for 12.0), a failed
 check fails again at once (the ``--recheck`` path), and none remembered or ``--recheck`` runs
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.smoke.memo import reuse
+from sm120kit.smoke.report import reuse
 
 WARN = {  # the real vLLM host's memo (state/smoke/<key>.json), as `smoke_stack` returned it
     "arch": "12.0",

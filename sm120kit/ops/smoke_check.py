@@ -35,7 +35,6 @@ from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe
 from ..recipes.target_arch import TargetArch, choose_target_arch
 from ..remote.lib.arch import Arch
 from ..runner.pool import HostContext, HostOp
-from ..smoke import memo as smoke_memo
 from ..smoke import report as probe
 from ..stack.choice import provision_parts
 from ..state import ProvisionState
@@ -584,7 +583,7 @@ def smoke_stack(
     with ctx.step("stack smoke") as step:
         if memo is not None:
             ctx.set(stack_smoke={**memo, "reused": True})
-            if smoke_memo.reuse(memo, recheck=False) == "fail":
+            if probe.reuse(memo, recheck=False) == "fail":
                 raise HostFailed(failed_again(memo, "the serving env"))
             step.message = (
                 f"reused the verdict of {memo.get('checked_at')} ({memo.get('summary')}): "

@@ -41,6 +41,7 @@ from ..remote import script_bundle
 from ..remote.lib.names import ENV_MARKER, STACK_RECORD
 from ..runner.pool import HostContext
 from ..state import ProvisionState
+from .report import reuse
 
 SCRIPT = "smoke_memo"
 #: The code a verdict comes from: the probe that runs on the host and the modules judging it.
@@ -78,17 +79,6 @@ def _declarations(state: ProvisionState) -> dict[str, Any]:
 
 def memo_dir(state: ProvisionState) -> str:
     return state.paths.join("state", "smoke")
-
-
-def reuse(memo: dict[str, Any] | None, *, recheck: bool) -> str:
-    """What a remembered verdict (`look_up`'s, found under the key of unchanged inputs) makes
-    of this run: ``"run"`` the checks (none remembered, or --recheck / a changed env),
-    ``"fail"`` again at once with the old reason (a check judged the env bad), else
-    ``"pass"``: every verdict that did not fail (ok, warn with its reasons, skip) is reused
-    as it was judged."""
-    if not memo or recheck:
-        return "run"
-    return "fail" if memo.get("failed") else "pass"
 
 
 def look_up(
@@ -165,8 +155,8 @@ def smoke_or_reuse(
         ctx, state, env=env, marker=ENV_MARKER, packages=names, context=context(state)
     )
     looked_up = time.monotonic() - start  # counted in the smoke step's time below
-    verdict = reuse(memo, recheck=recheck)
-    if memo and verdict != "run":
+    decision = reuse(memo, recheck=recheck)
+    if memo and decision != "run":
         try:
             with ctx.step("smoke") as step:
                 verdicts = memo.get("packages") or {}
@@ -182,7 +172,7 @@ def smoke_or_reuse(
                         "packages": {n: (verdicts.get(n) or {}).get("status") for n in names},
                     }
                 )
-                if verdict == "fail":
+                if decision == "fail":
                     raise HostFailed(
                         smoke_check.failed_again(memo, "the installed builds, the env")
                     )
