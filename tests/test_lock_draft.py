@@ -353,6 +353,54 @@ def test_one_lock_per_python_and_a_difference_on_redraft(indexes: Any, tmp_path:
     assert Target  # the verdict's target came from --driver/--arch
 
 
+@pytest.mark.parametrize(
+    "order",
+    [("3.12", "3.11"), ("3.11", "3.12"), ("both", "3.11"), ("both", "3.12")],
+    ids=["312-then-311", "311-then-312", "both-then-311", "both-then-312"],
+)
+def test_a_directory_catalogue_covers_every_lock_in_it(
+    indexes: Any, tmp_path: Path, order: tuple[str, str]
+) -> None:
+    """Locks of one release drafted one Python at a time (`--lock-python`) share one
+    catalogue: a redraft of one Python keeps the wheels of the other Python's lock beside it
+    (demo's cp312 wheel holds a real .so, its cp311 one does not), so the catalogue ends the
+    same as one draft of both, and `lock.catalogue` of the directory agrees byte for byte."""
+    import json
+
+    from sm120kit.stack.catalogue import load_beside
+
+    url, _ = indexes
+    env = {"SM120KIT_RELEASE_CACHE": str(tmp_path / "cache")}
+    recipes = tmp_path / "tree" / "recipes"
+    recipes.mkdir(parents=True)
+    env["INVOKE_SM120KIT_RECIPES_DIR"] = str(recipes)
+    base = ["lock.draft", "--top", "demo==1.0", "--index", url, "--arch", "12.0", "--json"]
+    folder = tmp_path / "tree" / "locks" / "demo-1.0"
+    docs = []
+    for python in order:
+        extra = [] if python == "both" else ["--lock-python", python]
+        proc = _invoke([*base, *extra], env)
+        assert proc.returncode == 0, proc.stderr
+        docs.append(json.loads(proc.stdout))
+    assert sorted(p.name for p in folder.glob("pylock.*.toml")) == [
+        "pylock.cp311-manylinux_2_34_x86_64.toml",
+        "pylock.cp312-manylinux_2_34_x86_64.toml",
+    ]
+    cat = load_beside(folder)
+    assert cat is not None
+    [release] = [r for r in cat.releases if r.distribution == "demo"]
+    tags = sorted(w.filename.split("-")[2] for w in release.wheels)
+    assert tags == ["cp311", "cp312"]  # both locks' wheels, each once
+    assert docs[-1]["catalogue"]["wheels"] == 2
+    if order[0] == "both":  # the joint draft's catalogue is not changed by a one-Python one
+        assert docs[-1]["catalogue"]["file"] == "unchanged"
+    text = (folder / "catalogue.toml").read_bytes()
+    proc = _invoke(["lock.catalogue", "--lock-dir", str(folder), "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["file"] == "unchanged"
+    assert (folder / "catalogue.toml").read_bytes() == text
+
+
 def _venv(where: Path) -> Path:
     """A fresh venv of this interpreter, made by the pinned uv (no pip in it)."""
     subprocess.run(

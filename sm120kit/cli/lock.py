@@ -17,7 +17,7 @@ from ..output.console import show_document
 from ..preflight.recheck import recheck_rules
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
-from ..stack.catalogue_read import lock_entries, make_catalogue
+from ..stack.catalogue_read import lock_entries, lock_entries_by_file, make_catalogue
 from ..stack.draft import (
     Target,
     default_lock_name,
@@ -120,7 +120,18 @@ def draft_command(c: Any, **f: Any) -> None:
     # check"): verification reads its facts (modules without code for the arch, loaders); it
     # is written after the locks.
     arches = (str(arch),) if arch else (tuple(recipe.arch) if recipe else ("12.0",))
-    every = {e.sha256: e for item in resolved for e in item.entries}
+    # A directory's catalogue covers every lock in it: the locks of other Pythons kept there
+    # (a --lock-python 3.11 redraft beside a cp312 lock) add their wheels, each file once,
+    # taken in lock file name order as `lock.catalogue` takes them (the same bytes).
+    lock_dir = outs[pythons[0]].parent
+    by_lock = {outs[item.python].name: list(item.entries) for item in resolved}
+    for name, entries in lock_entries_by_file(lock_dir, skip=set(by_lock)).items():
+        by_lock.setdefault(name, entries)
+    every: dict[str, Any] = {}
+    for name in sorted(by_lock):
+        for entry in by_lock[name]:
+            if entry.filename.endswith(".whl"):
+                every.setdefault(entry.sha256, entry)
     cat, cat_seconds = make_catalogue(
         list(every.values()), targets=arches, cache=cache, progress=progress
     )
@@ -138,7 +149,7 @@ def draft_command(c: Any, **f: Any) -> None:
         ]
         changes = write_lock(out, dump_lock(lock, header), lock)
         docs.append(_lock_doc(lock, out, recipe, changes))
-    catalogue = save_catalogue(outs[pythons[0]].parent, cat, cat_seconds, len(every))
+    catalogue = save_catalogue(lock_dir, cat, cat_seconds, len(every))
     reason = f"{top} for {recipe.name}" if recipe else top
     first = docs[0]
     rel = (

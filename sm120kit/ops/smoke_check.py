@@ -583,7 +583,7 @@ def smoke_stack(
     with ctx.step("stack smoke") as step:
         if memo is not None:
             ctx.set(stack_smoke={**memo, "reused": True})
-            if memo.get("failed"):
+            if probe.reuse(memo, recheck=False) == "fail":
                 raise HostFailed(failed_again(memo, "the serving env"))
             step.message = (
                 f"reused the verdict of {memo.get('checked_at')} ({memo.get('summary')}): "

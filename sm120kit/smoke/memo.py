@@ -41,6 +41,7 @@ from ..remote import script_bundle
 from ..remote.lib.names import ENV_MARKER, STACK_RECORD
 from ..runner.pool import HostContext
 from ..state import ProvisionState
+from .report import reuse
 
 SCRIPT = "smoke_memo"
 #: The code a verdict comes from: the probe that runs on the host and the modules judging it.
@@ -154,7 +155,8 @@ def smoke_or_reuse(
         ctx, state, env=env, marker=ENV_MARKER, packages=names, context=context(state)
     )
     looked_up = time.monotonic() - start  # counted in the smoke step's time below
-    if memo and not recheck:
+    decision = reuse(memo, recheck=recheck)
+    if memo and decision != "run":
         try:
             with ctx.step("smoke") as step:
                 verdicts = memo.get("packages") or {}
@@ -170,7 +172,7 @@ def smoke_or_reuse(
                         "packages": {n: (verdicts.get(n) or {}).get("status") for n in names},
                     }
                 )
-                if memo.get("failed"):
+                if decision == "fail":
                     raise HostFailed(
                         smoke_check.failed_again(memo, "the installed builds, the env")
                     )
@@ -245,7 +247,8 @@ def stack_smoke_or_reuse(ctx: HostContext, state: ProvisionState, env: str, *, f
     }
     key, memo = look_up(ctx, state, **fingerprint)
     try:
-        passed = smoke_check.smoke_stack(ctx, state, env, memo=None if fresh else memo)
+        remembered = None if reuse(memo, recheck=fresh) == "run" else memo
+        passed = smoke_check.smoke_stack(ctx, state, env, memo=remembered)
     except ChecksFailed as exc:
         if key:
             judged = ctx.result.data.get("stack_smoke") or {}

@@ -352,3 +352,15 @@ def summary(report: SmokeReport) -> str:
     torch = report.torch.version or "no torch"
     arch = report.arch or "no arch"
     return f"{report.python} torch {torch} arch {arch}: {report.status}"
+
+
+def reuse(memo: dict[str, Any] | None, *, recheck: bool) -> str:
+    """What a remembered verdict (`smoke.memo.look_up`'s, found under the key of unchanged
+    inputs) makes of this run: ``"run"`` the checks (none remembered, or --recheck / a
+    changed env),
+    ``"fail"`` again at once with the old reason (a check judged the env bad), else
+    ``"pass"``: every verdict that did not fail (ok, warn with its reasons, skip) is reused
+    as it was judged."""
+    if not memo or recheck:
+        return "run"
+    return "fail" if memo.get("failed") else "pass"

@@ -22,7 +22,7 @@ import struct
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -369,13 +369,22 @@ def lock_entries(lock_dir: Path) -> list[LockEntry]:
     """The entries of every lock in `lock_dir`, each file (sha256) once: compiled and pure
     wheels alike (a pure one may name cubin sets; without any it is "nothing to check")."""
     seen: dict[str, LockEntry] = {}
-    names = sorted(p.name for p in lock_dir.iterdir() if LOCK_FILE.match(p.name))
-    for name in names:
-        lock = load_lock(lock_dir / name, str(lock_dir / name))
-        for entry in lock.packages:
+    for entries in lock_entries_by_file(lock_dir).values():
+        for entry in entries:
             if entry.filename.endswith(".whl"):
                 seen.setdefault(entry.sha256, entry)
     return list(seen.values())
+
+
+def lock_entries_by_file(lock_dir: Path, skip: Collection[str] = ()) -> dict[str, list[LockEntry]]:
+    """Each lock file's entries in `lock_dir` by its name, in name order, but the files named
+    in `skip` (locks about to be replaced); no directory yet: none."""
+    if not lock_dir.is_dir():
+        return {}
+    names = sorted(
+        p.name for p in lock_dir.iterdir() if LOCK_FILE.match(p.name) and p.name not in skip
+    )
+    return {n: list(load_lock(lock_dir / n, str(lock_dir / n)).packages) for n in names}
 
 
 def make_catalogue(
