@@ -70,7 +70,7 @@ class ProvisionState:
     #: The serving stack's own builds this run (lock entries marked build, ``stack.build``):
     #: their toolkit library needs count like the named packages'.
     stack_builds: list[str] = field(default_factory=list)
-    #: The ``python`` step's choice (`sm120kit.ops.host_python.PythonChoice`) and the
+    #: The ``python`` step's choice (`sm120kit.python_choice.PythonChoice`) and the
     #: stack's lock of that Python (None: no stack or not chosen yet).
     python: Any = None
     stack_lock: Any = None

@@ -85,7 +85,7 @@ def check_host_vars(name: str, vars_: Mapping[str, Any], sources: Mapping[str, s
 
 
 def check_pip_args(value: str, where: str = "pip_args") -> list[str]:
-    """A string `pip_args` split like a shell would (ops/toolkit_spec.py's `pip_args` does the
+    """A string `pip_args` split like a shell would (toolchain/toolkit_spec.py's `pip_args` does the
     same); an unbalanced quote is an input error here, not a ValueError mid-run."""
     import shlex
 

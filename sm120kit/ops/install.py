@@ -14,9 +14,9 @@ from typing import Any
 from ..remote.lib.names import install_record
 from ..runner.host_context import HostContext
 from ..runner.results import StepResult
+from ..runner.step_run import run_steps
 from ..state import ProvisionState
 from ..steps import Step, commands
-from .step_run import run_steps
 
 
 def installed_marker(state: ProvisionState, name: str) -> str | None:

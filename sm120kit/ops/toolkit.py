@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from .. import drivers as drv
 from ..errors import HostFailed
 from ..state import ProvisionState, Toolkit
-from .toolkit_install import (
+from ..toolchain.toolkit_install import (
     InstallPlan,
     apt_distro,
     install_plan,
@@ -58,7 +58,7 @@ from .toolkit_install import (
     sudo_prefix,
     sudo_stdin,
 )
-from .toolkit_spec import (
+from ..toolchain.toolkit_spec import (
     NVCC_VERSIONS,
     ToolkitSpec,
     choose_compiler,
@@ -73,8 +73,7 @@ from .toolkit_spec import (
 )
 
 if TYPE_CHECKING:
-    from ..plan import PlanOptions
-    from ..runner.pool import HostContext, HostOp
+    from ..runner.pool import HostContext
 
 
 INSTALL_TIMEOUT = 4 * 3600.0
@@ -292,22 +291,6 @@ def _install(ctx: HostContext, spec: ToolkitSpec, plan: InstallPlan, sudo: str) 
     return doc
 
 
-def install_cuda_op(opts: PlanOptions) -> HostOp:
-    """`invoke install-cuda`: the recipe's toolkit side by side, verified."""
-    from ..plan import prepare
-
-    def run(ctx: HostContext) -> None:
-        state = prepare(ctx, opts)
-        state.flags = replace(state.flags, builds=False)
-        try:
-            toolkit = ensure_toolkit(ctx, state)
-        finally:
-            ctx.set(notes=state.resolved.notes)
-        ctx.set(toolkit=toolkit.to_dict())
-
-    return run
-
-
 #: The operation, and the pure parts it is made of (their own modules) under their old names.
 __all__ = [
     "NVCC_VERSIONS",
@@ -321,7 +304,6 @@ __all__ = [
     "expected_nvcc",
     "find_toolkit",
     "host_compiler_problem",
-    "install_cuda_op",
     "install_plan",
     "pip_args",
     "pip_constraints",

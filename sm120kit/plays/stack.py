@@ -33,22 +33,22 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
+from ..ops.pyenv import choose_python
+from ..ops.stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
 from ..output.progress import Meter
 from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
+from ..runner.build_progress import poll_progress
 from ..runner.pool import HostContext
 from ..runner.results import StepResult
 from ..stack import release_check
 from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..stack.lock import Lock, LockEntry
+from ..stack.stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
 from ..state import ProvisionState
 from ..steps import Step, commands, summary
-from .build_progress import poll_progress
-from .pyenv import choose_python
-from .stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
-from .stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
 
 INSTALL_TIMEOUT = 4 * 3600.0
 #: Seconds between the controller's "still fetching" words to a host filling a new env.
@@ -152,8 +152,8 @@ def ensure_stack_builds(
     """Build each `build` choice from the recipe's pinned entry (the usual build operation,
     through the wheel cache) in an env with the lock's torch; its wheel is then installed
     into the serving env with the releases."""
+    from ..ops.pyenv import ensure_env
     from .build import ensure_package
-    from .pyenv import ensure_env
 
     out: dict[str, dict[str, Any]] = {}
     for c in builds:

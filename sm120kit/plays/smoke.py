@@ -30,7 +30,7 @@ from ..facts import gather
 from ..inventory.host import Host
 from ..packages import registry
 from ..packages import stack as serving
-from ..plan import PlanOptions, prepare
+from ..python_choice import serving_lock
 from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe
 from ..recipes.target_arch import TargetArch, choose_target_arch
 from ..remote.lib.arch import Arch
@@ -38,7 +38,7 @@ from ..runner.pool import HostContext, HostOp
 from ..smoke import report as probe
 from ..stack.choice import provision_parts
 from ..state import ProvisionState
-from .host_python import serving_lock
+from .plan import PlanOptions, prepare
 from .stack import env_path as stack_env_path
 
 #: Seconds per probe subprocess (one import, one dlopen...) and for the whole probe command.
@@ -195,7 +195,7 @@ def managed_env_path(state: ProvisionState) -> str:
     """The recipe's managed env directory on the host (ops.pyenv's layout; nothing created)."""
     if state.env is not None:
         return state.env.path
-    from .pyenv import EnvSpec
+    from ..ops.pyenv import EnvSpec
 
     return EnvSpec.from_state(state).path
 

@@ -12,16 +12,16 @@ stack is off.
 
 from __future__ import annotations
 
-from .errors import HostFailed, RecipeError
-from .ops.build import ensure_package
-from .ops.host_python import ensure_python
-from .ops.pyenv import ensure_env
-from .ops.stack_files import fill_stores, filling_stores, leave_peers
-from .ops.toolkit import ensure_toolkit
+from ..errors import HostFailed, RecipeError
+from ..ops.pyenv import ensure_env
+from ..ops.python import ensure_python
+from ..ops.stack_files import fill_stores, filling_stores, leave_peers
+from ..ops.toolkit import ensure_toolkit
+from ..runner.pool import HostContext, HostOp
+from ..stack.choice import provision_parts, stack_build_names
+from .build import ensure_package
 from .plan import PlanOptions, package_names, prepare
-from .runner.pool import HostContext, HostOp
-from .smoke.memo import smoke_or_reuse, stack_smoke_or_reuse
-from .stack.choice import provision_parts, stack_build_names
+from .smoke_memo import smoke_or_reuse, stack_smoke_or_reuse
 
 
 def plan_or_provision_op(opts: PlanOptions) -> HostOp:
@@ -61,7 +61,7 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             ensure_package(ctx, state, name)
         try:
             if parts.stack:
-                from .ops.stack import ensure_stack
+                from .stack import ensure_stack
 
                 doc = ensure_stack(ctx, state, install=True)
                 if not ctx.check_mode:
