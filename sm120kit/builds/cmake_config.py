@@ -28,6 +28,7 @@ from ..runner.step_run import run_steps
 from ..state import ProvisionState
 from ..steps import Step
 from . import cmake_defines
+from . import sources as srcstore
 from .knobs import Knobs, parse_arch_list
 
 
@@ -35,7 +36,6 @@ def cmake_checked(state: ProvisionState, name: str) -> bool:
     """Whether `name` gets these checks: its descriptor asks for them and it is built from the
     tool's own sources (its recipe lists the FetchContent dependencies, so the tree is
     upstream's CMake build)."""
-    from . import sources as srcstore
 
     return registry.descriptor(name).cmake_checked and srcstore.is_managed(
         state.resolved.packages[name]

@@ -27,6 +27,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import paramiko
+
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 from sm120kit.cache.store_types import SftpConnect, register_store_type
 
@@ -286,7 +288,6 @@ def paramiko_connect(spec: Mapping[str, Any]) -> Any:
     Host keys must already be known (system known_hosts, plus ``known_hosts`` from the spec);
     an unknown host is refused, never silently trusted.
     """
-    import paramiko
 
     client = paramiko.SSHClient()
     client.load_system_host_keys()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..builds import compile_cache
+from ..builds.cmake_config import cmake_checked, configure_targets, driver_link, require_arch
 from ..builds.inputs import build_env
 from ..builds.knobs import Knobs, lowered_for_oom
 from ..cache.request import BuiltWheel
@@ -99,7 +100,6 @@ def plan_build(
 ) -> list[Step]:
     """The Steps of one build of `name` from `tree` on this host (`build_steps`): what plan
     shows and what a wheel-cache miss runs (`key` may be "" in plan, before the env exists)."""
-    from ..builds.cmake_config import driver_link
 
     where = _build_paths(state, name, key)
     args: dict[str, Any] = {
@@ -165,7 +165,6 @@ def make_builder(
     def build() -> BuiltWheel:
         where = _build_paths(state, name, key)
         work, log = where["work"], where["log"]
-        from ..builds.cmake_config import cmake_checked, configure_targets, require_arch
 
         if cmake_checked(state, name):
             # A few seconds of configure before hours of compiling: the compile commands

@@ -12,6 +12,7 @@ wheel-cache key.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import shlex
 from dataclasses import dataclass, field
@@ -41,7 +42,6 @@ class Dependencies:
 
 def _markers(ctx: HostContext, paths: list[str]) -> list[dict[str, Any] | None]:
     """The fetch markers at `paths`, read in one command (None where absent or unreadable)."""
-    import json
 
     if not paths:
         return []

@@ -37,6 +37,7 @@ from .. import python_choice as host_python
 from ..builds import compile_cache as compile_cache_ops
 from ..errors import HostFailed
 from ..packages import registry
+from ..python_choice import pick_python, preference
 from ..remote.lib.names import ENV_MARKER
 from ..state import ProvisionState, PyEnv
 from ..steps import Step
@@ -120,7 +121,6 @@ class EnvSpec:
 def choose_python(facts: Mapping[str, Any], want: str | list[str], host: str) -> dict[str, Any]:
     """The host's python3 for `want` (X.Y, or X.Y in order of preference: the first the host
     has, `host_python.pick_python` without locks); HostFailed naming what exists otherwise."""
-    from ..python_choice import pick_python, preference
 
     prefer = preference(want)
     got = pick_python(facts, prefer, None)

@@ -71,6 +71,7 @@ from ..toolchain.toolkit_spec import (
     sm_code,
     toolkit_mismatch,
 )
+from ..validate import check_ccbin, check_space, parse_gcc_version
 
 if TYPE_CHECKING:
     from ..runner.pool import HostContext
@@ -142,7 +143,6 @@ def probe_ccbin(ctx: HostContext, state: ProvisionState) -> None:
 
     Its name says nothing (a GCC 16 may be called gcc): only running it tells the version.
     """
-    from ..validate import check_ccbin, parse_gcc_version
 
     ccbin = _ccbin(state)
     if not ccbin:
@@ -219,8 +219,6 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             return state.toolkit
         step.commands = list(plan.commands)
         if spec.method in INSTALL_SPACE:
-            from ..validate import check_space
-
             check_space(
                 state.facts,
                 INSTALL_SPACE[spec.method] + (COMPONENT_SPACE if spec.components else 0),

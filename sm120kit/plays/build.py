@@ -24,6 +24,7 @@ from typing import Any
 
 from ..builds import compile_cache
 from ..builds import sources as srcstore
+from ..builds.cmake_config import cmake_checked, configure_steps
 from ..builds.inputs import (
     UNKNOWN_UNTIL_ENV,
     add_dependency_defines,
@@ -40,6 +41,8 @@ from ..cache.key import KeyInputs, compute_key, describe
 from ..cache.request import BuiltWheel
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
+from ..ops import pyenv as pyenv_ops
+from ..ops import toolkit as toolkit_ops
 from ..ops.build_patches import (
     PATCHED_MARKER,
     Patched,
@@ -59,6 +62,7 @@ from ..ops.build_source import (
 from ..ops.compile import make_builder, plan_build
 from ..ops.deps import ensure_dependencies, store_record
 from ..ops.install import env_drift, install, installed_marker
+from ..ops.prerequisites import ensure_prerequisites
 from ..packages import registry
 from ..runner.host_context import HostContext
 from ..runner.pool import HostOp, Runner
@@ -77,12 +81,8 @@ def build_kind(name: str) -> str:
 def _ensure_prerequisites(ctx: HostContext, state: ProvisionState) -> None:
     """The toolkit and env, so that `invoke build` works on its own (provision did them)."""
     if state.toolkit is None:
-        from ..ops import toolkit as toolkit_ops
-
         state.toolkit = toolkit_ops.ensure_toolkit(ctx, state)
     if state.env is None:
-        from ..ops import pyenv as pyenv_ops
-
         state.env = pyenv_ops.ensure_env(ctx, state)
 
 
@@ -101,8 +101,6 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
             f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
             + "; ".join(problems)
         )
-    from ..builds.cmake_config import cmake_checked
-    from ..ops.prerequisites import ensure_prerequisites
 
     record: dict[str, Any] = {"version": version, "wheel_from": None}
     state.packages[name] = record
@@ -223,8 +221,6 @@ def _obtain(
         if obtained.wheel_from.startswith("cache:"):
             ctx.may_act(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
         else:
-            from ..builds.cmake_config import cmake_checked, configure_steps
-
             configure = configure_steps(state, knobs, tree) if cmake_checked(state, name) else []
             shown = commands([*configure, *plan_build(state, name, tree, knobs, key)])
             ctx.may_act(step, f"build {name} ({key[:12]})", shown)

@@ -22,6 +22,7 @@ from ..stack.choice import provision_parts, stack_build_names
 from .build import ensure_package
 from .plan import PlanOptions, package_names, prepare
 from .smoke_memo import smoke_or_reuse, stack_smoke_or_reuse
+from .stack import ensure_stack
 
 
 def plan_or_provision_op(opts: PlanOptions) -> HostOp:
@@ -61,8 +62,6 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             ensure_package(ctx, state, name)
         try:
             if parts.stack:
-                from .stack import ensure_stack
-
                 doc = ensure_stack(ctx, state, install=True)
                 if not ctx.check_mode:
                     step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")

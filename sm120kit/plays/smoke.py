@@ -28,10 +28,11 @@ from typing import Any
 from ..errors import ChecksFailed, HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
+from ..ops.pyenv import EnvSpec
 from ..packages import registry
 from ..packages import stack as serving
 from ..python_choice import serving_lock
-from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe
+from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe, load_recipes
 from ..recipes.target_arch import TargetArch, choose_target_arch
 from ..remote.lib.arch import Arch
 from ..runner.pool import HostContext, HostOp
@@ -116,7 +117,6 @@ def declarations(
                 f"recipe {recipe.name}",
             )
         return out
-    from ..recipes.select import load_recipes
 
     try:
         recipes = opts.recipes() if opts is not None else load_recipes()
@@ -195,7 +195,6 @@ def managed_env_path(state: ProvisionState) -> str:
     """The recipe's managed env directory on the host (ops.pyenv's layout; nothing created)."""
     if state.env is not None:
         return state.env.path
-    from ..ops.pyenv import EnvSpec
 
     return EnvSpec.from_state(state).path
 

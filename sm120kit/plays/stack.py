@@ -33,7 +33,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
-from ..ops.pyenv import choose_python
+from ..ops.pyenv import choose_python, ensure_env
 from ..ops.stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
 from ..output.progress import Meter
 from ..recipes.select import resolve_for_host
@@ -49,6 +49,7 @@ from ..stack.lock import Lock, LockEntry
 from ..stack.stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
 from ..state import ProvisionState
 from ..steps import Step, commands, summary
+from .build import ensure_package
 
 INSTALL_TIMEOUT = 4 * 3600.0
 #: Seconds between the controller's "still fetching" words to a host filling a new env.
@@ -152,8 +153,6 @@ def ensure_stack_builds(
     """Build each `build` choice from the recipe's pinned entry (the usual build operation,
     through the wheel cache) in an env with the lock's torch; its wheel is then installed
     into the serving env with the releases."""
-    from ..ops.pyenv import ensure_env
-    from .build import ensure_package
 
     out: dict[str, dict[str, Any]] = {}
     for c in builds:
