@@ -26,11 +26,10 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from .stack.lock import Lock
-from .state import ProvisionState
+from .state import ProvisionState, PythonChoice
 
 #: os-release ``ID``/``ID_LIKE`` words and the package manager of their archive.
 _FAMILIES = {
@@ -45,28 +44,6 @@ _FAMILIES = {
 INSTALL_TIMEOUT = 1800.0
 #: Host var: false refuses installing the distribution's Python as root (default true).
 ALLOW_SYSTEM_PYTHON_VAR = "allow_system_python"
-
-
-@dataclass(frozen=True)
-class PythonChoice:
-    """The host's Python X.Y for this run: found (`path`), to install (`install`), or
-    refused (`refusal`, one line)."""
-
-    version: str | None
-    path: str | None
-    why: str
-    install: list[str] = field(default_factory=list)  # commands, sudo included
-    query: list[str] = field(default_factory=list)  # archive lookups still to run (apt/dnf)
-    refusal: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "path": self.path,
-            "why": self.why,
-            "install": list(self.install),
-            "refusal": self.refusal,
-        }
 
 
 def preference(value: Any) -> list[str]:
@@ -286,7 +263,7 @@ def serving_lock(state: ProvisionState) -> Lock | None:
     installed), else the recipe's first; None for a recipe without a stack. Smoke and
     preflight read the env of this lock, the one provision made on this host."""
     if state.stack_lock is not None:
-        return state.stack_lock  # type: ignore[no-any-return]
+        return state.stack_lock
     locks = stack_pythons(state)
     if not locks:
         return None

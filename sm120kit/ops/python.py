@@ -26,7 +26,7 @@ def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> Py
     in provision; sets ``state.python`` and ``state.stack_lock``. `stack`: this run installs
     or shows the stack, so only a Python with a lock serves."""
     if state.python is not None:
-        return state.python  # type: ignore[no-any-return]
+        return state.python
     prefer = list(state.resolved.python)
     locks = stack_pythons(state) if stack else None
     name = state.host.name

@@ -62,13 +62,12 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             ensure_package(ctx, state, name)
         try:
             if parts.stack:
-                doc = ensure_stack(ctx, state, install=True)
+                stack = ensure_stack(ctx, state, install=True)
                 if not ctx.check_mode:
-                    step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
-                    fresh = step.status == "changed" or opts.flags.recheck
+                    fresh = stack.changed or opts.flags.recheck
                     # The stores' copies of what this host downloaded, beside its smoke.
                     with filling_stores(ctx):
-                        stack_smoke_or_reuse(ctx, state, str(doc["env"]), fresh=fresh)
+                        stack_smoke_or_reuse(ctx, state, str(stack.doc["env"]), fresh=fresh)
             if not ctx.check_mode:
                 smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
         finally:

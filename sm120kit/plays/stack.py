@@ -26,7 +26,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -195,7 +195,16 @@ def stack_document(
     }
 
 
-def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StackResult:
+    """What `ensure_stack` did: the ``stack`` document it reported, and whether its ``stack``
+    step changed the host's serving env (False without `install`, and in check mode)."""
+
+    doc: dict[str, Any]
+    changed: bool = False
+
+
+def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> StackResult:
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
     lock, choices = choose(
@@ -226,7 +235,7 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
     doc = stack_document(lock, choices, env, stack.loaders if stack else {})
     ctx.set(stack=doc)
     if not install:
-        return doc
+        return StackResult(doc)
     assert env is not None
     releases = [c for c in choices if c.source == "release"]
     builds = [c for c in choices if c.source == "build"]
@@ -249,7 +258,7 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> d
             ctx.log.warning("stack: %s; running the step once more", lost)
             _stack_step(ctx, state, lock, doc, facts, files, releases, step)
             step.message = f"{step.message} (run again after: {lost})"
-    return doc
+    return StackResult(doc, changed=step.status == "changed" and not ctx.check_mode)
 
 
 def _stack_step(
