@@ -304,7 +304,7 @@ def serve_check(c, **f):
     cli.finish(s, s.run("serve-check", op), checks.render_serve)
 
 
-@task(*COMMON, "python", "launch", "strict", "model_config", *RECIPE)
+@task(*COMMON, "python", "launch", "strict", "model_config", "stop_warm", *RECIPE)
 def preflight(c, **f):
     """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
     combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
@@ -312,6 +312,11 @@ def preflight(c, **f):
     from sm120kit.plays import preflight as preflight_check
     from sm120kit.preflight import launch
 
+    if f["stop_warm"]:
+        s = _session(c, f)
+        op = preflight_check.stop_warm_op()
+        cli.finish(s, s.run("preflight.stop-warm", op), checks.render_stop_warm)
+        return
     words = launch.launch_words(f["launch"])
     parsed = launch.parse_launch(words)
     opts = _plan_options(c, f)

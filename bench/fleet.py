@@ -2,6 +2,7 @@
 SSH hosts, side by side in one run (issue 46).
 
     python3 bench/fleet.py [--hosts 1,4,8] [--files 207] [--big-mb 512] [--rounds 1]
+                           [--link-mbps 400]
 
 The lock is synthetic, so that 8 hosts fit on this machine: `--files` small pure wheels (the
 real sglang 0.5.23 lock has 207 files and uv: the controller's work per host is per file, not
@@ -17,11 +18,18 @@ latest moment a host had every file checked (the stack step's ``check_s``). On 2
 whole provision of 8 hosts is CPU-bound (8 uv installs and compiles); the data time is the
 bytes' part, which the controller's data path decides. Goals: controller CPU per extra host
 <= 1 CPU-s; 8 hosts' data time <= 1.5x one host's.
+
+`--link-mbps N` (root, `tc`: bench/links.py) gives every host its own N Mbit/s link both
+ways, as on a LAN where each host has its own NIC, so that bytes, not the 2 shared cores,
+decide the data time: at 400 Mbit/s a 512 MB file takes 10.7 s on the link and about 2 s of
+CPU to hash and unpack. Without it the data time of 8 hosts measures mostly the CPU their
+hashing shares. The index and the controller (127.0.0.1) are not shaped: the internet's side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -31,6 +39,7 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +54,9 @@ from sm120kit.stack.lock import dump_lock  # noqa: E402
 from tests.conftest import invoke_env, run_invoke  # noqa: E402
 from tests.support.fleet import fleet_of  # noqa: E402
 from tests.support.tiny_index import make_wheel, serve, sha256_of, stack_on_lock  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from links import shaped  # noqa: E402
 
 UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
 
@@ -73,7 +85,7 @@ def big_wheel(out: Path, mb: int) -> Path:
     return path
 
 
-def recipes(tmp: Path, url: str, files: int) -> Path:
+def recipes(tmp: Path, url: str, files: int, index_dir: Path) -> Path:
     """The repo's recipes with r580's [stack] on the synthetic lock."""
     root = tmp / "tree"
     shutil.copytree(REPO / "recipes", root / "recipes")
@@ -83,6 +95,10 @@ def recipes(tmp: Path, url: str, files: int) -> Path:
         top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
         cache=tmp / "draft-cache", index=url,
     )  # fmt: skip
+    # Sizes as a real lock has them (uv's pylock records each wheel's; the tiny index's simple
+    # pages give none): the data path treats a big file by its locked size.
+    sized = tuple(replace(e, size=(index_dir / e.filename).stat().st_size) for e in lock.packages)
+    lock = replace(lock, packages=sized)
     text = dump_lock(lock, [f"{files} small files and one big one"])
     return stack_on_lock(root, text, top, "bench")
 
@@ -113,6 +129,7 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     hosts = json.loads(proc.stdout)["hosts"]
     origins: dict[str, int] = {}
     data_s = step_s = 0.0
+    each: list[float] = []
     for name in names:
         stack = hosts[name]["stack"]
         step = next(s for s in hosts[name]["steps"] if s["name"] == "stack")
@@ -120,12 +137,13 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
         for where, k in (stack.get("files_from") or {}).items():
             key = "peer" if where.startswith("peer:") else where
             origins[key] = origins.get(key, 0) + k
-        data_s = max(data_s, float((stack.get("timings") or {}).get("check_s") or 0.0))
+        each.append(round(float((stack.get("timings") or {}).get("check_s") or 0.0), 1))
+        data_s = max(data_s, each[-1])
     shutil.rmtree(tmp / tag, ignore_errors=True)
     return {
         "hosts": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "data_s": round(data_s, 2),
         "stack_s": round(step_s, 2),
-        "files_from": origins, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        "files_from": origins, "data_each_s": each, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }  # fmt: skip
 
 
@@ -135,6 +153,12 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=207)
     parser.add_argument("--big-mb", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--link-mbps",
+        type=float,
+        default=0.0,
+        help="each host's own link rate, both ways (tc; 0: not shaped)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     counts = [int(x) for x in args.hosts.split(",")]
@@ -150,9 +174,14 @@ def main() -> int:
         big_mb = big.stat().st_size / 1e6
         fleet = fleet_of(max(counts), tmp / "fleet", first=101).start()
         rows: list[dict[str, Any]] = []
+        links = (
+            shaped([h.address for h in fleet.hosts], args.link_mbps)
+            if args.link_mbps > 0
+            else contextlib.nullcontext()
+        )
         try:
-            with serve(files) as url:
-                rec = recipes(tmp, url, args.files)
+            with links, serve(files) as url:
+                rec = recipes(tmp, url, args.files, files)
                 cache = tmp / "release-cache" / UV.sha256
                 cache.mkdir(parents=True)
                 shutil.copyfile(uv_wheel(), cache / UV.filename)
@@ -169,7 +198,8 @@ def main() -> int:
         finally:
             fleet.stop()
     gb = lock_bytes / 1e9
-    print(f"\nlock: {args.files} files, {gb:.2f} GB (one file {big_mb:.0f} MB)")
+    shaping = f"{args.link_mbps:g} Mbit/s per host each way" if args.link_mbps else "not shaped"
+    print(f"\nlock: {args.files} files, {gb:.2f} GB (one file {big_mb:.0f} MB); links {shaping}")
     print(
         "hosts  wall s  stack s  data s  controller CPU-s  per host  per GB to hosts  files from"
         "  load"

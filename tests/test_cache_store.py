@@ -27,7 +27,7 @@ from sm120kit.cache import manage
 from sm120kit.cache.key import KeyInputs, compute_key, file_sha256
 from sm120kit.cache.registry import make_store
 from sm120kit.cache.s3 import S3Store
-from sm120kit.cache.sftp import SFTPStore
+from sm120kit.cache.sftp import SFTPStore, paramiko_connect
 from sm120kit.cache.store import (
     CacheError,
     CorruptEntry,
@@ -443,7 +443,7 @@ class TestSFTPStore(StoreContract):
         host = fleet.by_name("gpu1")
         spec = {"type": "sftp", "host": host.address, "port": fleet.port, "path": "/tmp/x"}
         spec.update(user=fleet.user, key_filename=str(fleet.client_key))
-        with pytest.raises(CacheError, match="cannot connect"):
+        with pytest.raises(CacheError, match="is not in .*known_hosts"):
             make_store(spec).keys()
 
 
@@ -708,3 +708,48 @@ def test_a_released_files_entry_must_hold_the_sha256_of_its_key(tmp_path: Path, 
     assert "is not its key's" in rows[0]["reason"], rows[0]
     assert store.keys() == [] and [q["key"] for q in store.quarantined()] == [key]
     assert store.get_meta(key) is None
+
+
+def _store_connect(fleet: Any, known: Path) -> str:
+    """What `paramiko_connect` makes of fleet host gpu1 with `known` as the store's
+    known_hosts: "sftp" (connected), "no-sftp" (the key was accepted; this sshd has no sftp
+    subsystem), or the CacheError's line."""
+    host = fleet.by_name("gpu1")
+    spec = {"host": host.address, "port": fleet.port, "user": fleet.user,
+            "key_filename": str(fleet.client_key), "known_hosts": str(known)}  # fmt: skip
+    try:
+        client = paramiko_connect(spec)
+    except CacheError as exc:
+        return "no-sftp" if "refused the sftp subsystem" in str(exc) else str(exc)
+    client.close()
+    return "sftp"
+
+
+def test_an_sftp_stores_host_key_is_judged_as_openssh_reads_known_hosts(
+    fleet: Any, tmp_path: Path
+) -> None:
+    """A real sshd (fleet host gpu1) and real known_hosts files with markers: an
+    `@cert-authority` line and another host's `@revoked` line beside the right key accept (no
+    "Incorrect padding" from paramiko's reader); the host's own key `@revoked`, or only a
+    wrong key listed, is refused in one line naming the file and line; an unknown key too."""
+    host = fleet.by_name("gpu1")
+    name = f"[{host.address}]:{fleet.port}"
+    right = " ".join(host.host_pub.read_text().split()[:2])
+    wrong = " ".join(fleet.by_name("gpu2").host_pub.read_text().split()[:2])
+    known = tmp_path / "known_hosts"
+    cases = [
+        ([f"@cert-authority *.example {wrong}", f"@revoked other.example {right}",
+          f"{name} {right}"], None),
+        ([f"{name} {wrong}", f"{name} {right}"], None),
+        ([f"{name} {right}", f"@revoked * {right}"], "REVOKED"),
+        ([f"@cert-authority * {wrong}", f"{name} {wrong}"], "CHANGED"),
+        ([f"@cert-authority * {right}"], "is not in"),
+    ]  # fmt: skip
+    for lines, refused in cases:
+        known.write_text("".join(line + "\n" for line in lines))
+        got = _store_connect(fleet, known)
+        if refused is None:
+            assert got in ("sftp", "no-sftp"), (lines, got)
+        else:
+            assert refused in got and str(known) in got and "padding" not in got, (lines, got)
+            assert got.startswith(f"cache sftp:{host.address}: ") and "\n" not in got

@@ -554,3 +554,40 @@ def test_cache_lock_of_a_dead_process_here_is_taken_over(tmp_path: Path) -> None
     elsewhere.pid, elsewhere.boot_id = child.pid, "another-boot"
     assert store.acquire(key, elsewhere)
     assert not store.acquire(key, me, stale_after=3600)
+
+
+def test_the_host_lock_sweeps_dead_writers_temporaries_never_a_live_ones(tmp_path: Path) -> None:
+    """Real files and processes: acquiring the host lock (remote/host_lock.py, run as the
+    host runs it) removes the temporaries earlier runs left: a download whose writer is gone,
+    the controller's upload, the stack's marker and progress files; never a live writer's
+    (this test's own pid) nor a `.part` name this tool does not give."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    rel = tmp_path / "releases" / ("a" * 64)
+    envs = tmp_path / "envs"
+    rel.mkdir(parents=True)
+    envs.mkdir()
+    w = "x-1.0-py3-none-any.whl"
+    cases = {  # name -> swept
+        rel / f"{w}.{int(dead.stdout)}-140000.part": True,
+        rel / f"{w}.{int(dead.stdout)}-140000.peer.part": True,
+        rel / f"{w}.0123456789ab.part": True,  # the controller's upload
+        rel / f"{w}.{os.getpid()}-140000.part": False,  # a live writer
+        rel / f"{w}.{os.getpid()}-1.peer.part": False,
+        rel / "someone-elses.part": False,
+        rel / w: False,
+        envs / ".stack-x.fetched": True,
+        envs / ".stack-x.progress": True,
+        envs / ".stack-x.progress.tmp": True,
+        envs / "stack-x.progress": False,
+    }
+    for path in cases:
+        path.write_bytes(b"x")
+    script = Path(__file__).resolve().parent.parent / "sm120kit" / "remote" / "host_lock.py"
+    args = {"work_root": str(tmp_path), "action": "acquire", "owner": {}, "token": "t"}
+    out = subprocess.run([sys.executable, str(script), json.dumps(args)],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    doc = json.loads(out.stdout)
+    assert doc["acquired"] is True
+    assert sorted(doc["swept"]) == sorted(str(p) for p, gone in cases.items() if gone)
+    assert {p: not p.exists() for p in cases} == cases

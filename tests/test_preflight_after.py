@@ -157,14 +157,18 @@ def _recorded(words: str) -> dict[str, Any]:
 
 
 def test_a_refusal_past_resolution_fails_the_launch_preflight_passed_before() -> None:
-    """DeepSeek-V3.2 with --dsa-*-backend flashinfer_sparse_mla: the recorded resolution
-    passes both phases (JIT), and sglang's own DSA validator refuses it (GLM DSA only)."""
+    """DeepSeek-V3.2 with --dsa-*-backend flashinfer_sparse_mla: the resolution alone passes
+    both phases (JIT), and sglang's own DSA validator refuses it (GLM DSA only): as made up
+    here, and as the real env answered (the recording's own ``after``)."""
     words = "--model-path @deepseek-v32-dsa --dsa-prefill-backend flashinfer_sparse_mla "
     words += "--dsa-decode-backend flashinfer_sparse_mla"
     case = _recorded(words)
     argv = [str(MODELS / "deepseek-v32-dsa"), *case["argv"][2:]]
     argv.insert(0, "--model-path")
-    before = _judge(argv, case)
+    recorded = _judge(argv, case)
+    assert recorded["ok"] is False
+    assert any("supports only GLM DSA" in line for line in recorded["failed"])
+    before = _judge(argv, {k: v for k, v in case.items() if k != "after"})
     assert before["ok"] is True
     case["after"] = _steps(("dsa_flashinfer_sparse_mla", "refused", SPARSE))
     after = _judge(argv, case)
@@ -190,14 +194,21 @@ def test_a_hub_id_without_its_config_is_unknown_listing_what_did_not_run() -> No
 
 
 def test_an_unknown_backend_is_said_and_fails_only_under_strict() -> None:
-    """trtllm_mha: flashinfer's trtllm-gen FMHA cubins, downloaded at run time (unknown)."""
-    case = _recorded("--model-path @llama-mha --attention-backend trtllm_mha")
-    argv = ["--model-path", str(MODELS / "llama-mha"), "--attention-backend", "trtllm_mha"]
+    """DSA tilelang (undecided on 12.x, sgl-project/sglang#37105): unknown, said, and a
+    failure only under --strict. (trtllm_mha was the example here; on 12.x it is decided
+    now from its FMHAv2/XQA gates.)"""
+    words = "--model-path @deepseek-v32-dsa --dsa-prefill-backend tilelang "
+    words += "--dsa-decode-backend tilelang"
+    case = _recorded(words)
+    argv = ["--model-path", str(MODELS / "deepseek-v32-dsa"), *case["argv"][2:]]
     default = _judge(argv, case)
     assert default["ok"] is True and default["verdict"] == "unknown"
-    assert any(line.startswith("attention_backend:") for line in default["unknown"])
+    assert any(line.startswith("dsa_prefill_backend:") for line in default["unknown"])
     strict = _judge(argv, case, strict=True)
-    assert strict["ok"] is False and strict["failed"][0].startswith("attention_backend: unknown")
+    assert strict["ok"] is False
+    assert any(line.startswith("dsa_prefill_backend: unknown") for line in strict["failed"])
+    assert "dsa_prefill_backend" in strict["strict_failed"]
+    assert default["strict_failed"] == []
 
 
 @pytest.mark.parametrize(
@@ -317,9 +328,13 @@ def test_real_env_resolves_a_hub_id_from_model_config_and_from_the_cache(
     snap.mkdir(parents=True)
     (snap / "config.json").write_text((MODELS / "llama-mha" / "config.json").read_text())
     cached = _real(["--model-path", "org/mha"], model={"path": "org/mha", "local": False})
-    # Found in the cache and run: with only config.json cached (no refs/main, no tokenizer
-    # files), transformers 0.5.23's env still asks the hub and sglang's resolution refuses.
+    # Found in the cache and run on the snapshot directory: with only config.json cached (no
+    # refs/main, no tokenizer files) sglang resolves it offline, nothing asks the hub.
     assert cached["ran"], cached
+    assert cached["cases"][0]["error"] is None, cached["cases"][0]
+    assert cached["cases"][0]["backends"]["attention_backend"] == "flashinfer"
+    assert cached["model_source"] == "config from the host's HF cache (r1)"
+    assert given["model_source"] == "config from --model-config"
     missing = _real(["--model-path", "org/none"], model={"path": "org/none", "local": False})
     assert not missing["ran"] and "--model-config" in missing["reason"]
 

@@ -73,8 +73,11 @@ TABLE = [
         "--model-path @llama-mha --attention-backend fa3",
         {"attention_backend": "fail", "rule:fa3-no-sm120": "fail"},
     ),
-    # flashinfer's trtllm-gen FMHA cubins: never a pass without the catalogue's cubin facts.
-    ("--model-path @llama-mha --attention-backend trtllm_mha", {"attention_backend": "unknown"}),
+    # On 12.x sglang's trtllm_mha runs flashinfer's FMHAv2 prefill and XQA decode (JIT), whose
+    # arch gates (jit/attention/modules.py gen_fmha_v2_module [9, 12], jit/xqa.py [9, 10, 12])
+    # admit 12.0: a pass quoting them (it was "unknown" when judged as trtllm-gen cubins).
+    ("--model-path @llama-mha --attention-backend trtllm_mha", {"attention_backend": "pass"}),
+    ("--model-path @gpt-oss-mxfp4 --attention-backend trtllm_mha", {"attention_backend": "pass"}),
     ("--model-path @llama-mha --fp8-gemm-backend cutlass", {"fp8_gemm_runner_backend": "pass"}),
     (
         "--model-path @llama-mha --fp8-gemm-backend deep_gemm",
@@ -144,12 +147,33 @@ TABLE = [
     (
         "--model-path @deepseek-v32-dsa --dsa-prefill-backend flashinfer_sparse_mla "
         "--dsa-decode-backend flashinfer_sparse_mla",
-        {"dsa_prefill_backend": "pass", "dsa_decode_backend": "pass"},
+        # JIT kernels for 12.0, and sglang's own validator refuses them off GLM DSA
+        # (kernels/ops/attention/flash_mla_sm120.py:678 _validate_flashinfer_sparse_mla_backend).
+        {"dsa_prefill_backend": "pass", "dsa_decode_backend": "pass", "sglang_checks": "fail"},
+    ),
+    # GLM DSA (GlmMoeDsaForCausalLM): sglang 0.5.23 picks flashinfer_sparse_mla on 12.x.
+    (
+        "--model-path @glm-moe-dsa --kv-cache-dtype fp8_e4m3",
+        {"dsa_prefill_backend": "pass", "dsa_decode_backend": "pass", "sglang_checks": "pass"},
+    ),
+    (
+        "--model-path @glm-moe-dsa --kv-cache-dtype fp8_e4m3 --dsa-prefill-backend trtllm "
+        "--dsa-decode-backend trtllm",
+        {"dsa_prefill_backend": "fail", "sglang_checks": "fail"},
+    ),
+    # EAGLE's draft backend init calls the CUDA driver: the stub's error is "stopped", never
+    # sglang's refusal (remote/lib/in_target/server_args.py _from_stub_driver).
+    (
+        "--model-path @llama-mha --speculative-algorithm EAGLE --speculative-draft-model-path "
+        "@llama-mha",
+        {"sglang_checks": "pass", "attention_backend": "pass"},
     ),
     (
         "--model-path @deepseek-v32-dsa --dsa-prefill-backend tilelang --dsa-decode-backend "
         "tilelang",
-        {"dsa_prefill_backend": "fail"},
+        # tilelang 0.1.12 is installed (the probe lists every dist; the 12-03 recording had no
+        # "installed" list, so it read "not installed"); its fixed tiles on 12.x are undecided.
+        {"dsa_prefill_backend": "unknown", "dsa_decode_backend": "unknown"},
     ),
     (
         "--model-path @deepseek-v32-dsa --dsa-paged-mqa-logits-backend cutedsl "
@@ -203,7 +227,10 @@ def test_refusals_cite_the_module_and_where_it_was_read() -> None:
     assert "read from the catalogue locks/sglang-0.5.23/catalogue.toml" in reason
     mha = _verdict("--model-path @llama-mha --attention-backend trtllm_mha")
     attn = next(c for c in mha["checks"] if c["check"] == "attention_backend")
-    assert "TRTLLM_GEN_FMHA" in attn["reason"] and "downloaded at run time" in attn["reason"]
+    assert "FMHAv2 prefill and XQA decode" in attn["reason"]
+    assert "flashinfer/jit/attention/modules.py:2602 gen_fmha_v2_module" in attn["reason"]
+    assert "flashinfer/jit/xqa.py:140 gen_xqa_module" in attn["reason"]
+    assert "read from the catalogue locks/sglang-0.5.23/catalogue.toml" in attn["reason"]
     dsa = _verdict("--model-path @deepseek-v32-dsa")
     prefill = next(c for c in dsa["checks"] if c["check"] == "dsa_prefill_backend")
     # The gate as flashinfer 0.7.2 writes it, where, and the backend that serves 12.0.
@@ -288,3 +315,27 @@ def test_cubin_sets_are_judged_with_the_catalogues_cubin_facts() -> None:
     # time, so its coverage of 12.0 is unknown, and the verdict says where it comes from.
     status, why = cubin_coverage(fi, "0.7.2", ["TRTLLM_GEN_FMHA"], "12.0", catalogues())
     assert status == "unknown" and "cubins downloaded at run time from https://" in why
+
+
+def test_a_backend_judged_by_its_gates_needs_every_gate_read() -> None:
+    """`Backend.by_gates` (trtllm_mha on 12.x): a pass only when the catalogue read every gate
+    for the installed version and they admit the GPU; a gate not read, or a version no
+    catalogue read, leaves it undecided (None), never a pass. Built from the real types."""
+    from sm120kit.preflight.from_catalogue import gate_admissions
+    from sm120kit.stack.catalogue import ArchGate, Catalogue, ReleaseFacts, WheelFacts
+
+    fmha = ArchGate(
+        "m.py:gen_fmha_v2_module", "nvcc_majors", ("9.x", "12.x"), "m.py:1 g", "[9, 12]"
+    )
+    xqa = ArchGate("x.py:gen_xqa_module", "nvcc_majors", ("9.x", "10.x", "12.x"), "x.py:2 g", "t")
+    wheel = WheelFacts("0.7.2", "flashinfer_python-0.7.2.whl", "0" * 64)
+    both = ReleaseFacts("flashinfer-python", ("0.7.2",), (wheel,), arch_gates=(fmha, xqa))
+    cat = Catalogue((both,), source="c.toml")
+    gates = [("flashinfer-python", fmha.name), ("flashinfer-python", xqa.name)]
+    got = gate_admissions(gates, {"flashinfer-python": "0.7.2"}, "12.0", [cat])
+    assert got is not None and len(got) == 2 and "m.py:1 g: [9, 12] admits 12.0" in got[0]
+    one = ReleaseFacts("flashinfer-python", ("0.7.2",), (wheel,), arch_gates=(fmha,))
+    only_one = Catalogue((one,), source="c.toml")
+    assert gate_admissions(gates, {"flashinfer-python": "0.7.2"}, "12.0", [only_one]) is None
+    assert gate_admissions(gates, {"flashinfer-python": "0.7.3"}, "12.0", [cat]) is None
+    assert gate_admissions(gates, {}, "12.0", [cat]) is None

@@ -197,3 +197,23 @@ def test_an_answer_without_any_backend_is_unknown_not_a_pass() -> None:
         verdict = judge(_launch(), FACTS, _probe(doc), (12, 0))
         got = next(c for c in verdict["checks"] if c["check"] == "sglang_resolution")
         assert got["status"] == "unknown", got
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("config from the host's HF cache (bbb)", "; config from the host's HF cache (bbb)"),
+        ("config from --model-config", "; config from --model-config"),
+        (None, None),
+    ],
+)
+def test_the_resolution_says_where_a_hub_ids_config_came_from(source, said) -> None:
+    """A hub id resolved from a config (the host's HF cache at a revision, or --model-config):
+    the sglang_resolution verdict names it, so a pass says what it rests on."""
+    from sm120kit.preflight.verdicts import resolution, resolution_check
+
+    doc = {"ran": True, "version": "0.5.23", "gpu": "g", "model_source": source}
+    doc["cases"] = [{"backends": {"attention_backend": "flashinfer"}, "error": None}]
+    got = resolution_check(resolution({"resolved": doc}))
+    assert got["status"] == "pass"
+    assert (said in got["reason"]) if said else ("config from" not in got["reason"])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.remote.lib.download import download, loopback_source
 from sm120kit.remote.lib.obtain import obtain
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
@@ -101,3 +102,44 @@ def test_wrong_credentials_are_refused_without_the_password(index: str, tmp_path
     line, _got, _corrupt = obtain(_entry(wrong, dest), 30, [wrong])
     assert line is not None and "401" in line and "wr0ng-pw" not in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("ssh_connection", "url_host", "source"),
+    [
+        ("127.0.0.1 5022 127.0.0.77 22", "127.0.0.1", "127.0.0.77"),  # a loopback fleet host
+        ("127.0.0.1 5022 127.0.0.1 22", "127.0.0.1", "127.0.0.1"),  # the plain loopback host
+        ("", "127.0.0.1", "127.0.0.1"),  # no SSH connection: the kernel's choice
+    ],
+)
+def test_a_loopback_host_connects_from_its_own_address(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ssh_connection: str, url_host: str,
+    source: str,
+) -> None:  # fmt: skip
+    """A loopback host's downloads leave from the address it is reached on, as a LAN host's
+    do from its NIC's (bench/fleet.py shapes each host's link by it); a real server sees it."""
+    seen: list[str] = []
+
+    class Peer(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(self.client_address[0])
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"abc")
+
+    monkeypatch.setenv("SSH_CONNECTION", ssh_connection)
+    assert loopback_source("10.0.0.5") is None  # never for an address off the machine
+    server = http.server.ThreadingHTTPServer((url_host, 0), Peer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for direct in (True, False):
+            url = f"http://{url_host}:{server.server_address[1]}/f"
+            download(url, str(tmp_path / "f"), hashlib.sha256(b"abc").hexdigest(), direct=direct)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [source, source]

@@ -4,10 +4,13 @@ loader, plan and the host's downloader) and the one redaction of a URL's passwor
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sm120kit.remote.lib.download import redact_text, request_of, shown
 from sm120kit.remote.lib.obtain import url_problem
+from sm120kit.stack.index_auth import NetrcError, authed
 
 PY = ["https://files.pythonhosted.org"]
 
@@ -109,3 +112,45 @@ def test_the_consoles_and_a_drafted_lock_show_no_password(
     url = "https://me:s3cr3t-T0ken@idx.example/packages/a-1-py3-none-any.whl"
     entry = LockEntry("a", "1", "a-1-py3-none-any.whl", url, "0" * 64, "release", False)
     assert _indexes([entry]) == ["https://idx.example"]
+
+
+@pytest.mark.parametrize(
+    ("netrc_text", "url", "sent"),
+    [
+        ("machine idx.example login al password p@ss/w:rd\n", "https://idx.example/simple",
+         "https://al:p%40ss%2Fw%3Ard@idx.example/simple"),
+        ("machine idx.example login al password pw\n", "https://IDX.example:8443/f/x.whl",
+         "https://al:pw@IDX.example:8443/f/x.whl"),
+        ("machine idx.example login al password pw\n", "https://other.example/simple",
+         "https://other.example/simple"),
+        ("machine idx.example login al password pw\n", "https://me:mine@idx.example/simple",
+         "https://me:mine@idx.example/simple"),  # the URL's own userinfo wins
+        ("machine idx.example login al password pw\n", "file:///idx.example/x.whl",
+         "file:///idx.example/x.whl"),
+        ("", "https://idx.example/simple", "https://idx.example/simple"),
+    ],
+)  # fmt: skip
+def test_the_hosts_get_the_controllers_netrc_credentials_in_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, netrc_text: str, url: str, sent: str
+) -> None:
+    """`authed` (sm120kit/stack/index_auth.py) with a real netrc file: the URL a host is sent;
+    what any message shows of it has no password."""
+    path = tmp_path / "netrc"
+    path.write_text(netrc_text)
+    path.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(path))
+    assert authed(url) == sent
+    assert "pw" not in redact_text(f"fetching {authed(url)}").replace("mine", "")
+
+
+def test_a_netrc_that_cannot_be_parsed_is_one_line_naming_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real netrc file with a syntax error: NetrcError with the file and line, no secret."""
+    path = tmp_path / "netrc"
+    path.write_text("machine idx.example login al password secret1\nmachine\n")
+    path.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(path))
+    with pytest.raises(NetrcError) as info:
+        authed("https://idx.example/simple")
+    assert str(info.value).startswith(f"{path}:") and "secret1" not in str(info.value)

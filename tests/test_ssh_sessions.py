@@ -23,6 +23,7 @@ from sm120kit.runner.connection import ConnectOptions, SSHConnection, connect
 from sm120kit.runner.pool import HostContext, Runner, RunOptions
 from sm120kit.runner.process import start
 from sm120kit.runner.service import Service, service_command
+from sm120kit.runner.sessions import PROBE_AFTER, SessionLimit
 from tests.support import tiny_index
 from tests.support.fleet import Fleet
 
@@ -242,3 +243,38 @@ def test_a_command_or_service_killed_on_the_host_says_by_which_signal(limited: F
         "remote service fetch_release ended (killed by SIGKILL on the host; the next request "
         "starts it again)"
     )
+
+
+#: (events, the limit after each): "r<N>": sshd refused a session with N others open,
+#: "o<K>": K sessions opened without a refusal. Setting 10, PROBE_AFTER sessions to a raise.
+P = PROBE_AFTER
+LIMIT_TABLE = [
+    # One transient refusal at 3: back up by one per PROBE_AFTER successes, to the setting.
+    (["r3", f"o{P - 1}", "o1", f"o{P}", f"o{P * 5}"], [3, 3, 4, 5, 10]),
+    # A real MaxSessions 2: each raise to 3 is refused; the wait before the next one doubles.
+    (["r2", f"o{P}", "r2", f"o{P}", f"o{P}", "r2", f"o{P * 3}", f"o{P}"], [2, 3, 2, 2, 3, 2, 2, 3]),
+    # A refusal at or above the limit teaches nothing; one deeper lowers again.
+    (["r4", "r5", "r1", f"o{P}"], [4, 4, 1, 2]),
+    # At the setting nothing is counted.
+    ([f"o{P * 4}"], [10]),
+]
+
+
+@pytest.mark.parametrize(("events", "limits"), LIMIT_TABLE)
+def test_the_session_limit_recovers_after_a_transient_refusal(
+    events: list[str], limits: list[int]
+) -> None:
+    """`SessionLimit` (sm120kit/runner/sessions.py), pure: a refusal lowers the limit to what
+    was open; sessions opened after it raise it again one at a time; a raise refused at once
+    (the real MaxSessions) doubles the sessions the next raise waits for."""
+    limit = SessionLimit(10)
+    seen = []
+    for event in events:
+        kind, n = event[0], int(event[1:])
+        if kind == "r":
+            limit.refused(n)
+        else:
+            for _ in range(n):
+                limit.opened()
+        seen.append(limit.value)
+    assert seen == limits

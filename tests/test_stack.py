@@ -11,12 +11,18 @@ object of this machine, the sshd fleet. Simulated: the target GPU and driver (ho
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -352,6 +358,36 @@ def test_provision_installs_the_lock_verified_and_idempotent(
     last = run_invoke(args, env)
     assert last.returncode == 0, last.stdout + last.stderr
     assert all(h["changed"] == 0 for h in json_of(last)["hosts"].values())
+
+    # An installed shared object changed in place (one byte; same size, same mtime): the
+    # fast path cannot see it; --recheck hashes the catalogued ones, names it and reinstalls
+    # its distribution; a second --recheck is a no-op.
+    [so] = [p for p in stack_env.glob("lib/python*/site-packages/**/*.so*") if p.is_file()]
+    before, st = so.read_bytes(), so.stat()
+    # uv linked it from its cache: the edit below changes uv's cache entry too (the cause the
+    # repair must undo).
+    assert st.st_nlink >= 2
+    data = bytearray(before)
+    data[len(data) // 2] ^= 0xFF
+    with so.open("r+b") as fh:  # in place: the same inode (a hard link to uv's cache, if any)
+        fh.write(data)
+    os.utime(so, ns=(st.st_atime_ns, st.st_mtime_ns))
+    gpu3 = ["provision", "-H", "gpu3", "-i", str(inv), "--json"]
+    fast = run_invoke(gpu3, env)
+    assert fast.returncode == 0 and json_of(fast)["hosts"]["gpu3"]["changed"] == 0
+    rechecked = run_invoke([*gpu3, "--recheck"], env)
+    assert rechecked.returncode == 0, rechecked.stdout + rechecked.stderr
+    step = next(s for s in json_of(rechecked)["hosts"]["gpu3"]["steps"] if s["name"] == "stack")
+    rel = so.relative_to(next(stack_env.glob("lib/python*/site-packages"))).as_posix()
+    assert (
+        step["status"] == "changed" and f"changed in place: {rel} (demo-native)" in step["message"]
+    )
+    assert any("--reinstall-package demo-native" in c for c in step["commands"])
+    assert so.read_bytes() == before
+    assert so.stat().st_nlink == 1  # the repaired copy no longer shares its inode with the cache
+    assert any(re.search(r"uv cache clean demo-native\b", c) for c in step["commands"])
+    still = run_invoke([*gpu3, "--recheck"], env)
+    assert still.returncode == 0 and json_of(still)["hosts"]["gpu3"]["changed"] == 0
 
 
 @pytest.mark.parametrize(
@@ -721,3 +757,126 @@ def test_provision_finishes_on_a_host_whose_sshd_allows_one_session(
     log = Path(host["log"]).read_text()
     assert "sshd allows 1 session(s) per connection (MaxSessions), fewer than setting " \
         "ssh_max_sessions (10)" in log  # fmt: skip
+
+
+def _leftovers(root: Path) -> list[str]:
+    """The run temporaries under a host's work root (what no finished run may leave)."""
+    names = ("releases/*/*.part", "envs/.*.fetched", "envs/.*.progress", "envs/.*.progress.tmp")
+    return sorted(str(p.relative_to(root)) for n in names for p in root.glob(n))
+
+
+def test_a_download_killed_on_the_host_leaves_no_temporary_after_the_next_run(
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """Over SSH (gpu3): the index sends demo-native's wheel half and holds the rest; the
+    host's downloader (its `<dest>.<pid>-<thread>.part` names it) is killed with SIGKILL, as
+    an OOM kill or a person would end it, so it cannot remove its temporary. The next run
+    sweeps it under the host lock (its writer is dead), installs, and leaves no `.part`,
+    `.fetched` or `.progress` file. The GPU is simulated (target vars); the kill is real."""
+    files, _url = index
+    go = threading.Event()
+    go.set()  # the lock is drafted from the whole files first
+    with serve(files, hold=("demo_native", go)) as url:
+        recipes = _tiny_recipes(tmp_path, (files, url))
+        inv = _inventory(fleet, tmp_path, ("gpu3",))
+        env = invoke_env(
+            fleet,
+            tmp_path,
+            INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+            SM120KIT_RELEASE_CACHE=release_cache_with_uv(tmp_path / "release-cache", uv_wheel),
+            INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
+        )
+        root = tmp_path / "work" / "gpu3"
+        args = ["provision", "-H", "gpu3", "-i", str(inv), "--json"]
+        go.clear()
+        cmd = [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args]
+        run = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            writer = re.compile(r"demo_native-[^/]*\.whl\.(\d+)-\d+(?:\.peer)?\.part$")
+            pid = None
+            for _ in range(1200):  # 60 s at most
+                held = [m for p in root.glob("releases/*/*.part") if (m := writer.search(str(p)))]
+                if held:
+                    pid = int(held[0].group(1))
+                    break
+                time.sleep(0.05)
+            assert pid is not None, "the host never started the download"
+            os.kill(pid, signal.SIGKILL)
+        finally:
+            go.set()
+            out, err = run.communicate(timeout=300)
+        left = _leftovers(root)
+        assert any(f".{pid}-" in p for p in left), (left, out, err)  # the dead writer's
+        again = run_invoke(args, env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert _leftovers(root) == []
+
+
+def test_a_private_index_gets_the_netrc_credentials_and_no_file_shows_them(
+    fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
+) -> None:
+    """Over SSH (gpu3): the lock's index wants HTTP basic auth (a loopback index, as a private
+    one does). The controller's netrc file (``$NETRC``) has its machine: provision installs,
+    and the password is in no output, no file of the run directory, the controller store,
+    the host's work root, nor any file of HOME written during the runs. A wrong password:
+    the host fails with one line naming the index's URL, no secret in it either."""
+    files, _url = index
+    auth: dict[str, str] = {}  # open while the lock is drafted
+    with serve(files, auth=auth) as url:
+        recipes = _tiny_recipes(tmp_path, (files, url))
+        password = "pw" + secrets.token_hex(12)
+        netrc = tmp_path / "netrc"
+        netrc.write_text(f"machine 127.0.0.1 login alice password {password}\n")
+        netrc.chmod(0o600)
+        inv = _inventory(fleet, tmp_path, ("gpu3",))
+        env = invoke_env(
+            fleet,
+            tmp_path,
+            INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
+            SM120KIT_RELEASE_CACHE=release_cache_with_uv(tmp_path / "release-cache", uv_wheel),
+            INVOKE_SM120KIT_CACHE_CONTROLLER=str(tmp_path / "controller-store"),
+            NETRC=str(netrc),
+        )
+        auth.update(user="alice", password=password)
+        args = ["provision", "-H", "gpu3", "-i", str(inv), "--json"]
+        since = time.time() - 1
+        first = run_invoke(args, env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        stack = json_of(first)["hosts"]["gpu3"]["stack"]
+        assert stack["packages"]["demo-native"]["wheel_from"] == "release"
+        # A wrong password, on a fresh host work root (nothing there to reuse).
+        netrc.write_text("machine 127.0.0.1 login alice password wrong-one\n")
+        inv2 = tmp_path / "hosts2.yaml"
+        doc = yaml.safe_load(inv.read_text())
+        doc["all"]["hosts"]["gpu3"]["work_root"] = str(tmp_path / "work" / "gpu3-wrong")
+        inv2.write_text(yaml.safe_dump(doc))
+        env2 = {**env, "INVOKE_SM120KIT_CACHE_CONTROLLER": str(tmp_path / "store-wrong")}
+        wrong = run_invoke(["provision", "-H", "gpu3", "-i", str(inv2)], env2)
+        assert wrong.returncode != 0
+        flat = " ".join((wrong.stdout + wrong.stderr).split())  # the table wraps long lines
+        assert "Traceback" not in flat
+        assert re.search(r"failed: gpu3: demo-native 0\.1: download of http://alice:\*\*\*\*@127\.0\.0"
+                         r"\.1:\d+/files/\S+ failed: HTTPError: HTTP Error 401", flat), flat  # fmt: skip
+        outputs = first.stdout + first.stderr + wrong.stdout + wrong.stderr
+        assert password not in outputs and "wrong-one" not in outputs
+        trees = [tmp_path / "runs", tmp_path / "controller-store", tmp_path / "store-wrong",
+                 tmp_path / "work"]  # fmt: skip
+        home = Path(os.path.expanduser("~"))
+        hits = []
+        for tree in trees:
+            for path in tree.rglob("*"):
+                if path.is_file() and not path.is_symlink():
+                    data = path.read_bytes()
+                    if password.encode() in data or b"wrong-one" in data:
+                        hits.append(str(path))
+        found = subprocess.run(
+            ["find", str(home), "-xdev", "-type", "f", "-newermt", f"@{since}", "-size", "-50M"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        for line in found.stdout.splitlines():
+            with contextlib.suppress(OSError):
+                data = Path(line).read_bytes()
+                if password.encode() in data:
+                    hits.append(line)
+        assert hits == []

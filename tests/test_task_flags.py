@@ -40,7 +40,7 @@ EXPECTED: dict[str, set[str]] = {
     "serve-check": COMMON
     | RECIPE
     | {"url", "timeout", "pid", "process-match", "launch", "python", "strict", "model-config"},
-    "preflight": COMMON | RECIPE | {"python", "launch", "strict", "model-config"},
+    "preflight": COMMON | RECIPE | {"python", "launch", "strict", "model-config", "stop-warm"},
     "cache.key": COMMON | RECIPE | {"package"},
     "cache.list": {"json", "store"},
     "cache.verify": {"json", "store"},
@@ -68,6 +68,8 @@ EXPECTED: dict[str, set[str]] = {
 #: declared once (sources.fetch words --package its own way).
 HELP = {
     "strict": "fail the host when a check is unknown (a backend whose support for the GPU cannot be read, a hub model whose config is not at hand), not only warn",
+    "stop-warm": "stop the host's warm resolution server(s) (sglang kept imported between "
+    "preflights) and judge nothing; says 'no warm server' when none runs",
     "model-config": "for a hub model id: its config.json on this machine (or a directory holding it), which sglang's resolution on the host then reads",
     "host": "host, group, pattern (all:!gpu3, gpu*, a,b), 'local', or user@addr:port",
     "inventory": "inventory file (default from invoke.yaml: inventory/hosts.yaml)",
@@ -130,6 +132,7 @@ INT_FLAGS = {"forks", "max-jobs", "nvcc-threads", "pid", "keep"}
 LIST_FLAGS = {"index"}
 BOOL_FLAGS = {
     "json",
+    "stop-warm",
     "accept-new-host-keys",
     "ask-pass",
     "break-lock",

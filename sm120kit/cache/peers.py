@@ -24,6 +24,11 @@ from collections import Counter
 CLAIM_WAIT_S = 1800.0
 #: The longest a host that is done waits for the downloads in flight from it.
 LEAVE_WAIT_S = 600.0
+#: A file this large goes from a holder to one taker at a time: a holder's link shared by
+#: every taker at once ends them all together at the end (7 takers of one 512 MB file: 7
+#: file-times for each), while one at a time doubles the holders each file-time (1, 2, 4, 8:
+#: 3 file-times for 7 takers). Small files are many and short: any number at once.
+BIG_FILE = 64 << 20
 
 
 class Peers:
@@ -35,6 +40,7 @@ class Peers:
         self._busy: dict[str, str] = {}
         self._urls: dict[str, str] = {}
         self._uploads: Counter[str] = Counter()
+        self._big: Counter[str] = Counter()
         self._gone: set[str] = set()
         self._starting: dict[str, threading.Lock] = {}
         #: The run's path prefix on every peer server: its URLs cannot be guessed.
@@ -55,12 +61,17 @@ class Peers:
         with self._cond:
             self._urls[host] = url.rstrip("/")
 
-    def claim(self, sha256: str, host: str, wait_s: float = CLAIM_WAIT_S) -> str | None:
+    def claim(
+        self, sha256: str, host: str, wait_s: float = CLAIM_WAIT_S, size: int | None = None
+    ) -> str | None:
         """A holder of `sha256` for `host` to take it from (its upload counted until
         `uploaded`), or None: `host` gets the file another way, and holds it then
         (`placed`). While another host of the run is getting it (not from a peer), waits for
-        that host first, at most `wait_s` seconds."""
+        that host first, at most `wait_s` seconds; a file of `BIG_FILE` bytes or more also
+        waits for a holder that uploads no other big file (the fan-out doubles, see
+        `BIG_FILE`), and after `wait_s` takes the least-loaded holder."""
         deadline = time.monotonic() + wait_s
+        big = size is not None and size >= BIG_FILE
         with self._cond:
             while True:
                 ready = [
@@ -68,22 +79,30 @@ class Peers:
                     for h in self._holders.get(sha256, ())
                     if h != host and h in self._urls and h not in self._gone
                 ]
-                if ready:
-                    peer = min(ready, key=lambda h: (self._uploads[h], h))
-                    self._uploads[peer] += 1
-                    return peer
-                owner = self._busy.get(sha256)
+                free = [h for h in ready if not big or self._big[h] == 0]
                 left = deadline - time.monotonic()
+                if free or (ready and left <= 0):
+                    peer = min(free or ready, key=lambda h: (self._uploads[h], h))
+                    self._uploads[peer] += 1
+                    if big:
+                        self._big[peer] += 1
+                    return peer
+                if ready:
+                    self._cond.wait(min(left, 5.0))
+                    continue
+                owner = self._busy.get(sha256)
                 if owner is None or owner == host or owner in self._gone or left <= 0:
                     if owner is None or owner in self._gone:
                         self._busy[sha256] = host
                     return None
                 self._cond.wait(min(left, 5.0))
 
-    def uploaded(self, peer: str) -> None:
-        """One download from `peer` has ended (either way)."""
+    def uploaded(self, peer: str, size: int | None = None) -> None:
+        """One download from `peer` (of `size` bytes, as claimed) has ended (either way)."""
         with self._cond:
             self._uploads[peer] -= 1
+            if size is not None and size >= BIG_FILE:
+                self._big[peer] -= 1
             self._cond.notify_all()
 
     def placed(self, sha256: str, host: str, ok: bool) -> None:

@@ -16,8 +16,10 @@ stack step looks up several files of one host at a time.
 
 from __future__ import annotations
 
+import base64
 import errno
 import functools
+import hashlib
 import posixpath
 import secrets
 import stat
@@ -31,6 +33,7 @@ import paramiko
 
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 from sm120kit.cache.store_types import SftpConnect, register_store_type
+from sm120kit.runner import known_hosts
 
 
 def _missing(exc: OSError) -> bool:
@@ -282,28 +285,69 @@ class SFTPStore(Store):
             here = posixpath.dirname(here)
 
 
+def known_hosts_files(spec: Mapping[str, Any]) -> list[Path]:
+    """The known_hosts files a store's host key is judged against: the spec's
+    ``known_hosts`` (when given), then the user's ``~/.ssh/known_hosts``."""
+    files = [Path("~/.ssh/known_hosts").expanduser()]
+    if spec.get("known_hosts"):
+        files.insert(0, Path(str(spec["known_hosts"])).expanduser())
+    return files
+
+
+def host_key_refusal(files: list[Path], host: str, port: int, blob: bytes) -> str | None:
+    """None when `files` accept the key `blob` of `host`:`port`, read as OpenSSH reads
+    known_hosts (sm120kit/runner/known_hosts.py: markers, several keys per host, hashed
+    names); else the one-line refusal. A key revoked in any file is refused, one a file lists
+    is accepted, a host listed only with other keys is CHANGED, else unknown."""
+    digest = base64.b64encode(hashlib.sha256(blob).digest()).rstrip(b"=").decode()
+    fingerprint = f"SHA256:{digest}"
+    name = known_hosts.host_name(host, port)
+    results = [(path, known_hosts.check_host(path, host, port, blob)) for path in files]
+    for wanted in (known_hosts.Verdict.REVOKED, known_hosts.Verdict.ACCEPT,
+                   known_hosts.Verdict.CHANGED):  # fmt: skip
+        for path, result in results:
+            if result.verdict is wanted:
+                return known_hosts.refusal(result, name, fingerprint, path)
+    where = ", ".join(str(p) for p in files)
+    return (f"host key of {name} ({fingerprint}) is not in {where}; verify it and add it "
+            "(ssh-keyscan) to the store's known_hosts")  # fmt: skip
+
+
 def paramiko_connect(spec: Mapping[str, Any]) -> Any:
     """Open an SFTPClient from a store spec with plain paramiko.
 
-    Host keys must already be known (system known_hosts, plus ``known_hosts`` from the spec);
-    an unknown host is refused, never silently trusted.
+    Host keys must already be known (``known_hosts`` from the spec, then the user's
+    known_hosts, read as OpenSSH reads them: `host_key_refusal`); an unknown, changed or
+    revoked key is refused, never silently trusted.
     """
 
+    files = known_hosts_files(spec)
+    host, port = str(spec["host"]), int(spec.get("port") or 22)
+    refused: list[str] = []
+
+    class Judge(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
+        # paramiko's own stores stay empty (its reader fails on @cert-authority lines), so
+        # every presented key comes here.
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            refusal = host_key_refusal(files, host, port, key.asbytes())
+            if refusal is not None:
+                refused.append(refusal)
+                raise paramiko.SSHException(refusal)
+
     client = paramiko.SSHClient()
-    client.load_system_host_keys()
-    if spec.get("known_hosts"):
-        client.load_host_keys(str(Path(str(spec["known_hosts"])).expanduser()))
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.set_missing_host_key_policy(Judge())
     try:
         client.connect(
-            hostname=str(spec["host"]),
-            port=int(spec.get("port") or 22),
+            hostname=host,
+            port=port,
             username=spec.get("user"),
             key_filename=spec.get("key_filename"),
             timeout=30,
         )
     except (paramiko.SSHException, OSError) as exc:
         client.close()
+        if refused:  # not a store that is down: one that must not be trusted
+            raise CacheError(f"cache sftp:{spec['host']}: {refused[0]}") from None
         raise StoreUnavailable(f"cache sftp:{spec['host']}: cannot connect ({exc})") from None
     try:
         return client.open_sftp()

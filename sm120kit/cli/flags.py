@@ -116,6 +116,11 @@ FLAGS: dict[str, Flag] = {
         "fail the host when a check is unknown (a backend whose support for the GPU cannot be "
         "read, a hub model whose config is not at hand), not only warn",
     ),
+    "stop_warm": Flag(
+        False,
+        "stop the host's warm resolution server(s) (sglang kept imported between preflights) "
+        "and judge nothing; says 'no warm server' when none runs",
+    ),
     "model_config": Flag(
         None,
         "for a hub model id: its config.json on this machine (or a directory holding it), "

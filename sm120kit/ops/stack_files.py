@@ -50,6 +50,7 @@ from ..remote.lib.files import sha256_file
 from ..remote.lib.obtain import url_problem
 from ..runner.pool import HostContext
 from ..stack.draft import cached_copy, local_path
+from ..stack.index_auth import authed
 from ..stack.lock import LockEntry
 
 #: uv, pinned: the manylinux x86_64 wheel of uv 0.13.9 as PyPI serves it (sha256 and size read
@@ -229,7 +230,7 @@ def _row(entry: LockEntry, dest: str) -> dict[str, Any]:
     return {
         "name": entry.name,
         "version": entry.version,
-        "url": entry.url,
+        "url": authed(entry.url),  # to the host only (stdin), never shown as is
         "sha256": entry.sha256,
         "compiled": entry.compiled,
         "dest": dest,
@@ -268,7 +269,7 @@ def _from_peer(
     """The file from peer `peer` (its URL `url`), host to host, its sha256 checked before it
     takes its name; refused (other bytes, or no answer), it is downloaded from the lock's URL."""
     row = {**_row(entry, dest), "mirrors": [f"{url}/{entry.sha256}/{entry.filename}"]}
-    doc = ctx.ask("fetch_release", {"entry": row, "indexes": list(indexes)})
+    doc = ctx.ask("fetch_release", {"entry": row, "indexes": [authed(i) for i in indexes]})
     for line in doc.get("refused") or []:
         ctx.log.warning("from peer %s: %s", peer, line)
         ctx.result.data.setdefault("cache_events", []).append(f"peer {peer}: {line}")
@@ -302,12 +303,12 @@ def obtain_release(
     cache = cache_for(ctx.runner)
     peers = cache.peers if target is None and not ctx.host.is_local else None
     if peers is not None:
-        peer = peers.claim(entry.sha256, ctx.host.name)
+        peer = peers.claim(entry.sha256, ctx.host.name, size=entry.size)
         if peer is not None:
             try:
                 got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)), indexes)
             finally:
-                peers.uploaded(peer)
+                peers.uploaded(peer, entry.size)
             peers.placed(entry.sha256, ctx.host.name, _serve(ctx, peers, dest))
             return got
     fetched: list[int] = []
@@ -319,12 +320,17 @@ def obtain_release(
             # Verified for the target as it lands: the installer's fetch, a start of its own.
             doc = ctx.script(
                 "install_lock",
-                {"action": "fetch", "entries": [row], "verify": target, "indexes": list(indexes)},
+                {
+                    "action": "fetch",
+                    "entries": [row],
+                    "verify": target,
+                    "indexes": [authed(i) for i in indexes],
+                },
             )
             got = sum(int(n) for _, n in doc.get("downloaded") or [])
         else:
             # Nothing to verify on arrival: the host's downloader, one process for the run.
-            doc = ctx.ask("fetch_release", {"entry": row, "indexes": list(indexes)})
+            doc = ctx.ask("fetch_release", {"entry": row, "indexes": [authed(i) for i in indexes]})
             got = int(doc.get("downloaded") or 0)
         if not doc.get("ok"):
             raise HostFailed(f"{ctx.host.name}: {doc.get('error')}")
@@ -336,7 +342,7 @@ def obtain_release(
         if filename != entry.filename or sha256 != entry.sha256:
             return False
         row = {**_row(entry, dest), "url": "", "mirrors": [{"url": url, "store": True}]}
-        doc = ctx.ask("fetch_release", {"entry": row, "indexes": list(indexes)})
+        doc = ctx.ask("fetch_release", {"entry": row, "indexes": [authed(i) for i in indexes]})
         for line in doc.get("refused") or []:
             ctx.result.data.setdefault("cache_events", []).append(f"store URL: {line}")
         return bool(doc.get("ok"))

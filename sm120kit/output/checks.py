@@ -176,6 +176,24 @@ def render_serve_launch(console: Console, result: RunResult) -> None:
                 )
 
 
+def render_stop_warm(console: Console, result: RunResult) -> None:
+    """Per host: what `preflight --stop-warm` stopped ("no warm server" when nothing ran)."""
+    for name, host in result.hosts.items():
+        warm = host.data.get("warm")
+        if not isinstance(warm, dict):
+            console.print(Text(f"{name}: {host.status}: {host.error}", style="red"))
+            continue
+        stopped = warm.get("stopped") or []
+        line = (
+            f"stopped {len(stopped)} warm server(s) (pid {', '.join(map(str, stopped))})"
+            if stopped
+            else "no warm server"
+        )
+        if warm.get("stale"):
+            line += f"; removed {warm['stale']} stale socket(s)"
+        console.print(f"{name}: {line}")
+
+
 def render_preflight(console: Console, result: RunResult) -> None:
     """Per host: every preflight check with its verdict and fix, then one line per failure."""
     for name, host in result.hosts.items():
@@ -215,11 +233,11 @@ def _render_preflight_host(console: Console, name: str, host: Any) -> None:
     console.print(table)
     for line in failed_lines(doc):
         console.print(Text(line, style="red"))
-    failed = set(doc.get("failed") or [])
-    for line in doc.get("unknown") or []:
+    strict_failed = set(doc.get("strict_failed") or [])
+    for item in doc.get("checks") or []:
         # Not a failure by default: said in the recap so a pass resting on it is not missed.
-        name, _, why = line.partition(": ")
-        if f"{name}: unknown (--strict): {why}" not in failed:
+        if item.get("status") == "unknown" and item.get("check") not in strict_failed:
+            line = f"{item.get('check', '?')}: {item.get('reason') or ''}"
             console.print(Text(f"UNKNOWN {line} (--strict fails it)", style="yellow"))
 
 
@@ -233,7 +251,10 @@ def failed_lines(doc: dict[str, Any]) -> list[str]:
             continue
         fix = f": fix {item['fix']}" if item.get("fix") else ""
         out.append(f"FAILED {item.get('check', '?')}{fix}")
+    strict_failed = set(doc.get("strict_failed") or [])
     out += [
-        f"FAILED {line}" for line in doc.get("failed") or [] if ": unknown (--strict): " in line
+        f"FAILED {item.get('check', '?')}: unknown (--strict): {item.get('reason') or ''}"
+        for item in doc.get("checks") or []
+        if item.get("status") == "unknown" and item.get("check") in strict_failed
     ]
     return out

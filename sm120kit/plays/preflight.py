@@ -128,6 +128,28 @@ def run_preflight(
     return verdict
 
 
+def stop_warm_op() -> HostOp:
+    """`invoke preflight --stop-warm`: stop the host's warm resolution servers (this user's,
+    remote/lib/warm.py ``stop_all``). Idempotent: "no warm server" when none runs."""
+
+    def run(ctx: HostContext) -> None:
+        with ctx.step("preflight.stop-warm") as step:
+            doc = ctx.script("preflight_probe", {"stop_warm": True}, timeout=PROBE_TIMEOUT)
+            if doc.get("error"):
+                raise HostFailed(str(doc["error"]))
+            stopped = [p for p in doc.get("stopped") or []]
+            ctx.set(warm={"stopped": stopped, "stale": doc.get("stale") or 0})
+            if stopped:
+                pids = ", ".join(str(p) for p in stopped)
+                step.message = f"stopped {len(stopped)} warm server(s) (pid {pids})"
+            else:
+                step.message = "no warm server"
+            if doc.get("stale"):
+                step.message += f"; removed {doc['stale']} stale socket(s)"
+
+    return run
+
+
 def preflight_arch(
     host: Host, facts: Mapping[str, Any], arch: str | None, state: ProvisionState | None
 ) -> TargetArch:

@@ -62,7 +62,7 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             ensure_package(ctx, state, name)
         try:
             if parts.stack:
-                stack = ensure_stack(ctx, state, install=True)
+                stack = ensure_stack(ctx, state, install=True, recheck=opts.flags.recheck)
                 if not ctx.check_mode:
                     fresh = stack.changed or opts.flags.recheck
                     # The stores' copies of what this host downloaded, beside its smoke.

@@ -538,7 +538,7 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
 
 
 def stack_verdict_context(state: ProvisionState) -> dict[str, Any]:
-    """What besides the serving env's files decides its smoke verdict (`smoke.memo` keys a
+    """What besides the serving env's files decides its smoke verdict (`plays.smoke_memo` keys a
     remembered verdict by it): the target arch, whether the host has a GPU (on a GPU-less
     host what needs the NVIDIA driver only warns), the recipe's declarations and what the
     probe is told about the stack's packages (their descriptors' data)."""
@@ -571,7 +571,7 @@ def smoke_stack(
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
     package's toolchain), judged for the host's target arch (`choose_arch`: the arch the
     stack was verified for), or, given a remembered verdict (`memo`, found by
-    `smoke.memo.stack_smoke_or_reuse`), reuse it: a pass passes, a remembered fail fails again
+    `plays.smoke_memo.stack_smoke_or_reuse`), reuse it: a pass passes, a remembered fail fails again
     without running (`failed_again`). Returns the verdict to remember after a run that passed
     (None after a reuse); a fail raises ChecksFailed (HostFailed when the probe could not
     judge)."""

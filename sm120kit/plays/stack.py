@@ -17,6 +17,7 @@ them, and records the ones that ran as the step's commands.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import posixpath
@@ -45,6 +46,7 @@ from ..runner.results import StepResult
 from ..stack import release_check
 from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
+from ..stack.index_auth import authed
 from ..stack.lock import Lock, LockEntry
 from ..stack.stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
 from ..state import ProvisionState
@@ -204,9 +206,12 @@ class StackResult:
     changed: bool = False
 
 
-def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> StackResult:
+def ensure_stack(
+    ctx: HostContext, state: ProvisionState, *, install: bool, recheck: bool = False
+) -> StackResult:
     """Choose every locked distribution's source (plan shows it); with `install`, make the
-    serving env hold the lock's releases (builds: `ensure_stack_builds`)."""
+    serving env hold the lock's releases (builds: `ensure_stack_builds`). `recheck`: the probe
+    also hashes the env's catalogued shared objects (one changed in place is reinstalled)."""
     lock, choices = choose(
         state.resolved, read_copies=ctx.check_mode or not install, lock=state.stack_lock
     )
@@ -249,14 +254,14 @@ def ensure_stack(ctx: HostContext, state: ProvisionState, *, install: bool) -> S
     facts = stack_facts(state, lock, files, str(python["path"]))
     with ctx.step("stack") as step:
         try:
-            _stack_step(ctx, state, lock, doc, facts, files, releases, step)
+            _stack_step(ctx, state, lock, doc, facts, files, releases, step, recheck)
         except ConnectionLost as exc:
             # Everything the step does is idempotent and the files already placed are kept:
             # once more on a new connection, as a person would run it again (once: a host
             # that drops twice is reported).
             lost = one_line(str(exc))
             ctx.log.warning("stack: %s; running the step once more", lost)
-            _stack_step(ctx, state, lock, doc, facts, files, releases, step)
+            _stack_step(ctx, state, lock, doc, facts, files, releases, step, recheck)
             step.message = f"{step.message} (run again after: {lost})"
     return StackResult(doc, changed=step.status == "changed" and not ctx.check_mode)
 
@@ -270,6 +275,7 @@ def _stack_step(
     files: list[StackFile],
     releases: list[Choice],
     step: StepResult,
+    recheck: bool = False,
 ) -> None:
     """The stack step's work: probe the env, plan, and (unless check mode) install."""
     probe = ctx.script(
@@ -279,6 +285,7 @@ def _stack_step(
             "env": facts.env,
             "record": facts.record,
             "entries": [f.row() for f in (*files, facts.uv)],
+            "hash_shared": recheck,
         },
     )
     for c in releases:
@@ -538,7 +545,7 @@ def _install(
     ran: list[Step] = list(plan.fetches)
     # Files placed in this run were hashed as they arrived: not read again before install.
     placed = {s["dest"] for s in plan.fetches}
-    entries = [{**f.row(), "checked": f.dest in placed} for f in facts.files]
+    entries = [{**f.row(), "url": authed(f.url), "checked": f.dest in placed} for f in facts.files]
     judged = _judged_by_catalogue(lock, facts.files, target)
     for e in entries:
         if e["sha256"] in judged:
@@ -550,39 +557,46 @@ def _install(
         "env": env,
         "entries": entries,
         "verify": target,
-        "indexes": list(lock.indexes),
+        "indexes": [authed(i) for i in lock.indexes],
         "steps": plan.host_steps,
         "cleanup": plan.cleanup,
         "progress": progress,
         "timeout": INSTALL_TIMEOUT,
     }
-    if plan.streams:
-        got, result = _fetch_while_installing(ctx, state, lock, wanted, args)
-    else:
-        got = _fetch(ctx, state, lock, wanted, target, judged=judged)
-        with poll_progress(ctx, "stack", progress):
-            result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
-    origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
-    fetched = sum(n for _where, n in got)
-    refetched: list[str] = []
-    for attempt in range(2):
-        if attempt:
+    try:
+        if plan.streams:
+            got, result = _fetch_while_installing(ctx, state, lock, wanted, args)
+        else:
+            got = _fetch(ctx, state, lock, wanted, target, judged=judged)
             with poll_progress(ctx, "stack", progress):
                 result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
-        ran += plan.host_steps[: int(result.get("done") or 0)]
-        corrupt = [by_dest[d] for d in result.get("corrupt") or [] if d in by_dest]
-        if result.get("ok") or not corrupt or refetched:
-            break
-        # A file in the host's releases/ whose bytes are not the lock's (removed there): fetched
-        # again through the stores, then everything is checked again.
-        refetched = [f.name for f in corrupt]
-        ctx.log.warning("corrupt on the host, fetched again: %s", ", ".join(refetched))
-        again = [entry_of[f.dest] for f in corrupt]
-        ran += [fetch_step(f) for f in corrupt]
-        fetched += sum(n for _w, n in _fetch(ctx, state, lock, again, target))
-        args["entries"] = [{**e, "checked": False} for e in entries]
-    # Its last reader was the display, now done with it: no run leaves it behind.
-    ctx.run(f"rm -f {shlex.quote(progress)}", what="progress file", quiet=True, check=False)
+        origins = {e.name: where for e, (where, _n) in zip(wanted, got, strict=True)}
+        fetched = sum(n for _where, n in got)
+        refetched: list[str] = []
+        for attempt in range(2):
+            if attempt:
+                with poll_progress(ctx, "stack", progress):
+                    result = ctx.script("install_lock", args, timeout=INSTALL_TIMEOUT)
+            ran += plan.host_steps[: int(result.get("done") or 0)]
+            corrupt = [by_dest[d] for d in result.get("corrupt") or [] if d in by_dest]
+            if result.get("ok") or not corrupt or refetched:
+                break
+            # A file in the host's releases/ whose bytes are not the lock's (removed there): fetched
+            # again through the stores, then everything is checked again.
+            refetched = [f.name for f in corrupt]
+            ctx.log.warning("corrupt on the host, fetched again: %s", ", ".join(refetched))
+            again = [entry_of[f.dest] for f in corrupt]
+            ran += [fetch_step(f) for f in corrupt]
+            fetched += sum(n for _w, n in _fetch(ctx, state, lock, again, target))
+            args["entries"] = [{**e, "checked": False} for e in entries]
+    finally:
+        # Its last reader was the display, now done with it: no run leaves it behind, failed
+        # or not (one cut off leaves it to the next run's sweep under the host lock).
+        tmp = shlex.quote(progress + ".tmp")
+        with contextlib.suppress(Exception):  # a lost connection: the step's own error says so
+            ctx.run(
+                f"rm -f {shlex.quote(progress)} {tmp}", what="progress", quiet=True, check=False
+            )
     for name, verdict in (result.get("verdicts") or {}).items():
         row = doc["packages"].get(name)
         if row is None:

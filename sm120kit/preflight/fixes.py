@@ -127,5 +127,7 @@ def shorten_resolution(checks: list[Check], res: Mapping[str, Any]) -> None:
     gpu = str(res.get("gpu") or "")
     if str(res.get("driver") or "").startswith("no driver"):
         gpu += "; no driver: the tool's libcuda.so.1 stub"
+    if res.get("model_source"):
+        gpu += f"; {res['model_source']}"
     head = f"resolved by: {res['by']}" + (f" ({gpu})" if gpu else "")
     target["reason"] = f"{head}: {', '.join(shown) or 'no backend field judged'}{more}"

@@ -136,6 +136,36 @@ def gate_refusals(
     return out
 
 
+def gate_admissions(
+    gates: Iterable[tuple[str, str]],
+    versions: Mapping[str, str | None],
+    arch: str,
+    cats: Iterable[Catalogue],
+) -> list[str] | None:
+    """The arch gates `gates` that admit `arch`, quoted with their source, for a backend that
+    is judged by its gates alone (rules.py ``Backend.by_gates``). None when one of them was not
+    read for the installed version (not installed, or no catalogue read that version or that
+    gate): the backend is then undecided, never a pass resting on a gate nobody read."""
+    cats = list(cats)
+    out = []
+    for dist, name in gates:
+        version = versions.get(dist)
+        gate, where = None, None
+        for cat in cats:
+            found = cat.lookup(dist, version) if version else None
+            if found is not None and found.facts is not None:
+                gate, where = found.facts.gate(name), cat
+                break
+        if gate is None or where is None:
+            return None
+        if gate.admits(arch):
+            out.append(
+                f"{dist} {version} {gate.source}: {gate.text} admits {arch} "
+                f"(read from the catalogue {where.source or where.path})"
+            )
+    return out
+
+
 def kernel_sources(
     kernels: Iterable[tuple[str, str]],
     versions: Mapping[str, str | None],

@@ -64,6 +64,10 @@ class Backend:
     #: (distribution, ``kernel_sources`` gate name) of the catalogue; sources for the GPU's
     #: arch make it a JIT pass, none a refusal (a version no catalogue read: its modules judge).
     kernels: tuple[tuple[str, str], ...] = ()
+    #: Judged by `gates` alone: a JIT path whose every gate the catalogue read for the
+    #: installed version and which all admit the GPU passes quoting them; a gate not read
+    #: leaves it unknown (it is never a pass resting on a gate nobody read).
+    by_gates: bool = False
 
 
 SGL_KERNEL = ("sglang-kernel", "sgl-kernel")
@@ -94,6 +98,27 @@ _FI_FMHA_GATE = (
         "flashinfer-python",
         "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:TllmGenFmhaRunner",
     ),
+)
+#: trtllm_mha on 12.x is not trtllm-gen. sglang 0.5.23 sglang/srt/layers/attention/
+#: trtllm_mha_backend.py:258 ``is_xqa_impl = is_sm90 or is_sm120`` (decode: flashinfer XQA,
+#: :1643) and :367 ``use_fmha_v2 = is_sm90 or is_sm120`` (prefill: :1897
+#: ``flashinfer.prefill.trtllm_fmha_v2_prefill``). flashinfer-python 0.7.2 builds both JIT:
+#: flashinfer/prefill.py:7444 ``get_trtllm_fmha_v2_module`` -> jit/attention/modules.py:2602
+#: ``gen_fmha_v2_module`` (supported_major_versions=[9, 12]) and decode.py:4749 ``xqa`` ->
+#: jit/xqa.py:140 ``gen_xqa_module`` ([9, 10, 12]); both take the attention sinks
+#: (prefill.py:7820, decode.py:4762). Its 12.x refusals (prefill.py:7733 chunked attention,
+#: :7762 an fp8 e4m3 query) are sglang's own checks or the rule `trtllm-mha-fp8-kv-sm120`.
+_TRTLLM_MHA_SM12X = Backend(
+    "jit",
+    needs=_FLASHINFER,
+    note="on 12.x sglang's trtllm_mha runs flashinfer's FMHAv2 prefill and XQA decode "
+    "(trtllm_mha_backend.py:258/:367 is_sm120), JIT-compiled, not the trtllm-gen cubins",
+    source=f"{SGLANG_WHEEL}: sglang/srt/layers/attention/trtllm_mha_backend.py:258, :367",
+    gates=(
+        ("flashinfer-python", "flashinfer/jit/attention/modules.py:gen_fmha_v2_module"),
+        ("flashinfer-python", "flashinfer/jit/xqa.py:gen_xqa_module"),
+    ),
+    by_gates=True,
 )
 _FI_BMM_GATE = (
     ("flashinfer-python", "flashinfer/data/csrc/trtllm_batched_gemm_runner.cu:isArchCompatible"),
@@ -137,6 +162,7 @@ ATTENTION_BACKENDS: dict[str, Backend] = {
         needs=_FLASHINFER,
         note="flashinfer's TensorRT-LLM kernels (trtllm_mha_backend.py imports flashinfer)",
         source=_REG,
+        sm12x=_TRTLLM_MHA_SM12X,
     ),
     "trtllm_mla": Backend(
         "cubin",

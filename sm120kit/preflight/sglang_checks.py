@@ -108,16 +108,19 @@ def unresolved_checks(res: Mapping[str, Any], checks: list[Check]) -> list[Check
 
 
 def overall(checks: Sequence[Check], strict: bool) -> dict[str, Any]:
-    """{"verdict", "failed", "unknown"}: fail when a check fails (with `strict`, also when one
-    is unknown), unknown when none fails but one is unknown, else pass."""
+    """{"verdict", "failed", "unknown", "strict_failed"}: fail when a check fails (with
+    `strict`, also when one is unknown), unknown when none fails but one is unknown, else pass.
+    `strict_failed` names the unknown checks that `strict` failed, as data: the output reads
+    it, never the wording of the `failed` lines."""
     failed = [c for c in checks if c["status"] == "fail"]
     unknown = [c for c in checks if c["status"] == "unknown"]
     lines = [f"{c['check']}: {c['reason']}" for c in failed]
-    if strict:
-        lines += [f"{c['check']}: unknown (--strict): {c['reason']}" for c in unknown]
+    strict_failed = [c["check"] for c in unknown] if strict else []
+    lines += [f"{c['check']}: unknown (--strict): {c['reason']}" for c in unknown if strict]
     verdict = "fail" if lines else ("unknown" if unknown else "pass")
     return {
         "verdict": verdict,
         "failed": lines,
         "unknown": [f"{c['check']}: {c['reason']}" for c in unknown],
+        "strict_failed": strict_failed,
     }

@@ -19,7 +19,13 @@ from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
 from ..stack.catalogue import Catalogue
 from .fixes import alternatives, is_installed, missing_fix, shorten_resolution
-from .from_catalogue import cubin_coverage, gate_refusals, kernel_sources, with_catalogue
+from .from_catalogue import (
+    cubin_coverage,
+    gate_admissions,
+    gate_refusals,
+    kernel_sources,
+    with_catalogue,
+)
 from .host import (
     CC,
     Check,
@@ -158,6 +164,7 @@ def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
         "driver": doc.get("driver"),
         "after": case.get("after"),
         "version": doc.get("version"),
+        "model_source": doc.get("model_source"),
     }
 
 
@@ -204,6 +211,10 @@ def resolution_check(res: Mapping[str, Any]) -> Check:
     gpu = res.get("gpu")
     if res.get("driver") and str(res["driver"]).startswith("no driver"):
         gpu = f"{gpu}; {res['driver']}"
+    if res.get("model_source"):
+        # A hub id: where the config sglang read came from (the HF cache's revision, or
+        # --model-config), so a pass says what it rests on.
+        gpu = f"{gpu}; {res['model_source']}"
     return check(
         "sglang_resolution",
         "pass",
@@ -357,10 +368,10 @@ def backend_verdict(
             f"{label}: {entry.note or 'not modelled'} (modules not checked)",
             evidence,
         )
+    installed = {d: (v or {}).get("version") for d, v in dists.items()}
     if entry.gates and cc is not None:
         # The package's own arch gate on this path, read from the installed release's source
         # (the catalogue): a refusal there ends the launch whatever the kernels are.
-        installed = {d: (v or {}).get("version") for d, v in dists.items()}
         refused = gate_refusals(entry.gates, installed, cc_text(cc), cats)
         if refused:
             evidence["gates"] = refused
@@ -382,6 +393,23 @@ def backend_verdict(
         )
     if entry.kind == "undecided":
         return check(f"{role}_backend", "unknown", f"{label}: unknown: {entry.note}", evidence)
+    if entry.by_gates and cc is not None:
+        admitted = gate_admissions(entry.gates, installed, cc_text(cc), cats)
+        if admitted is None:
+            return check(
+                f"{role}_backend",
+                "unknown",
+                f"{label}: {entry.note}: no catalogue read its arch gates for the installed "
+                "version, so whether they admit " + where + " is unknown",
+                evidence,
+            )
+        evidence["gates"] = admitted
+        return check(
+            f"{role}_backend",
+            "pass",
+            f"{label}: {entry.note}; its gates admit {where}: " + "; ".join(admitted),
+            evidence,
+        )
     if entry.kernels and cc is not None:
         # A JIT package: its per-arch kernel sources in the installed release (catalogue).
         installed = {d: (v or {}).get("version") for d, v in dists.items()}
@@ -628,7 +656,7 @@ def judge(
     strict: bool = False,
 ) -> dict[str, Any]:
     """Every preflight verdict for one host: {"ok", "verdict", "checks", "failed", "unknown",
-    "attention"}.
+    "strict_failed", "attention"}.
 
     `cats`: the catalogues of release facts whose module facts judge a backend's modules for
     the versions they read (the env's own files otherwise). `strict`: an unknown check fails
@@ -677,4 +705,5 @@ def judge(
         "resolved": res.get("backends"),
         "checks": checks,
         "failed": summary["failed"],
+        "strict_failed": summary["strict_failed"],
     }

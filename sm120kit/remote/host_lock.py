@@ -10,12 +10,19 @@ holder's process dead on its own machine). Each command of the holder's run left
 pg.<process group id> in the lock directory; on a takeover the groups still running (and
 started before their file was written, so not a reused id) are killed: the dead run's work
 must not go on beside the new run's.
+Once acquired, the temporaries earlier runs left are swept (`sweep_leftovers`): the stack's
+``.<env>.fetched``/``.<env>.progress`` files and the controller's uploads
+``<dest>.<token>.part`` (only the lock's holder writes them, and that is now this run), and the
+host's downloads ``<dest>.<pid>-<thread>[.peer].part`` whose writer is gone (a live one's never:
+a download left running by a run that gave up on it keeps its file).
 Prints {"acquired": bool, "holder": {...} | null, "stale_taken_over": bool,
-"dead_taken_over": bool, "killed": [pgid, ...]} (refresh and release print {"refreshed"/"released": bool}).
+"dead_taken_over": bool, "killed": [pgid, ...], "swept": [path, ...]} (refresh and release print {"refreshed"/"released": bool}).
 """
 
+import glob
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -88,6 +95,39 @@ def kill_leftovers(lock_dir):
     return killed
 
 
+_WRITER = re.compile(r"\.(\d+)-\d+(?:\.peer)?\.part$")
+_UPLOAD = re.compile(r"\.[0-9a-f]{12}\.part$")
+
+
+def _writer_alive(pid, path):
+    """Whether process `pid` (started no later than `path` was last written) still runs."""
+    started = _started_at(pid)
+    try:
+        return started is not None and started <= os.stat(path).st_mtime + 2
+    except OSError:
+        return False
+
+
+def sweep_leftovers(work_root):
+    """Remove what interrupted or failed runs left under `work_root`; the paths removed."""
+    swept = []
+    found = glob.glob(os.path.join(work_root, "releases", "*", "*.part"))
+    for pattern in (".*.fetched", ".*.progress", ".*.progress.tmp"):
+        found += glob.glob(os.path.join(work_root, "envs", pattern))
+    for path in sorted(found):
+        writer = _WRITER.search(path)
+        if writer is not None and _writer_alive(int(writer.group(1)), path):
+            continue
+        if path.endswith(".part") and writer is None and not _UPLOAD.search(path):
+            continue  # not a name this tool gives: not its to remove
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        swept.append(path)
+    return swept
+
+
 def main():
     args = json.loads(sys.argv[1])
     work_root = os.path.abspath(os.path.expanduser(args["work_root"]))
@@ -143,6 +183,7 @@ def main():
         owner["token"] = args["token"]
         owner["since"] = owner["refreshed"] = time.time()
         write_owner(owner_file, owner)
+        swept = sweep_leftovers(work_root)
         print(
             json.dumps(
                 {
@@ -151,6 +192,7 @@ def main():
                     "stale_taken_over": stale_taken_over,
                     "dead_taken_over": dead_taken_over,
                     "killed": killed,
+                    "swept": swept,
                 }
             )
         )

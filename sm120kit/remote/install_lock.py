@@ -12,7 +12,10 @@ JSON)::
 
 ``probe`` changes nothing: ``{"exists", "works": the env works, "record", "installed": {name:
 version}, "present": [dest paths already on the host], "cuda_home": the CUDA_HOME the env's
-.pth file sets or null}``. (The env's smoke verdicts are remembered by remote/smoke_memo.py,
+.pth file sets or null, "changed": [[file, dist]] or null}``: with ``"hash_shared": true``
+(``provision --recheck``) every shared object a distribution's RECORD lists with a sha256 is
+hashed, and ``changed`` names those whose bytes differ or that are gone (a change in place
+keeps the version, the size and even the mtime: only the bytes tell). (The env's smoke verdicts are remembered by remote/smoke_memo.py,
 keyed by the record.)
 
 ``fetch`` downloads the given entries (files the wheel stores did not have, fetched by the
@@ -51,8 +54,11 @@ steps completed, "corrupt", "downloaded": [[name, bytes]], "verdicts": {name: {.
 Progress (phase, files, bytes) goes to the ``progress`` file as it goes.
 """
 
+import base64
 import concurrent.futures
+import csv
 import glob
+import hashlib
 import json
 import os
 import re
@@ -95,16 +101,67 @@ def pth_cuda_home(env):
     return m.group(1) if m else "(unreadable)"
 
 
+def shared_object(rel):
+    """Whether a RECORD path names a shared object (``x.so``, ``libx.so.12``)."""
+    base = rel.rsplit("/", 1)[-1]
+    return base.endswith(".so") or ".so." in base
+
+
+def record_digest(path):
+    """The RECORD form of a file's sha256 (``sha256=`` urlsafe base64, no padding), or None."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+
+
+def catalogued_shared_objects(site):
+    """[(path, RECORD path, dist, RECORD digest)] of every shared object the env's
+    distributions' RECORD files list with a sha256."""
+    out = []
+    for info in sorted(glob.glob(os.path.join(site, "*.dist-info"))):
+        dist = dist_name(os.path.basename(info)[: -len(".dist-info")].partition("-")[0])
+        try:
+            with open(os.path.join(info, "RECORD"), newline="") as fh:
+                rows = list(csv.reader(fh))
+        except (OSError, csv.Error, UnicodeDecodeError):
+            continue
+        for row in rows:
+            if len(row) >= 2 and row[1].startswith("sha256=") and shared_object(row[0]):
+                path = os.path.normpath(os.path.join(site, row[0]))
+                out.append((path, row[0], dist, row[1]))
+    return out
+
+
+def changed_in_place(env):
+    """[[RECORD path, dist]] of the catalogued shared objects whose bytes are not RECORD's
+    (or that are gone); hashed by a few threads (hashlib lets go of the GIL)."""
+    site = site_packages(env)
+    if site is None:
+        return []
+    listed = catalogued_shared_objects(site)
+    workers = max(1, min(8, os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        digests = list(pool.map(record_digest, [row[0] for row in listed]))
+    return [[rel, dist] for (_, rel, dist, want), got in zip(listed, digests) if got != want]
+
+
 def probe(args):
     entries = args.get("entries") or []
+    works = uv_sync.env_ok(args["env"])
     return {
         "ok": True,
         "exists": os.path.lexists(args["env"]),
-        "works": uv_sync.env_ok(args["env"]),
+        "works": works,
         "record": read_record(args["record"]),
         "installed": installed(args["env"]),
         "present": [e["dest"] for e in entries if os.path.isfile(e["dest"])],
         "cuda_home": pth_cuda_home(args["env"]),
+        "changed": changed_in_place(args["env"]) if works and args.get("hash_shared") else None,
     }
 
 
@@ -405,6 +462,11 @@ def apply(args):
 
     def uv_op(step, result):
         argv = step["argv"]
+        if argv[1:3] == ["cache", "clean"]:  # no env: the repair's dropped cache entries
+            error = uv_sync.run_uv(argv[0], argv[1:], step["cache"], int(step["timeout"]))
+            if error:
+                raise StepFailed(error)
+            return
         syncing = argv[1:3] == ["pip", "sync"]
         progress.set("install" if syncing else "venv", force=True)
         # A sync's env: the one whose python it is given (new or existing).

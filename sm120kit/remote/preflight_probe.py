@@ -271,7 +271,10 @@ def torch_cuda(location: str | None) -> str | None:
 
 
 def probe(args: dict[str, Any]) -> dict[str, Any]:
-    """Everything preflight reads on the host; JSON-ready."""
+    """Everything preflight reads on the host; JSON-ready. ``{"stop_warm": true}``: stop this
+    user's warm resolution servers instead (lib/warm.py stop_all)."""
+    if args.get("stop_warm"):
+        return warm.stop_all()
     out: dict[str, Any] = {"error": None, "dists": {}, "modules": []}
     if args.get("port"):
         out["port"] = port_state(args.get("host") or "127.0.0.1", int(args["port"]))
@@ -328,10 +331,11 @@ def hub_cache() -> str:
     return os.path.join(home, "hub")
 
 
-def hub_config(model_id: str) -> str | None:
-    """The cached config.json of hub model `model_id` (``org/name``), or None: huggingface_hub's
-    layout, ``models--org--name/snapshots/<revision>/config.json``, the revision ``refs/main``
-    names first. sglang, run offline, reads the same file."""
+def hub_snapshot(model_id: str) -> tuple[str, str] | None:
+    """(snapshot directory, revision) of hub model `model_id` (``org/name``) in the host's
+    Hugging Face cache, or None: huggingface_hub's layout,
+    ``models--org--name/snapshots/<revision>/config.json``, the revision ``refs/main`` names
+    first, else the snapshots in name order."""
     if model_id.count("/") != 1:
         return None
     root = os.path.join(hub_cache(), "models--" + model_id.replace("/", "--"))
@@ -349,8 +353,14 @@ def hub_config(model_id: str) -> str | None:
     for rev in revs:
         path = os.path.join(snaps, rev, "config.json")
         if rev and os.path.isfile(path):
-            return path
+            return os.path.join(snaps, rev), rev
     return None
+
+
+def hub_config(model_id: str) -> str | None:
+    """The cached config.json of hub model `model_id` (`hub_snapshot`), or None."""
+    found = hub_snapshot(model_id)
+    return os.path.join(found[0], "config.json") if found else None
 
 
 def has_driver() -> bool:
@@ -375,9 +385,22 @@ def resolve(
     first on LD_LIBRARY_PATH (lib/driver_stub.py), defining the driver entry points the
     env's modules (`site`: its site-packages) import, in a temporary directory removed after.
     A hub id's config.json comes from the request (``model_config``: ``--model-config`` read
-    on the controller), else from the host's Hugging Face cache.
+    on the controller), else from the host's Hugging Face cache: sglang is given the cached
+    snapshot's directory in place of the hub id, so that nothing in it asks the hub (sglang
+    0.5.23's env, given the id with HF_HUB_OFFLINE=1 and a snapshot but no refs/main, refuses:
+    "couldn't connect to 'https://huggingface.co'"). ``model_source`` in the answer says which.
     """
     config_dir = None
+    model_id = str(model.get("path") or "")
+    snapshot = None if model.get("local") else hub_snapshot(model_id)
+    if request.get("model_config") is None and snapshot is not None:
+        request = dict(request)
+        request["cases"] = [
+            with_model(argv, model_id, snapshot[0]) for argv in request.get("cases") or []
+        ]
+        doc = _resolve(python, request, model, args, site, False)
+        doc["model_source"] = "config from the host's HF cache (%s)" % snapshot[1]
+        return doc
     if request.get("model_config") is not None and not model.get("local"):
         # --model-config: the hub model's config.json from the controller, in a directory
         # sglang reads in place of the hub id (removed after the run).
@@ -391,7 +414,10 @@ def resolve(
         ]
         request.pop("model_config")
     try:
-        return _resolve(python, request, model, args, site, config_dir is not None)
+        doc = _resolve(python, request, model, args, site, config_dir is not None)
+        if config_dir is not None:
+            doc["model_source"] = "config from --model-config"
+        return doc
     finally:
         if config_dir:
             shutil.rmtree(config_dir, ignore_errors=True)

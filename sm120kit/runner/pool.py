@@ -279,6 +279,9 @@ class Runner:
                     f"{self.options.lock_stale_after:.0f}s); wait for it, or pass --break-lock "
                     "if that run is gone"
                 )
+            swept = doc.get("swept") or []
+            if swept:  # only the log: a dead run's temporaries are not news to the user
+                ctx.log.info("lock: removed what earlier runs left: %s", ", ".join(swept))
             killed = doc.get("killed") or []
             left = f"; killed its leftover process groups {killed}" if killed else ""
             if doc.get("dead_taken_over"):

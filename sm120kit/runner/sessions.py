@@ -17,9 +17,14 @@ killed over a session of its own. So a host's sessions come from a pool of conne
   for hours never starves the commands its step still has to run.
 - An idle SFTP session kept for the next copy is closed for a waiter (`reclaim`).
 - sshd may allow fewer sessions than the setting ``ssh_max_sessions`` says: a session it
-  refuses while others are open on that connection teaches the pool the real limit (the
-  refused one goes to another connection); one refused with none other open is a one-line
-  error naming the host, never a hang.
+  refuses while others are open on that connection lowers the pool's limit to what was open
+  (the refused one goes to another connection); one refused with none other open is a
+  one-line error naming the host, never a hang. A refusal may be transient (a session sshd
+  has not yet reaped), so the limit is not lowered for good (`SessionLimit`): after
+  ``PROBE_AFTER`` sessions opened without a refusal it is raised by one, up to the setting;
+  a refusal right at a raised limit (the real MaxSessions) doubles the sessions needed
+  before the next raise, so a host whose sshd really allows few pays one refused channel open
+  per ever longer stretch.
 
 Each connection of the pool is watched (`_watch`): every so often a global request that
 wants a reply (OpenSSH answers every global request, with failure for those it does not
@@ -56,13 +61,59 @@ DEFAULT_SILENCE = 90.0
 KEEPALIVE_REQUEST = "keepalive@openssh.com"
 
 
+#: Sessions opened without a refusal after which a lowered limit is raised by one.
+PROBE_AFTER = 8
+#: The most sessions the raise waits for (doubled from PROBE_AFTER by each failed raise).
+PROBE_AFTER_MAX = 1024
+
+
+@dataclass
+class SessionLimit:
+    """The pool's session limit per connection: lowered by a refusal to what was open,
+    raised by one again after `need` sessions opened without one (up to `setting`). Pure:
+    the policy the table in tests/test_ssh_sessions.py walks."""
+
+    setting: int
+    value: int = 0
+    need: int = PROBE_AFTER
+    streak: int = 0  # sessions opened since the last change
+    raised: bool = False  # the last change was a raise (a probe)
+
+    def __post_init__(self) -> None:
+        self.setting = max(1, self.setting)
+        self.value = self.value or self.setting
+
+    def refused(self, others: int) -> bool:
+        """sshd refused a session while `others` were open on its connection: whether this
+        lowered the limit (first at this level: worth a note)."""
+        self.streak = 0
+        if others >= self.value:
+            return False
+        probe_failed = self.raised and others == self.value - 1
+        self.need = min(self.need * 2, PROBE_AFTER_MAX) if probe_failed else self.need
+        self.value, self.raised = max(1, others), False
+        return not probe_failed
+
+    def opened(self) -> bool:
+        """A session opened: whether the limit was raised by it."""
+        if self.value >= self.setting:
+            return False
+        self.streak += 1
+        if self.streak < self.need:
+            return False
+        self.value, self.streak, self.raised = self.value + 1, 0, True
+        return True
+
+
 @dataclass(eq=False)
 class Link:
     """One SSH connection of a host's pool and the sessions open on it."""
 
     conn: Any  # a fabric Connection
-    limit: int
+    limit: int  # 0: retired (a session refused with none other open), closed once idle
     used: int = 0
+    opened: int = 0  # sessions ever opened on it
+    adopted: bool = False  # the host's first connection: others use it, never closed here
     #: Why the watchdog closed it ("no reply for 90 s (keepalive unanswered)"), else None.
     silent: str | None = None
     stop: threading.Event = field(default_factory=threading.Event)
@@ -107,7 +158,7 @@ class Sessions:
         cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
         self._dial = dial
-        self.limit = max(1, limit)
+        self._limit = SessionLimit(limit)
         self._setting = limit
         self._where = where
         self.silence = silence
@@ -123,11 +174,16 @@ class Sessions:
 
     def adopt(self, conn: Any) -> Link:
         """Put an already open connection in the pool (the host's first)."""
-        link = Link(conn, self.limit)
+        link = Link(conn, self.limit, adopted=True)
         with self._cond:
             self.links.append(link)
         self._start_watch(link)
         return link
+
+    @property
+    def limit(self) -> int:
+        """Sessions per connection the pool opens now (`SessionLimit`)."""
+        return self._limit.value
 
     def _cap(self) -> int:
         return max(1, -(-SESSION_BUDGET // self.limit))
@@ -165,11 +221,20 @@ class Sessions:
         return Lease(self, link)
 
     def _give_back(self, link: Link) -> None:
+        retired = False
         with self._cond:
             link.used -= 1
-            if link.used == 0 and not link.active():
+            if link.used == 0 and (not link.active() or (link.limit == 0 and not link.adopted)):
                 link.stop.set()
+                retired = link.limit == 0 and link in self.links
+                if retired:
+                    self.links.remove(link)
             self._cond.notify_all()
+        if retired:
+            try:
+                link.conn.close()
+            except Exception:  # noqa: BLE001 - closing a connection that already broke
+                pass
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -186,23 +251,23 @@ class Sessions:
         while other sessions are open on its own (sshd allows fewer than the setting)."""
         while True:
             try:
-                return open_channel(lease.transport)
+                channel = open_channel(lease.transport)
             except Exception as exc:
                 if not refused(exc, lease.transport):
                     raise
                 with self._cond:
                     link = lease.link
                     others = link.used - 1
-                    if others < 1:
+                    if others < 1 and not link.opened:
                         raise HostUnreachable(
                             f"host {self._where}: sshd refused an SSH session although none other "
                             "was open on the connection (its MaxSessions allows none; setting "
                             f"ssh_max_sessions is {self._setting})"
                         ) from None
-                    learned = others < self.limit
-                    if learned:
-                        self.limit = others
-                    link.limit = min(link.limit, others)
+                    # None other open, on a connection that had sessions: sshd has not yet
+                    # reaped one of them (transient); that connection takes no more.
+                    learned = others >= 1 and self._limit.refused(others)
+                    link.limit = min(link.limit, others) if others >= 1 else 0
                 if learned:
                     self.note(
                         f"sshd allows {others} session(s) per connection (MaxSessions), fewer "
@@ -211,6 +276,15 @@ class Sessions:
                 lease.release()
                 fresh = self.lease(urgent=True)
                 lease.link, lease._released = fresh.link, False
+                continue
+            with self._cond:
+                lease.link.opened += 1
+                if self._limit.opened():
+                    # Every connection may take one more again (a refusal lowered them).
+                    for link in self.links:
+                        if link.limit:
+                            link.limit = max(link.limit, self._limit.value)
+            return channel
 
     def _start_watch(self, link: Link) -> None:
         if self.silence > 0:
@@ -257,4 +331,12 @@ class Sessions:
                 pass
 
 
-__all__ = ["DEFAULT_SILENCE", "SESSION_BUDGET", "Lease", "Link", "Sessions"]
+__all__ = [
+    "DEFAULT_SILENCE",
+    "PROBE_AFTER",
+    "SESSION_BUDGET",
+    "Lease",
+    "Link",
+    "SessionLimit",
+    "Sessions",
+]

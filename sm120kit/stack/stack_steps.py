@@ -129,8 +129,9 @@ class StackPlan:
 
 def drift(files: tuple[StackFile, ...], probe: Mapping[str, Any]) -> list[str]:
     """How the env differs from the lock, one phrase per kind (empty: as locked): no env, a
-    broken one (cut off while made), distributions missing, at another version or file, or
-    not in the lock at all (installed behind the tool's back)."""
+    broken one (cut off while made), distributions missing, at another version or file, not
+    in the lock at all (installed behind the tool's back), or (``provision --recheck``: the
+    probe hashed the shared objects) a shared object changed in place."""
     if not probe.get("exists"):
         return ["no env yet"]
     if not probe.get("works"):
@@ -145,9 +146,10 @@ def drift(files: tuple[StackFile, ...], probe: Mapping[str, Any]) -> list[str]:
         if k in have and (have[k] != f.version or (mine.get(k) or {}).get("sha256") != f.sha256)
     )
     extra = sorted(f"{k}=={v}" for k, v in have.items() if k not in want)
+    changed = [f"{rel} ({dist})" for rel, dist in probe.get("changed") or []]
     out = []
     for label, names in (("missing", missing), ("another version or file", other),
-                         ("not in the lock", extra)):  # fmt: skip
+                         ("not in the lock", extra), ("changed in place", changed)):  # fmt: skip
         if names:
             more = f" and {len(names) - 5} more" if len(names) > 5 else ""
             out.append(f"{label}: {', '.join(names[:5])}{more}")
@@ -222,9 +224,19 @@ def sync_steps(facts: StackFacts, probe: Mapping[str, Any]) -> tuple[list[Step],
     # After a stage the env is compiled already: uv's compile pass would only read 35,000 fresh
     # pyc headers again at the end of the step, so the sync audits, and what it adds or
     # rewrites is compiled after it (``compile: "new"``).
+    # A distribution whose files changed in place has the locked version: uv would keep it, so
+    # it is reinstalled. uv links an env's files from its cache (hard links: `stat -c %h` is 2),
+    # so a file edited in place IS uv's cache entry and a plain reinstall links the edited bytes
+    # back: the distribution's cache entries go first (uv unpacks the checked wheel again), and
+    # the repair copies, so this env's copy no longer shares an inode with the cache.
+    again = [] if new_env else sorted({dist for _, dist in probe.get("changed") or []})
+    if again:
+        steps.append(uv_step(facts, "cache", "clean", *again, timeout=VENV_TIMEOUT))
     sync = uv_step(
         facts,
         *(AUDIT if new_env else SYNC),
+        *(word for dist in again for word in ("--reinstall-package", dist)),
+        *(("--link-mode", "copy") if again else ()),
         "--python",
         posixpath.join(target, "bin", "python"),
         req,

@@ -257,7 +257,10 @@ def _apt_plan(
     fetch = "import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])"
     apt = [
         f"mkdir -p {_q(downloads)}",
-        f"{shlex.join([python, '-c', fetch, url, deb + '.part'])} && mv {_q(deb + '.part')} {_q(deb)}",
+        # One writer per file: the shell's pid names the temporary (a second run never writes
+        # into a first one's), and the sweep of `downloads/.*.part-*` takes a dead run's.
+        f"part={_q(posixpath.join(downloads, '.' + KEYRING_DEB + '.part-'))}$$"
+        f' && {shlex.join([python, "-c", fetch, url])} "$part" && mv "$part" {_q(deb)}',
         f"{sudo}dpkg -i {_q(deb)}",
         f"{sudo}apt-get update",
         f"{sudo}env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "

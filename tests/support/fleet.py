@@ -204,10 +204,13 @@ class Fleet:
         hosts: list[tuple[str, str, str]],
         dead: list[tuple[str, str]] | None = None,
         sshd_options: dict[str, str] | None = None,
+        host_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.root = root
         #: Extra sshd_config lines per host name (e.g. "MaxSessions 1").
         self.sshd_options = sshd_options or {}
+        #: Extra session environment per host name (sshd SetEnv), e.g. its own TMPDIR.
+        self.host_env = host_env or {}
         self.user = getpass.getuser()
         self.hosts = [SimHost(n, a, p, root / n) for n, a, p in hosts]
         self.dead = [SimHost(n, a, "nogpu", root / n, live=False) for n, a in (dead or [])]
@@ -295,6 +298,7 @@ class Fleet:
         # No /proc file for hosts without a driver: point at a path that does not exist so the
         # machine's real /proc (if any) never leaks into a simulated host.
         env.setdefault("SM120KIT_NVIDIA_PROC_VERSION", str(h.root / "no-driver"))
+        env.update(self.host_env.get(h.name, {}))
         config = f"""
 ListenAddress {h.address}:{self.port}
 HostKey {h.root}/ssh_host_ed25519_key

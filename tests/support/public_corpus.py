@@ -5,6 +5,10 @@ judging each launch from that recording with preflight's own `judge`.
 Recording (by hand, in the real sglang 0.5.23 serving env that `provision --stack` makes)::
 
     python3 -m tests.support.public_corpus /path/to/envs/stack-sglang-0.5.23-.../bin/python
+    python3 -m tests.support.public_corpus --fixture /path/to/.../bin/python
+
+(the second re-records tests/fixtures/preflight/sglang-0.5.23-resolved.json, the same
+launches, see `record_fixture`)
 
 runs the preflight probe itself (sm120kit/remote/preflight_probe.py `probe`: the env's
 distributions, their extension modules' fatbins, and sglang's own resolution of every launch
@@ -36,6 +40,23 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODELS = FIXTURES / "models"
 CORPUS = FIXTURES / "preflight" / "public-corpus.toml"
 RECORDED = FIXTURES / "preflight" / "public-corpus-resolved.json"
+FIXTURE = FIXTURES / "preflight" / "sglang-0.5.23-resolved.json"
+#: Launches of the GLM DSA stand-in (GlmMoeDsaForCausalLM: sglang 0.5.23's SM120 sparse-MLA
+#: validator, kernels/ops/attention/flash_mla_sm120.py:678, keys on that architecture).
+FIXTURE_EXTRA = [
+    ["--model-path", "@glm-moe-dsa"],
+    ["--model-path", "@glm-moe-dsa", "--kv-cache-dtype", "fp8_e4m3"],
+    [
+        "--model-path",
+        "@glm-moe-dsa",
+        "--kv-cache-dtype",
+        "fp8_e4m3",
+        "--dsa-prefill-backend",
+        "trtllm",
+        "--dsa-decode-backend",
+        "trtllm",
+    ],
+]
 #: The driver the corpus hosts are given (RTX PRO 6000 / 5090 reports run 575-610).
 DRIVER = "580.95.05"
 
@@ -105,15 +126,20 @@ def _local(value: Any) -> Any:
     return json.loads(text.replace('"@', json.dumps(str(MODELS) + "/")[:-1]))
 
 
+def _probe_all(env_python: str, launches: list[Launch], timeout: float) -> dict[str, Any]:
+    """The preflight probe's whole answer in the env of `env_python`: one run, every launch's
+    argv resolved by the env's own sglang and its own checks after it (12.0, 32768 MiB)."""
+    request = probe_request(launches[0], env_python, (12, 0), resolve=True, memory_mib=32768)
+    request["resolve"]["cases"] = [server_args(launch.words) for launch in launches]
+    request["port"] = None
+    request["timeout"] = timeout
+    return probe(request)
+
+
 def record(env_python: str, reports: list[Report], timeout: float = 900) -> dict[str, Any]:
     """The preflight probe's whole answer for the corpus in the env of `env_python`: one run,
     every launch's argv resolved by the env's own sglang (12.0, the first report's memory)."""
-    first = reports[0].parsed()
-    request = probe_request(first, env_python, (12, 0), resolve=True, memory_mib=32768)
-    request["resolve"]["cases"] = [server_args(r.parsed().words) for r in reports]
-    request["port"] = None
-    request["timeout"] = timeout
-    doc = probe(request)
+    doc = _probe_all(env_python, [r.parsed() for r in reports], timeout)
     resolved = doc.get("resolved") or {}
     answered = resolved.get("cases") or []  # none when the resolution could not run
     cases = [dict(c, id=r.id) for r, c in zip(reports[: len(answered)], answered, strict=True)]
@@ -126,11 +152,44 @@ def record(env_python: str, reports: list[Report], timeout: float = 900) -> dict
             "reason": resolved.get("reason"),
             "gpu": resolved.get("gpu"),
             "driver": resolved.get("driver"),
-            "env": {
-                "dists": doc.get("dists"),
-                "installed": doc.get("installed"),
-                "modules": doc.get("modules"),
-            },
+            "env": _env_of(doc),
+            "cases": cases,
+        }
+    )
+
+
+def _env_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """The probed env's distributions, installed files and module fatbins, as recorded."""
+    return {k: doc.get(k) for k in ("dists", "installed", "modules")}
+
+
+def record_fixture(env_python: str, path: Path = FIXTURE, timeout: float = 900) -> dict[str, Any]:
+    """tests/fixtures/preflight/sglang-0.5.23-resolved.json re-recorded in the env of
+    `env_python`: the same launches (their ``argv``, ``@name`` a stand-in of
+    tests/fixtures/models/), each with sglang's resolution and its checks after it
+    (``after``), and the env's distributions and module fatbins as the probe reads them."""
+    old = json.loads(path.read_text())
+    argvs = [c["argv"] for c in old["cases"]] + [
+        a for a in FIXTURE_EXTRA if a not in [c["argv"] for c in old["cases"]]
+    ]
+    launches = [
+        parse_launch(["python", "-m", "sglang.launch_server", *_local(argv)]) for argv in argvs
+    ]
+    doc = _probe_all(env_python, launches, timeout)
+    resolved = doc.get("resolved") or {}
+    if not resolved.get("ran"):
+        raise SystemExit(f"the resolution did not run: {resolved.get('reason')}")
+    cases = [dict(c, argv=argv) for argv, c in zip(argvs, resolved["cases"], strict=True)]
+    return _portable(
+        {
+            "recorded": "tests/support/public_corpus.py record_fixture() in the real sglang "
+            f"{resolved.get('version')} serving env ({doc.get('python')}): "
+            "remote/preflight_probe.py probe, resolution and sglang's checks after it "
+            "(remote/lib/in_target/server_args.py); '@name' is tests/fixtures/models/name",
+            "version": resolved.get("version"),
+            "gpu": resolved.get("gpu"),
+            "driver": resolved.get("driver"),
+            "env": _env_of(doc),
             "cases": cases,
         }
     )
@@ -196,7 +255,8 @@ def markdown(scored: list[Scored]) -> str:
         where = where.replace("/pull/", "#")
         got = s.got + (f" ({', '.join(s.failed)})" if s.failed else "")
         want = r.expected + (f" ({r.reason})" if r.reason else "")
-        mark = "yes" if s.right else f"no (class {r.owner})" if r.owner else "no"
+        owner = f"class {r.owner}" if r.owner and r.owner[0].isdigit() else r.owner
+        mark = "yes" if s.right else f"no ({owner})" if owner else "no"
         rows.append(f"| `{r.id}` | [{where}]({r.url}) | {r.truth} | {want} | {got} | {mark} |")
     return "\n".join(rows)
 
@@ -205,8 +265,17 @@ def main(argv: list[str]) -> int:
     if argv[1:] == ["--table"]:
         print(markdown(score(load(), json.loads(RECORDED.read_text()))))
         return 0
+    if len(argv) == 3 and argv[1] == "--fixture":
+        doc = record_fixture(argv[2])
+        FIXTURE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"{FIXTURE}: {len(doc['cases'])} launches")
+        return 0
     if len(argv) != 2:
-        print("usage: python3 -m tests.support.public_corpus ENV_PYTHON | --table", file=sys.stderr)
+        print(
+            "usage: python3 -m tests.support.public_corpus ENV_PYTHON | --fixture ENV_PYTHON "
+            "| --table",
+            file=sys.stderr,
+        )
         return 1
     doc = record(argv[1], load())
     RECORDED.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

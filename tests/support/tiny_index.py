@@ -10,6 +10,7 @@ it) holding one module, and optionally a real shared object copied from this mac
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.server
 import re
@@ -77,9 +78,18 @@ def sha256_of(path: Path) -> str:
 
 
 @contextmanager
-def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
+def serve(
+    files: Path,
+    log: list[str] | None = None,
+    hold: tuple[str, threading.Event] | None = None,
+    auth: dict[str, str] | None = None,
+) -> Iterator[str]:
     """A simple index of every wheel under `files`; yields its base URL (``.../simple``).
-    `log` gets the name of every file served (to count downloads)."""
+    `log` gets the name of every file served (to count downloads). `hold` (prefix, event): a
+    file whose name starts with the prefix is sent half, then the rest once the event is set
+    (at most 120 s later): a download caught in flight. `auth`: while it holds ``user`` and
+    ``password``, every request needs them as HTTP basic auth (401 otherwise), as a private
+    index does."""
     # Wheels, and sdists (a wheel stub's): uv reads both from a page.
     wheels = sorted([*files.glob("*.whl"), *files.glob("*.tar.gz")])
 
@@ -93,12 +103,19 @@ def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
+            if auth:
+                pair = f"{auth['user']}:{auth['password']}".encode()
+                want = "Basic " + base64.b64encode(pair).decode()
+                if self.headers.get("Authorization") != want:
+                    return self._send(401, b"unauthorized", "text/plain")
             if path.startswith("/files/"):
                 target = files / path[len("/files/") :]
                 if target.is_file():
                     if log is not None and not getattr(self, "head_only", False):
                         log.append(target.name)
                     data = target.read_bytes()
+                    if hold is not None and target.name.startswith(hold[0]):
+                        return self._send_held(data, hold[1])
                     return self._send(200, data, "application/octet-stream")
             m = re.fullmatch(r"/simple/([^/]+)/?", path)
             if m:
@@ -113,10 +130,19 @@ def serve(files: Path, log: list[str] | None = None) -> Iterator[str]:
                     return self._send(200, body.encode(), "text/html")
             self._send(404, b"not found", "text/plain")
 
-        def _send(self, code: int, data: bytes, kind: str) -> None:
+        def _send_held(self, data: bytes, event: threading.Event) -> None:
+            if getattr(self, "head_only", False):
+                return self._send(200, data, "application/octet-stream")
+            self._send(200, data[: len(data) // 2], "application/octet-stream", size=len(data))
+            self.wfile.flush()
+            event.wait(120)
+            with contextlib.suppress(OSError):  # the reader may be gone (killed)
+                self.wfile.write(data[len(data) // 2 :])
+
+        def _send(self, code: int, data: bytes, kind: str, size: int | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(len(data) if size is None else size))
             # One request per connection, said out loud: uv's client would otherwise try to
             # reuse a connection the server is closing.
             self.send_header("Connection", "close")

@@ -3,6 +3,7 @@ fetcher use."""
 
 import base64
 import hashlib
+import http.client
 import os
 import re
 import urllib.parse
@@ -13,6 +14,34 @@ from sm120kit.remote.lib.files import CHUNK, remove
 _OPENER = []  # type: list[urllib.request.OpenerDirector]
 
 
+def loopback_source(host):
+    """The address a connection to `host` leaves from: this host's own (the address the
+    controller's SSH connection arrived on) when both are loopback addresses, else None (the
+    kernel's choice). Loopback hosts on one machine (tests, bench/fleet.py's hosts on
+    127.0.0.101..) otherwise all connect from 127.0.0.1, and no traffic could be told apart
+    by host, as a LAN host's can by its own address; elsewhere the kernel's routing decides."""
+    parts = os.environ.get("SSH_CONNECTION", "").split()
+    own = parts[2] if len(parts) == 4 else ""
+    if own.startswith("127.") and own != "127.0.0.1" and host.startswith("127."):
+        return own
+    return None
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    """urllib's plain-HTTP handler with `loopback_source`'s source address (the connection's
+    host is the proxy's when one is used, so a proxy elsewhere is reached as before)."""
+
+    def http_open(self, req):
+        return self.do_open(_connection, req)
+
+
+def _connection(host, **kwargs):
+    source = loopback_source(host.rpartition(":")[0] if host.count(":") == 1 else host)
+    if source is not None:
+        kwargs["source_address"] = (source, 0)
+    return http.client.HTTPConnection(host, **kwargs)
+
+
 def opener():
     """One urllib opener for every download of this process, with one TLS context: each
     HTTPS connection otherwise loads the CA bundle again (about 50 ms of CPU, more than a
@@ -21,7 +50,11 @@ def opener():
         import ssl
 
         context = ssl.create_default_context()
-        _OPENER.append(urllib.request.build_opener(urllib.request.HTTPSHandler(context=context)))
+        _OPENER.append(
+            urllib.request.build_opener(
+                urllib.request.HTTPSHandler(context=context), _HTTPHandler()
+            )
+        )
     return _OPENER[0]
 
 
@@ -32,7 +65,7 @@ def direct_opener():
     """An opener that never goes through a proxy: for a peer host on the hosts' own network
     (a proxy from the environment could not reach it, or would relay its bytes)."""
     if not _DIRECT:
-        _DIRECT.append(urllib.request.build_opener(urllib.request.ProxyHandler({})))
+        _DIRECT.append(urllib.request.build_opener(urllib.request.ProxyHandler({}), _HTTPHandler()))
     return _DIRECT[0]
 
 

@@ -5,6 +5,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import threading
 
 CHUNK = 1 << 20
 
@@ -27,11 +28,21 @@ def sha256_file(path, chunk=CHUNK):
 
 
 def write_atomic(path, text):
-    """Write `text` beside `path`, then rename it over `path`: readers see all or nothing."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.rename(tmp, path)
+    """Write `text` beside `path`, then rename it over `path`: readers see all or nothing.
+
+    The temporary is this writer's own (pid and thread in its name): two writers of one path
+    never write into each other's file, and a failed write leaves none behind."""
+    tmp = "%s.%d-%d.tmp" % (path, os.getpid(), threading.get_ident())
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def size_of(root):

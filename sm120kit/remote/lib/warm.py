@@ -145,3 +145,40 @@ def start(
             return False
         time.sleep(0.05)
     return False
+
+
+def _is_key(name: str) -> bool:
+    return len(name) == 32 and all(ch in "0123456789abcdef" for ch in name)
+
+
+def stop_all(timeout: float = 10.0) -> dict[str, Any]:
+    """Stop every warm server of this user (`preflight --stop-warm`): each socket of
+    `socket_dir()` is asked to stop, and waited for (at most `timeout` s in all) until its name
+    is gone; a name no server answers on is a stale one and removed. Idempotent: with none
+    left, {"stopped": [], "stale": 0}. {"stopped": [pid, ...], "stale": n, "error": None}."""
+    out: dict[str, Any] = {"stopped": [], "stale": 0, "error": None}
+    where = socket_dir()
+    if where is None:
+        out["error"] = "the warm servers' directory is not this user's alone: left as it is"
+        return out
+    deadline = time.monotonic() + timeout
+    for name in sorted(os.listdir(where)):
+        path = os.path.join(where, name)
+        if not _is_key(name):
+            continue
+        doc = ask(path, {"stop": True}, max(0.5, deadline - time.monotonic()))
+        if doc is not None and doc.get("stopped"):
+            out["stopped"].append(doc.get("pid"))
+            while os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        else:
+            try:
+                os.unlink(path)
+                out["stale"] += 1
+            except OSError:
+                pass
+        try:
+            os.unlink(path + ".log")
+        except OSError:
+            pass
+    return out

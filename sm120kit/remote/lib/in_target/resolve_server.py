@@ -10,7 +10,8 @@
 # child does (a published context, a GPU wall, the modules it imports) dies with it. No hang:
 # a child is killed by SIGALRM after ARGS["timeout"] s; the server exits after ARGS["idle"] s
 # without a request, removing its socket and ARGS["stub_dir"] (its libcuda stub), and after
-# its first answer when the import failed (nothing warm to keep).
+# its first answer when the import failed (nothing warm to keep), and when a request says
+# {"stop": true} (it answers {"stopped": true, "pid"} first).
 import shutil, signal, socket
 
 _SOCK = ARGS["socket"]
@@ -27,6 +28,10 @@ def _serve_one(conn):
             return
         raw += got
     request = json.loads(raw.split(b"\n", 1)[0].decode())
+    if request.get("stop"):
+        # `preflight --stop-warm` (lib/warm.py stop_all): answer, then leave the loop.
+        conn.sendall((json.dumps({"stopped": True, "pid": os.getpid()}) + "\n").encode())
+        return "stop"
     pid = os.fork()
     if pid == 0:
         signal.alarm(int(request.get("timeout") or ARGS.get("timeout") or 300))
@@ -62,13 +67,14 @@ def _main():
                 conn, _addr = listener.accept()
             except socket.timeout:
                 break
+            said = None
             try:
-                _serve_one(conn)
+                said = _serve_one(conn)
             except (OSError, ValueError):
                 pass
             finally:
                 conn.close()
-            if not _state["ran"]:
+            if not _state["ran"] or said == "stop":
                 break
     finally:
         listener.close()

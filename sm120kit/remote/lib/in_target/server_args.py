@@ -96,8 +96,28 @@ def _step(after, name, by, fn, needs=None):
     except ImportError as e:
         item["status"], item["detail"] = "stopped", "it imports a module this env lacks: " + _err(e)
     except BaseException as e:
-        item["status"], item["detail"] = "refused", _err(e)
+        if _from_stub_driver(e):
+            # Not sglang's refusal: the CUDA driver here is the stub (no GPU on this host).
+            item["status"] = "stopped"
+            item["detail"] = "it calls the CUDA driver, which is the stub here (%s)" % _err(e)
+        else:
+            item["status"], item["detail"] = "refused", _err(e)
     return None
+
+
+#: How the CUDA runtime and driver name the stub library's error (CUDA_ERROR_STUB_LIBRARY,
+#: cudaErrorStubLibrary; torch: "CUDA driver is a stub library").
+_STUB_WORDS = ("stub library", "cudaErrorStubLibrary", "CUDA_ERROR_STUB_LIBRARY")
+
+
+def _from_stub_driver(e):
+    """Whether `e` (or what caused it) is the driver stub answering, not the code checked."""
+    seen = 0
+    while e is not None and seen < 8:
+        if any(w in str(e) for w in _STUB_WORDS):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
 
 
 def _after(args, server_args, faked):
