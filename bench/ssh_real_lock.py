@@ -15,6 +15,8 @@ and ``uv pip install`` of an extra one in s1's env, outside the tool, then ``pro
 s1``). Prints one line per step and, with ``--json FILE``, every step's figures.
 
     python bench/ssh_real_lock.py --work /tmp/ssh-real [--json FILE]
+    python bench/ssh_real_lock.py --work /work/vllmrun --one-host --stack vllm --no-drift \
+        --env-file FILE    # the vLLM stack (vllm 0.33.0), its env's python written to FILE
 
 Needs about 30 GB under --work and the index (the real lock's 4.4 GB).
 """
@@ -41,9 +43,10 @@ from tests.support.fleet import Fleet  # noqa: E402
 HOSTS = [("s1", "127.0.0.61", "nogpu"), ("s2", "127.0.0.62", "nogpu")]
 
 
-def write_inventory(fleet: Fleet, driver: str, arch: str) -> Path:
+def write_inventory(fleet: Fleet, driver: str, arch: str, stack: str | None = None) -> Path:
     """The fleet's inventory as a new user writes it: address, port, user, key, work_root and
-    the simulated GPU's target; no interpreter, no package vars."""
+    the simulated GPU's target; no interpreter, no package vars; with `stack` the group's
+    engine (``stack: vllm``, sm120kit/packages/engines.py)."""
     hosts: dict[str, Any] = {}
     for h in fleet.hosts:
         hosts[h.name] = {
@@ -54,7 +57,10 @@ def write_inventory(fleet: Fleet, driver: str, arch: str) -> Path:
             "target_arch": arch,
         }
     common = {"ansible_user": fleet.user, "ansible_ssh_private_key_file": str(fleet.client_key)}
-    doc = {"all": {"vars": common, "children": {"gpus": {"hosts": hosts}}}}
+    group: dict[str, Any] = {"hosts": hosts}
+    if stack:
+        group["vars"] = {"stack": stack}
+    doc = {"all": {"vars": common, "children": {"gpus": group}}}
     fleet.inventory.parent.mkdir(parents=True, exist_ok=True)
     fleet.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     return fleet.inventory
@@ -107,6 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--one-host", action="store_true", help="s1's steps only (half the disk: about 15 GB)"
     )
+    parser.add_argument("--stack", help="the group's engine (inventory var stack), e.g. vllm")
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        help="write s1's serving env python here (one line) as soon as provision made it",
+    )
+    parser.add_argument(
+        "--no-drift", action="store_true", help="leave the env as provisioned (no drift repair)"
+    )
     args = parser.parse_args(argv)
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
@@ -115,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_sessions is not None:
         options = {name: f"MaxSessions {args.max_sessions}" for name, _a, _p in hosts}
     fleet = Fleet(args.work / "fleet", hosts, sshd_options=options).start()
-    inventory = write_inventory(fleet, args.driver, args.arch)
+    inventory = write_inventory(fleet, args.driver, args.arch, args.stack)
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -144,13 +159,20 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"step": "plan -H s1", "exit": rc, "wall_s": round(wall, 1), "text": err})
         print(f"{'plan -H s1':32s} exit {rc}  {wall:7.1f} s", flush=True)
         step("provision -H s1", ["provision", "-H", "s1", "--json"])
+        if args.env_file:
+            root = fleet.by_name("s1").work_root
+            made = sorted(p for p in (root / "envs").glob("stack-*/bin/python") if p.exists())
+            if made:
+                args.env_file.write_text(f"{made[-1]}\n")
+                print(f"env: {made[-1]} (written to {args.env_file})", flush=True)
         step("no-op provision -H s1", ["provision", "-H", "s1", "--json"])
         if not args.one_host:
             step("provision -H s2 (stores)", ["provision", "-H", "s2", "--json"])
         step("smoke -H s1", ["smoke", "-H", "s1", "--json"])
-        drift(fleet, args.work)
-        step("provision -H s1 (drift)", ["provision", "-H", "s1", "--json"])
-        step("no-op provision -H s1 again", ["provision", "-H", "s1", "--json"])
+        if not args.no_drift:
+            drift(fleet, args.work)
+            step("provision -H s1 (drift)", ["provision", "-H", "s1", "--json"])
+            step("no-op provision -H s1 again", ["provision", "-H", "s1", "--json"])
     finally:
         fleet.stop()
         if args.json:

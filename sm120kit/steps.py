@@ -145,8 +145,9 @@ def _stage(step: Mapping[str, Any]) -> list[str]:
 def _unpack(step: Mapping[str, Any]) -> list[str]:
     dest = _q(step["dest"])
     return [
-        f"[ -x {dest} ] || unzip -p {_q(step['wheel'])} {_q(step['member'])} > {dest}.part "
-        f"&& chmod 755 {dest}.part && mv {dest}.part {dest}"
+        # The shell equivalent of remote/lib/uv_sync.unpack, whose temporary is its own.
+        f"[ -x {dest} ] || {{ unzip -p {_q(step['wheel'])} {_q(step['member'])} > {dest}.$$.part "
+        f"&& chmod 755 {dest}.$$.part && mv {dest}.$$.part {dest}; }}"
     ]
 
 

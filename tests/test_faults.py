@@ -565,8 +565,10 @@ def test_the_host_lock_sweeps_dead_writers_temporaries_never_a_live_ones(tmp_pat
                           capture_output=True, text=True, check=True)  # fmt: skip
     rel = tmp_path / "releases" / ("a" * 64)
     envs = tmp_path / "envs"
+    tools = tmp_path / "tools" / "uv-0.13.9"
     rel.mkdir(parents=True)
     envs.mkdir()
+    tools.mkdir(parents=True)
     w = "x-1.0-py3-none-any.whl"
     cases = {  # name -> swept
         rel / f"{w}.{int(dead.stdout)}-140000.part": True,
@@ -580,6 +582,9 @@ def test_the_host_lock_sweeps_dead_writers_temporaries_never_a_live_ones(tmp_pat
         envs / ".stack-x.progress": True,
         envs / ".stack-x.progress.tmp": True,
         envs / "stack-x.progress": False,
+        tools / f"uv.{int(dead.stdout)}-140000.part": True,  # uv's binary, its unpacker gone
+        tools / f"uv.{os.getpid()}-140000.part": False,
+        tools / "uv": False,
     }
     for path in cases:
         path.write_bytes(b"x")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.cache import sftp
+from sm120kit.cache.store import CacheError
 from sm120kit.errors import HostUnreachable
 from sm120kit.inventory.host import Host
 from sm120kit.runner import known_hosts as kh
@@ -194,3 +196,40 @@ def test_accept_new_records_and_still_refuses_revoked(fleet: Fleet, tmp_path: Pa
     known.write_text(f"@revoked {name} {_key(sim.host_pub)}\n")
     with pytest.raises(HostUnreachable, match="REVOKED"):
         connect(host, options).open()
+
+
+def _sftp_store_verdict(fleet: Fleet, known: Path) -> str:
+    sim = fleet.by_name(HOST)
+    spec = {
+        "host": sim.address, "port": fleet.port, "user": fleet.user,
+        "key_filename": str(fleet.client_key), "known_hosts": str(known),
+    }  # fmt: skip
+    try:
+        client = sftp.paramiko_connect(spec)
+    except CacheError as exc:
+        text = str(exc)
+        assert "Incorrect padding" not in text and "\n" not in text, text
+        for word, verdict in (("REVOKED", "revoked"), ("CHANGED", "changed")):
+            if word in text:
+                return verdict
+        assert "is not in" in text, text
+        return "unknown"
+    client.close()
+    return "accept"
+
+
+@pytest.mark.parametrize("case", [c for _, c in CASES], ids=[i for i, _ in CASES])
+def test_the_sftp_store_reads_known_hosts_as_openssh(
+    fleet: Fleet, tmp_path: Path, case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SFTP cache store's own paramiko client (sm120kit/cache/sftp.py) judges host keys
+    with the same reader: its verdict equals a real ssh's for every case (markers included).
+    The user's file is left out on both sides (HOME here is empty)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    sim = fleet.by_name(HOST)
+    name = kh.host_name(sim.address, fleet.port)
+    right = _key(sim.host_pub)
+    wrong = _key(fleet.by_name("gpu2").host_pub)
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(line + "\n" for line in case(name, right, wrong, tmp_path)))
+    assert _sftp_store_verdict(fleet, known) == _ssh_verdict(fleet, known, sim.address)

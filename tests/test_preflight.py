@@ -265,7 +265,11 @@ def test_parse_launch_reads_sglang_spellings() -> None:
         (["--port", "70000"], "launch option --port 70000: not a TCP port"),
         (["--mem-fraction-static", "1.5"], "launch option --mem-fraction-static 1.5: must be"),
         (["--tp"], "launch option --tp: missing its value"),
-        (["vllm", "serve", "m"], "launch command 'vllm serve m'"),
+        # vllm is an engine now (engines.py): an unknown program is still refused in one line
+        (
+            ["text-generation-launcher", "serve", "m"],
+            "launch command 'text-generation-launcher serve m'",
+        ),
         ([], "no launch command"),
     ],
 )

@@ -1,6 +1,6 @@
 """Preflight scored on public SM120 launch reports it was not tuned to.
 
-tests/fixtures/preflight/public-corpus.toml: 32 launches from public reports (RTX 5090 /
+tests/fixtures/preflight/public-corpus.toml: 33 launches from public reports (RTX 5090 /
 5060 Ti, RTX PRO 6000, RTX 6000D, DGX Spark; GitHub threads and public pages, each with its URL), what
 really happened, and the verdict preflight should give as if the launch ran on the sglang
 0.5.23 env (reports on other versions were kept only where the deciding mechanism is in

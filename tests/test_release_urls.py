@@ -10,6 +10,7 @@ import pytest
 
 from sm120kit.remote.lib.download import redact_text, request_of, shown
 from sm120kit.remote.lib.obtain import url_problem
+from sm120kit.runner.host_context import LOGGED_MAX, _logged
 from sm120kit.stack.index_auth import NetrcError, authed
 
 PY = ["https://files.pythonhosted.org"]
@@ -154,3 +155,13 @@ def test_a_netrc_that_cannot_be_parsed_is_one_line_naming_its_line(
     with pytest.raises(NetrcError) as info:
         authed("https://idx.example/simple")
     assert str(info.value).startswith(f"{path}:") and "secret1" not in str(info.value)
+
+
+@pytest.mark.parametrize("before", [0, 10, LOGGED_MAX - 60, LOGGED_MAX - 30, LOGGED_MAX - 20])
+def test_a_long_logged_request_is_masked_before_it_is_cut(before: int) -> None:
+    """The host log keeps LOGGED_MAX characters of a script's arguments: wherever the cut
+    falls, no part of the password is left (masked first, then cut)."""
+    text = "x" * before + '"https://alice:s3cr3t-pw@idx.example/simple/"' + "y" * 100
+    logged = _logged(text)
+    assert len(logged) <= LOGGED_MAX
+    assert "s3cr" not in logged and "3t-pw" not in logged

@@ -21,14 +21,15 @@ from ..errors import RecipeError
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import Catalogue, load_beside
 from ..stack.lock import load_lock
-from . import registry
+from . import engines, registry
 from .base import LoaderChoice
 
 #: The shipped lock directories, each with its generated catalogue.toml (docs/catalogue.md).
 LOCKS = Path(__file__).resolve().parent.parent.parent / "locks"
 
-#: The package a serving env is for; smoke imports it.
-TOP_LEVEL = "sglang"
+#: The package a serving env is for when it holds no engine of `engines.ENGINES`; smoke
+#: imports the first engine installed (`engines.probe_engines`).
+TOP_LEVEL = engines.DEFAULT
 
 
 def package_name(name: str) -> str:
@@ -213,7 +214,7 @@ def smoke_facts(name: str) -> dict[str, Any]:
 
 def probe_knowledge(names: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """The probe arguments for a whole-env smoke of `names` plus the stack:
-    ``distributions``, ``facts``, ``discover``, ``jit``, ``top``."""
+    ``distributions``, ``facts``, ``discover``, ``jit``, ``top``, ``engines``."""
     # A package asked for under another of its names (`sglang-kernel`) is not discovered
     # again under the descriptor's (`sgl-kernel`): one row per distribution.
     asked = {package_name(n) for n in names}
@@ -225,4 +226,5 @@ def probe_knowledge(names: list[str] | tuple[str, ...]) -> dict[str, Any]:
         "discover": discover,
         "jit": jit_rules(),
         "top": TOP_LEVEL,
+        "engines": engines.probe_engines(),
     }

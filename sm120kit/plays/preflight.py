@@ -19,6 +19,7 @@ from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
 from ..packages.stack import catalogues
+from ..preflight import vllm_checks
 from ..preflight.launch import Launch
 from ..preflight.verdicts import judge, probe_request
 from ..python_choice import serving_lock
@@ -33,6 +34,23 @@ from .stack import env_path as stack_env_path
 
 #: Seconds for the probe: the env's interpreter lists its distributions, fatbin headers are read.
 PROBE_TIMEOUT = 900.0
+
+
+#: engine name (preflight/engines.py) -> (its probe request, its verdicts).
+ENGINE_CHECKS: dict[str, tuple[Any, Any]] = {
+    "sglang": (
+        probe_request,
+        lambda launch, facts, doc, cc, label, strict: judge(
+            launch, facts, doc, cc, label, catalogues(), strict=strict
+        ),
+    ),
+    "vllm": (
+        vllm_checks.probe_request,
+        lambda launch, facts, doc, cc, label, strict: vllm_checks.judge(
+            launch, facts, doc, cc, label, strict=strict
+        ),
+    ),
+}
 
 
 def serving_python(ctx: HostContext, opts: PlanOptions, python: str | None) -> tuple[str, str]:
@@ -109,11 +127,12 @@ def run_preflight(
         # sglang's own resolution runs in the env; on a host without a GPU it is shown `cc`.
         gpus = (facts.get("gpu") or {}).get("gpus") or []
         memory = min((g.get("memory_mib") or 0 for g in gpus), default=0) or None
-        request = probe_request(launch, py, cc, resolve=True, memory_mib=memory)
+        ask, verdict_of = ENGINE_CHECKS.get(launch.engine, ENGINE_CHECKS["sglang"])
+        request = ask(launch, py, cc, resolve=True, memory_mib=memory)
         if model_config is not None:
             request["resolve"]["model_config"] = dict(model_config)
         doc = ctx.script("preflight_probe", request, timeout=PROBE_TIMEOUT)
-        verdict = judge(launch, facts, doc, cc, label, catalogues(), strict=strict)
+        verdict = verdict_of(launch, facts, doc, cc, label, strict)
         verdict["arch_source"] = chosen.label
         verdict["python"] = doc.get("python") or py
         ctx.set(preflight=verdict, launch=launch.to_dict(), python=py, python_source=label)

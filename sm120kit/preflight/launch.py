@@ -1,8 +1,9 @@
-"""An SGLang launch command, read the way `sglang.launch_server` reads it (the options preflight
-judges; every other word is kept and ignored).
+"""A launch command, read the way its engine reads it (the options preflight judges; every
+other word is kept and ignored). The engines and their option tables: engines.py.
 
-Accepted shapes: ``python -m sglang.launch_server ARGS``, ``sglang serve ARGS`` or bare
-``ARGS``. Option names and defaults are sglang 0.5.23's (sglang/srt/arg_groups/fields/*.py:
+Accepted shapes: ``python -m sglang.launch_server ARGS``, ``sglang serve ARGS``,
+``vllm serve [MODEL] ARGS``, ``python -m vllm.entrypoints.openai.api_server ARGS`` or bare
+``ARGS`` (the default engine's). Option names and defaults are sglang 0.5.23's (sglang/srt/arg_groups/fields/*.py:
 ``--tp-size`` alias ``--tensor-parallel-size``, ``--port`` 30000, ``--host`` 127.0.0.1;
 argparse also accepts unambiguous prefixes such as ``--tp``).
 """
@@ -15,36 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Sm120Error
+from .engines import ENGINES, SGLANG, Engine, engine_named, engine_of
 
-DEFAULT_PORT = 30000
-DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = SGLANG.default_port
+DEFAULT_HOST = SGLANG.default_host
 
-#: field -> (option spellings, type). Prefixes argparse would accept are listed explicitly.
-OPTIONS: dict[str, tuple[tuple[str, ...], type]] = {
-    "model_path": (("--model-path", "--model"), str),
-    "tp": (("--tp-size", "--tensor-parallel-size", "--tp"), int),
-    "dp": (("--dp-size", "--data-parallel-size", "--dp"), int),
-    "pp": (("--pp-size", "--pipeline-parallel-size", "--pp"), int),
-    "nnodes": (("--nnodes",), int),
-    "port": (("--port",), int),
-    "host": (("--host",), str),
-    "attention_backend": (("--attention-backend",), str),
-    "prefill_attention_backend": (("--prefill-attention-backend",), str),
-    "decode_attention_backend": (("--decode-attention-backend",), str),
-    "moe_runner_backend": (("--moe-runner-backend",), str),
-    "moe_a2a_backend": (("--moe-a2a-backend",), str),
-    "kv_cache_dtype": (("--kv-cache-dtype",), str),
-    "quantization": (("--quantization",), str),
-    "mem_fraction_static": (("--mem-fraction-static",), float),
-    "base_gpu_id": (("--base-gpu-id",), int),
-    "gpu_id_step": (("--gpu-id-step",), int),
-}
-FLAGS = {
-    "--enable-dp-attention": "enable_dp_attention",
-    "--disable-custom-all-reduce": "disable_custom_all_reduce",
-}
-_SPELLING = {s: name for name, (spellings, _) in OPTIONS.items() for s in spellings}
-_PROGRAMS = ("sglang.launch_server", "sglang.launch_server.py")
+#: sglang's option table (engines.SGLANG; vLLM's is engines.VLLM).
+OPTIONS = SGLANG.options
+FLAGS = SGLANG.flags
 
 
 @dataclass
@@ -72,6 +51,8 @@ class Launch:
     base_gpu_id: int = 0
     gpu_id_step: int = 1
     given: set[str] = field(default_factory=set)
+    #: the engine the launch starts (engines.ENGINES).
+    engine: str = SGLANG.name
 
     def gpus_needed(self) -> int:
         """GPUs one node needs: tp x pp, times dp unless DP attention runs inside the TP group."""
@@ -139,49 +120,65 @@ def _short(text: str) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def server_args(words: list[str]) -> list[str]:
-    """The server's own arguments: the words after the launcher (python -m ..., sglang serve)."""
-    for i, word in enumerate(words):
-        if word == "-m" and i + 1 < len(words) and words[i + 1] in _PROGRAMS:
-            return words[i + 2 :]
-        if word.endswith(_PROGRAMS):
-            return words[i + 1 :]
-        if word == "serve" and i > 0 and words[i - 1].rsplit("/", 1)[-1] == "sglang":
-            return words[i + 1 :]
-    if words and not words[0].startswith("-"):
-        raise Sm120Error(
-            f"launch command {' '.join(words[:4])!r}...: expected python -m "
-            "sglang.launch_server ARGS, sglang serve ARGS or the server's ARGS"
-        )
-    return words
+def server_args(words: list[str], default: str | None = None) -> list[str]:
+    """The server's own arguments: the words after the launcher (python -m ..., sglang serve,
+    vllm serve; ``vllm serve M`` gives ``--model M``, as vllm/entrypoints/cli/serve.py reads a
+    positional model tag)."""
+    return _split(words, default)[1]
 
 
-def parse_launch(words: list[str]) -> Launch:
-    """Read a launch command; Sm120Error (one line naming the option) for a value it cannot be."""
+def _split(words: list[str], default: str | None) -> tuple[Engine, list[str]]:
+    found = engine_of(words)
+    if found is None:
+        if words and not words[0].startswith("-"):
+            shapes = "; ".join(e.launchers() for e in ENGINES.values())
+            raise Sm120Error(
+                f"launch command {' '.join(words[:4])!r}...: expected {shapes} or the server's ARGS"
+            )
+        return engine_named(default), list(words)
+    engine, start = found
+    args = list(words[start:])
+    if (
+        engine.positional_model
+        and start > 0
+        and words[start - 1] == "serve"
+        and args
+        and not args[0].startswith("-")
+    ):
+        args = ["--model", args[0]] + args[1:]
+    return engine, args
+
+
+def parse_launch(words: list[str], default: str | None = None) -> Launch:
+    """Read a launch command; Sm120Error (one line naming the option) for a value it cannot be.
+    The engine is the launcher's (``vllm serve``, ``python -m sglang.launch_server``...); a bare
+    ARGS launch is `default`'s (a host's chosen stack), sglang without one."""
     if not words:
         raise Sm120Error(
             "no launch command: give it after --, e.g. invoke preflight -H H -- "
             "python -m sglang.launch_server --model-path M --tp 2"
         )
-    launch = Launch(words=list(words))
-    args = server_args(list(words))
+    engine, args = _split(list(words), default)
+    launch = Launch(
+        words=list(words), engine=engine.name, port=engine.default_port, host=engine.default_host
+    )
     i = 0
     while i < len(args):
         word = args[i]
         name, value = word, None
         if word.startswith("--") and "=" in word:
             name, value = word.split("=", 1)
-        if name in FLAGS:
-            setattr(launch, FLAGS[name], True)
-            launch.given.add(FLAGS[name])
-        elif name in _SPELLING:
-            key = _SPELLING[name]
+        if name in engine.flags:
+            setattr(launch, engine.flags[name], True)
+            launch.given.add(engine.flags[name])
+        elif name in engine.spelling:
+            key = engine.spelling[name]
             if value is None:
                 if i + 1 >= len(args):
                     raise Sm120Error(f"launch option {name}: missing its value")
                 i += 1
                 value = args[i]
-            setattr(launch, key, _convert(name, value, OPTIONS[key][1]))
+            setattr(launch, key, _convert(name, value, engine.options[key][1]))
             launch.given.add(key)
         i += 1
     _check(launch)

@@ -435,6 +435,20 @@ def _parse_recipe(path: Path, patches_dir: Path, shared: _Shared) -> Recipe:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise RecipeError(f"{f.where}: invalid TOML: {e}") from None
+    recipe = _recipe_from(f, path, data, patches_dir, shared)
+    offered = recipe.stack.engines if recipe.stack is not None else {}
+    for engine, line in offered.items():
+        # The engine's line replaces the [stack] and the [torch] whole: its torch, lock and
+        # the packages derived from the lock are its own, checked as any recipe's.
+        variant = {k: v for k, v in data.items() if k not in ("stack", "torch")}
+        variant["stack"] = {"use": line}
+        recipe.variants[engine] = _recipe_from(f, path, variant, patches_dir, shared)
+    return recipe
+
+
+def _recipe_from(
+    f: _File, path: Path, data: dict[str, Any], patches_dir: Path, shared: _Shared
+) -> Recipe:
     f.table(data, (), _TOP_REQUIRED, _TOP_OPTIONAL)
     name = f.get(data, ("name",), _nonempty)
     if name != path.stem:

@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from .. import drivers as drv
 from ..errors import RecipeError
+from ..packages import engines
 from ..stack.lock import Lock, StackSpec
 from .checks import _arch_admitted, _display, _torch_admits, normalize_arch
 from .resolved import CudaValues, PackageValues, Resolved, StackValues, Target, TorchValues
@@ -111,6 +112,29 @@ class Recipe:
     #: Where `torch` came from when not the recipe's own [torch]: the shared stack's line,
     #: e.g. "recipes/shared/stacks.toml (stack cu13)"; "" for the recipe file.
     torch_from: str = ""
+    #: Engine name -> this recipe with its [stack] the shared line that engine's `engines`
+    #: entry names (torch, lock and derived packages its own): `for_engine` picks one.
+    variants: dict[str, Recipe] = field(default_factory=dict)
+
+    def for_engine(self, engine: str | None, where: str = "") -> Recipe:
+        """This recipe for a host choosing `engine` (None or the stack's own: itself); a
+        RecipeError naming `where` (the var or flag) when its stack offers no such engine."""
+        own = engines.for_top(self.stack.top) if self.stack is not None else None
+        if not engine or (own is not None and own.name == engine):
+            return self
+        if engine in self.variants:
+            return self.variants[engine]
+        offered = [own.name] if own is not None else []
+        offered += sorted(self.variants)
+        raise RecipeError(
+            f"{where or 'engine'} {engine!r}: recipe {self.name} offers "
+            f"{', '.join(offered) or 'no serving stack'}"
+            + (
+                f" (known engines: {', '.join(engines.names())})"
+                if engines.find(engine) is None
+                else ""
+            )
+        )
 
     @property
     def source(self) -> str:

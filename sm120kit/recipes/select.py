@@ -83,6 +83,7 @@ them anew. A nested ``recipe:`` dict is refused: dicts replace rather than merge
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from typing import Any
@@ -94,7 +95,7 @@ from .. import drivers as drv
 from ..builds import knobs
 from ..errors import RecipeError
 from ..inventory.host import Host
-from ..packages import registry
+from ..packages import engines, registry
 from ..packages.base import PackageDescriptor
 from .checks import (
     _INDEX_CUDA_RE,
@@ -566,6 +567,12 @@ def _resolve(
             f"{TARGET_DRIVER_VAR} and {TARGET_ARCH_VAR} to cross-build on a box without a GPU"
         )
     sel = select_recipe(recipes, driver=driver, arch=arch, forced=forced)
+    # The engine a host or group chose (inventory var `stack: vllm`): the recipe's variant
+    # whose [stack] is that engine's line of the shared stacks.
+    chosen = host.vars.get(engines.STACK_VAR)
+    if chosen not in (None, ""):
+        where = _var_source(host, engines.STACK_VAR)
+        sel = dataclasses.replace(sel, recipe=sel.recipe.for_engine(str(chosen), where))
     # The torch in force picks each package's entry before any package value is overridden,
     # so recipe.packages.<name>.* applies to the entry that torch gets.
     torch_override = overrides.get("torch.version")

@@ -30,7 +30,9 @@ Arguments (one JSON document, argv[1])::
                               "module_archs": [{"module", "sass", "versions", "reason"}]}},
      "discover": ["sgl-flash-mla", ...],    # check these too when installed
      "jit": {"flashinfer-python": {"rule": "flashinfer", "source": ...}, ...},  # JIT rules
-     "top": "sglang"}                       # import it (driver stub without a GPU), its pins
+     "top": "sglang",                       # import it (driver stub without a GPU), its pins
+     "engines": [{"top": "vllm", "module": "vllm", "jit": {...}}, ...]}  # optional: the
+                                            # first installed is the top (packages/engines.py)
 
 Checks per distribution: import order (after ``import torch`` and alone), undefined symbols
 (dlopen RTLD_NOW after torch, plus a static ELF read with the loader's search rules; every
@@ -384,6 +386,8 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     timeout = float(args.get("timeout") or 300)
     stack_names = [args["top"]] if args.get("top") else []
     stack_names += list(args.get("discover") or []) + list(args.get("jit") or {})
+    for engine in args.get("engines") or []:  # each engine's top and its own JIT packages
+        stack_names += [engine["top"], *(engine.get("jit") or {})]
     inspect = {
         "packages": list(dict.fromkeys(packages + stack_names)),
         "distributions": args.get("distributions") or {},

@@ -112,6 +112,8 @@ def sweep_leftovers(work_root):
     """Remove what interrupted or failed runs left under `work_root`; the paths removed."""
     swept = []
     found = glob.glob(os.path.join(work_root, "releases", "*", "*.part"))
+    # uv's binary unpacked from its wheel (lib/uv_sync.unpack): a writer's own temporary too.
+    found += glob.glob(os.path.join(work_root, "tools", "*", "*.part"))
     for pattern in (".*.fetched", ".*.progress", ".*.progress.tmp"):
         found += glob.glob(os.path.join(work_root, "envs", pattern))
     for path in sorted(found):

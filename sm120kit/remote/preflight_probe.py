@@ -52,6 +52,7 @@ from sm120kit.remote.lib import driver_stub, warm
 from sm120kit.remote.lib.fatbin import device_targets
 from sm120kit.remote.lib.targets import (
     INSPECT_SRC,
+    RESOLVERS,
     SERVER_ARGS_SRC,
     resolve_python,
     run_target,
@@ -459,16 +460,19 @@ def _resolve(
     elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
     request = dict(request)
+    # The engine's resolver (request "resolver", preflight/engines.py); sglang's by default.
+    source = RESOLVERS.get(str(request.pop("resolver", None) or "server_args"), SERVER_ARGS_SRC)
     idle = float(request.pop("warm", 0) or 0)
     fingerprint = request.pop("fingerprint", None)
     timeout = float(args.get("timeout") or 120)
-    if idle > 0:
+    if idle > 0 and source is SERVER_ARGS_SRC:
+        # the warm server keeps sglang's imports; other engines run a fresh interpreter
         doc = warm_resolve(python, request, site, fingerprint, idle, timeout)
         if doc is not None:
             return doc
     env, stub_dir, driver = driver_env(site)
     try:
-        doc, err = run_target(python, SERVER_ARGS_SRC, request, timeout, env=env)
+        doc, err = run_target(python, source, request, timeout, env=env)
     finally:
         if stub_dir:
             shutil.rmtree(stub_dir, ignore_errors=True)

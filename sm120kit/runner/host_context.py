@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import HostFailed, Interrupted, one_line
 from ..inventory.host import Host
 from ..remote import run_script
+from ..remote.lib.download import redact_text
 from .connection import CommandResult, Connection, SSHConnection, connect
 from .process import start
 from .results import HostResult, StepResult
@@ -31,6 +32,16 @@ if TYPE_CHECKING:
 
     from ..state import ProvisionState
     from .pool import Runner
+
+
+#: The most characters of one script's arguments or one request a log line keeps.
+LOGGED_MAX = 4000
+
+
+def _logged(text: str) -> str:
+    """`text` for the host log: credentials masked first, then cut (a cut made first could
+    split ``user:pass@`` so that the mask no longer sees it)."""
+    return redact_text(text)[:LOGGED_MAX]
 
 
 class SkipHost(Exception):
@@ -169,7 +180,7 @@ class HostContext:
     ) -> dict[str, Any]:
         """Run a stdlib-only remote script (sm120kit/remote/<name>.py) and return its JSON;
         `path`: directories put in front of the host's PATH for it."""
-        self.log.info("remote script %s %s", name, json.dumps(args or {}, sort_keys=True)[:4000])
+        self.log.info("remote script %s %s", name, _logged(json.dumps(args or {}, sort_keys=True)))
         if path:
             self.log.info("PATH prefix %s", ":".join(path))
         python = python or self.script_python
@@ -188,9 +199,9 @@ class HostContext:
                 self.log.info("remote service %s started", name)
                 proc = start(self._connection(), service_command(python, name))
                 service = self._services[name] = Service(name, proc)
-        self.log.info("ask %s %s", name, json.dumps(request, sort_keys=True)[:4000])
+        self.log.info("ask %s %s", name, _logged(json.dumps(request, sort_keys=True)))
         reply = service.ask(request)
-        self.log.info("-> %s", json.dumps(reply, sort_keys=True)[:4000])
+        self.log.info("-> %s", _logged(json.dumps(reply, sort_keys=True)))
         return reply
 
     def put(self, local: str | os.PathLike[str], remote: str) -> None:

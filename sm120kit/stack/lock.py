@@ -74,6 +74,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
+from ..packages import engines
 from ..remote.lib.download import shown
 from ..remote.lib.obtain import url_problem
 from .catalogue import FILE_NAME, load_beside
@@ -95,7 +96,7 @@ _OURS_REQUIRED = {"from", "compiled"}
 _OURS_OPTIONAL = {"verdict", "notes"}
 _WHEEL_KEYS = {"name", "url", "size", "hashes", "upload-time", "path"}
 _STACK_REQUIRED = {"top", "locks", "reason"}
-_STACK_OPTIONAL = {"build", "not_for_arch", "loaders", "indexes"}
+_STACK_OPTIONAL = {"build", "not_for_arch", "loaders", "indexes", "engines"}
 #: ``pylock.cp311-manylinux_2_34_x86_64.toml`` (PEP 751 names: ``pylock.<name>.toml``).
 LOCK_FILE = re.compile(r"^pylock\.cp3(\d+)-([A-Za-z0-9_]+)\.toml$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -192,6 +193,9 @@ class StackSpec:
     indexes: tuple[str, ...] = ()
     #: The chosen lock file (the recipe's preferred Python), relative to the repo; set on load.
     lock: str = ""
+    #: Engine name -> the shared stack line a host choosing it gets (``stack: vllm``):
+    #: the engines this stack's recipes offer besides their own (`sm120kit.packages.engines`).
+    engines: dict[str, str] = field(default_factory=dict)
 
 
 class LockFileError(RecipeError):
@@ -507,7 +511,17 @@ def parse_stack(table: Any, error: Any) -> StackSpec:
                 ("stack", "loaders", dist),
                 'expected { "9.0" = "sm90", "*" = "sm100" }: capability (or "*") -> smNN directory',
             )
+    offered = table.get("engines", {})
+    if not isinstance(offered, dict) or not all(isinstance(v, str) and v for v in offered.values()):
+        raise error(("stack", "engines"), 'expected a table like { vllm = "cu13-vllm" }')
+    for name in offered:
+        if engines.find(name) is None:
+            raise error(
+                ("stack", "engines", name),
+                f"unknown engine; known: {', '.join(engines.names())}",
+            )
     return StackSpec(
+        engines=dict(offered),
         top=table["top"],
         locks=locks,
         reason=table["reason"],

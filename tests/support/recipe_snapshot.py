@@ -72,7 +72,10 @@ def snapshot(recipes_dir: Path | None = None) -> dict[str, Any]:
     loaded = {
         name: {
             "packages": _own(r.packages),
-            "stack": _plain(r.stack),
+            # The engines a stack offers (`StackSpec.engines`) came later, like derived packages.
+            "stack": {k: v for k, v in (_plain(r.stack) or {}).items() if k != "engines"}
+            if r.stack is not None
+            else _plain(r.stack),
             "locks": {
                 py: [str(Path(lk.path).relative_to(REPO)), lk.top, lk.torch]
                 for py, lk in sorted(r.locks.items())

@@ -46,6 +46,11 @@ The lookup rules, each read from the package's released source:
   compiler libraries; which ones, and the files read, in ``sm120kit/packages/stack.py``): no
   nvcc, CUDA_HOME or CUDA header lookup is in their sources; a system ptxas runs only when
   ``CUTE_DSL_PTXAS_PATH`` is set.
+- ``triton`` (triton 3.8.0, ``triton/backends/nvidia/compiler.py`` ``get_ptxas()``):
+  ``ptxas-blackwell`` for capability >= 10.0, else ``ptxas``; ``triton/knobs.py``
+  ``env_nvidia_tool``: ``$TRITON_PTXAS_BLACKWELL_PATH`` / ``$TRITON_PTXAS_PATH``, else (also
+  when that one does not run) the wheel's own ``triton/backends/nvidia/bin/<tool>``. No nvcc
+  or CUDA headers (vLLM's engine table, ``sm120kit/packages/engines.py``, names it).
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8. The probe runs
 it in its own process, whose environment (PATH, CUDA_HOME, ...) is the one the target
@@ -474,12 +479,49 @@ def _tilelang(
     return dict(_home_toolchain(home, how, cc), source=source)
 
 
+def _triton(
+    env: dict[str, str],
+    sys_path: list[str],
+    location: str,
+    cc: tuple[int, int] | None,
+    torch_cuda: str | None,
+) -> dict[str, Any]:
+    # triton 3.8.0 triton/backends/nvidia/compiler.py get_ptxas(): ptxas-blackwell for
+    # capability >= 10.0, else ptxas; triton/knobs.py env_nvidia_tool: $TRITON_<TOOL>_PATH
+    # first, then triton/backends/nvidia/bin/<tool> when that one does not run.
+    tool = "ptxas-blackwell" if cc is not None and cc >= (10, 0) else "ptxas"
+    var = "TRITON_" + tool.upper().replace("-", "_") + "_PATH"
+    bundled = os.path.join(location, "triton", "backends", "nvidia", "bin", tool)
+    tried = [p for p in (env.get(var), bundled) if p]
+    out: dict[str, Any] = {"ptxas": None, "ptxas_version": None, "ptxas_from": None,
+                           "source": "triton/backends/nvidia/compiler.py get_ptxas(); "
+                           "triton/knobs.py env_nvidia_tool"}  # fmt: skip
+    errors = []
+    for path in tried:
+        ver, err = nvcc_version(path)  # ptxas --version prints nvcc's release line
+        if ver is not None:
+            out.update(ptxas=path, ptxas_version=ver, ptxas_from=f"${var}" if path != bundled
+                       else f"triton/backends/nvidia/bin/{tool}")  # fmt: skip
+            break
+        errors.append(str(err))
+    if out["ptxas"] is None:
+        return dict(out, status="fail", reason=f"no working {tool}: " + "; ".join(errors))
+    need = _MIN_NVCC.get(cc) if cc is not None else None
+    mm = _mm(out["ptxas_version"])
+    if cc is not None and need and mm is not None and mm < need:
+        return dict(out, status="fail", reason=f"{tool} {out['ptxas_version']} ({out['ptxas']}) "
+                    f"cannot target {cc[0]}.{cc[1]}: needs CUDA >= {need[0]}.{need[1]}")  # fmt: skip
+    return dict(out, status="pass", reason=f"{tool} {out['ptxas_version']} from "
+                f"{out['ptxas_from']}: compiles its kernels without nvcc or CUDA headers")  # fmt: skip
+
+
 RULES: dict[str, Callable[..., dict[str, Any]]] = {
     "flashinfer": _flashinfer,
     "deep-gemm": _deep_gemm,
     "humming": _humming,
     "cute-dsl": _cute_dsl,
     "tilelang": _tilelang,
+    "triton": _triton,
 }
 
 

@@ -1,5 +1,5 @@
 """The smoke probe's view of a serving stack: which of its packages an env holds, whether the
-top-level package (sglang) imports, whether its pins hold, and the modules a released wheel
+top-level package (sglang, vllm: the engine the env holds) imports, whether its pins hold, and the modules a released wheel
 carries for other archs only (``module_archs``: the release catalogues' facts, read from the
 wheels, matched to the installed version; a version no catalogue read is unknown).
 
@@ -146,14 +146,29 @@ def check_pins(
             "details": {"pins": rows}}  # fmt: skip
 
 
+def engine_of(
+    env_info: dict[str, Any], args: dict[str, Any]
+) -> tuple[str | None, str, dict[str, Any]]:
+    """(top-level distribution, module to import, JIT rules) of the engine this env holds:
+    the first of ``engines`` whose top is installed (its own JIT rules added to ``jit``),
+    else ``top``."""
+    jit = dict(args.get("jit") or {})
+    for engine in args.get("engines") or []:
+        if (env_info["packages"].get(engine["top"]) or {}).get("installed"):
+            jit.update(engine.get("jit") or {})
+            return engine["top"], engine.get("module") or engine["top"], jit
+    top = args.get("top")
+    return top, (top or "").replace("-", "_"), jit
+
+
 def stack_section(
     ctx: Context, env_info: dict[str, Any], args: dict[str, Any]
 ) -> dict[str, Any] | None:
     """``{"top", "version", "packages", "checks", "jit"}`` for the serving stack the args name
     (``top``, ``discover``, ``jit``), or None when the env holds none of it."""
-    top = args.get("top")
+    top, module, jit_rules = engine_of(env_info, args)
     names = [top] if top else []
-    names += list(args.get("discover") or []) + list(args.get("jit") or {})
+    names += list(args.get("discover") or []) + list(jit_rules)
     installed = {n: env_info["packages"][n] for n in dict.fromkeys(names)
                  if (env_info["packages"].get(n) or {}).get("installed")}  # fmt: skip
     if not installed:
@@ -166,12 +181,12 @@ def stack_section(
         "checks": [],
     }  # fmt: skip
     if top and top in installed:
-        out["checks"].append(import_top(ctx, top.replace("-", "_")))
+        out["checks"].append(import_top(ctx, module))
         every = {n: p for n, p in env_info["packages"].items() if p.get("installed")}
         torch = ctx.torch.get("version") or env_info.get("torch_dist_version")
         out["checks"].append(check_pins(top, installed[top], every, torch))
     jit = {}
-    for n, rule in (args.get("jit") or {}).items():
+    for n, rule in jit_rules.items():
         if n in installed:
             spec = rule if isinstance(rule, dict) else {"rule": rule}
             jit[n] = dict(spec, version=installed[n].get("version"),

@@ -29,6 +29,7 @@ __bundle__ = (
     "sm120kit.remote.lib.in_target.gpu_op",
     "sm120kit.remote.lib.in_target.import_top",
     "sm120kit.remote.lib.in_target.server_args",
+    "sm120kit.remote.lib.in_target.vllm_args",
     "sm120kit.remote.lib.in_target.fork_server",
     "sm120kit.remote.lib.in_target.resolve_server",
 )
@@ -56,6 +57,10 @@ LOADER_SRC = target_source("loader_eval")
 GPU_SRC = target_source("gpu_op")
 IMPORT_TOP_SRC = target_source("import_top")
 SERVER_ARGS_SRC = target_source("server_args")
+#: vLLM's in-env resolver (its parser, engine config and attention backend selector).
+VLLM_ARGS_SRC = target_source("vllm_args")
+#: The in-env resolver per engine (sm120kit/preflight/engines.py Engine.resolver).
+RESOLVERS = {"server_args": SERVER_ARGS_SRC, "vllm_args": VLLM_ARGS_SRC}
 #: The warm resolution server (lib/warm.py): server_args.py's functions, then its loop.
 RESOLVE_SERVER_SRC = (
     "MARK = %r\nPROVENANCE_FILE = %r\n_SERVE = True\n" % (MARK, PROVENANCE_FILE)

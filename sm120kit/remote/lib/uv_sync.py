@@ -18,6 +18,7 @@ import glob
 import os
 import stat
 import subprocess
+import threading
 import zipfile
 
 from sm120kit.remote.lib.names import dist_name
@@ -39,15 +40,20 @@ def unpack(wheel, member, dest):
     if os.access(dest, os.X_OK):
         return dest
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    part = dest + ".part"
-    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(part, "wb") as out:
-        while True:
-            block = src.read(1 << 20)
-            if not block:
-                break
-            out.write(block)
-    os.chmod(part, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-    os.rename(part, dest)
+    # This writer's own temporary (its pid: remote/host_lock.py sweeps a dead writer's).
+    part = "%s.%d-%d.part" % (dest, os.getpid(), threading.get_ident())
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(part, "wb") as out:
+            while True:
+                block = src.read(1 << 20)
+                if not block:
+                    break
+                out.write(block)
+        os.chmod(part, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+        os.rename(part, dest)
+    finally:
+        if os.path.lexists(part):
+            os.unlink(part)
     return dest
 
 
