@@ -27,6 +27,7 @@ from sm120kit.preflight.vllm_checks import (
     probe_request,
     quantization_check,
 )
+from sm120kit.remote.preflight_probe import env_site
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.sglang_env import sglang_venv
@@ -170,6 +171,29 @@ def test_vllm_launch_over_ssh_in_an_env_without_vllm(fleet: Fleet, tmp_path: Pat
     attn = checks["attention_backend"]
     assert attn["status"] == "fail" and "capability.major in [9, 10]" in attn["reason"]
     assert "vllm 0.33.0 vllm/v1/attention/backends/mla/flashmla.py:73" in json.dumps(attn)
+
+
+@pytest.mark.parametrize(
+    ("packages", "site"),
+    [
+        # a vLLM env: no sglang, the stub still serves the env's site-packages
+        ({"sglang": {"installed": False}, "vllm": {"installed": True, "location": "/e/site"},
+          "torch": {"installed": True, "location": "/e/site"}}, "/e/site"),
+        ({"sglang": {"installed": True, "location": "/s/site"},
+          "torch": {"installed": True, "location": "/s/site"}}, "/s/site"),
+        # an editable checkout elsewhere: the directory most distributions are in
+        ({"vllm": {"installed": True, "location": "/src/vllm"},
+          "torch": {"installed": True, "location": "/e/site"},
+          "flashinfer-python": {"installed": True, "location": "/e/site"}}, "/e/site"),
+        ({"vllm": {"installed": False}}, None),
+    ],
+)  # fmt: skip
+def test_the_driver_stub_serves_the_envs_site_packages_whatever_the_engine(
+    packages: dict[str, Any], site: str | None
+) -> None:
+    """The directory whose every compiled module's driver imports the stub defines is the
+    env's, found from its installed distributions, not from one engine's package."""
+    assert env_site(packages) == site
 
 
 # --------------------------------------------------------------- with a real vLLM env

@@ -311,7 +311,7 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
     out["installed"] = dict(info.get("installed") or {})
     out["modules"] = [module_files(info, w) for w in args.get("modules") or []]
     if args.get("resolve"):
-        site = ((info.get("packages") or {}).get("sglang") or {}).get("location")
+        site = env_site(info.get("packages") or {})
         request = dict(args["resolve"])
         # What the warm server's imported state depends on (lib/warm.py server_key).
         request["fingerprint"] = sorted(
@@ -319,6 +319,17 @@ def probe(args: dict[str, Any]) -> dict[str, Any]:
         )
         out["resolved"] = resolve(python, request, out.get("model") or {}, args, site)
     return out
+
+
+def env_site(packages: dict[str, Any]) -> str | None:
+    """The site-packages directory of the env's installed distributions (the one most of
+    those inspected are in), whose every compiled module the driver stub serves: the engine's
+    own package (sglang, vllm) and all it loads (torch, its kernels), whichever engine runs."""
+    counts: dict[str, int] = {}
+    for pkg in packages.values():
+        if pkg.get("installed") and pkg.get("location"):
+            counts[pkg["location"]] = counts.get(pkg["location"], 0) + 1
+    return max(sorted(counts), key=lambda k: counts[k]) if counts else None
 
 
 def hub_cache() -> str:

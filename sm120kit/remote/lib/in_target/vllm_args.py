@@ -119,6 +119,22 @@ def _sparse(mc):
     return hasattr(hf, "index_topk")
 
 
+def _raised_at(e):
+    """Where `e` was raised, when outside vLLM's own files (" (raised at PKG/FILE.py:N)"): an
+    error of another package's import (flashinfer's cutlass DSL) is the env's, not vLLM's
+    judgement of the launch, and the user needs to see whose it is."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    path = tb.tb_frame.f_code.co_filename
+    rel = path.split("site-packages" + os.sep, 1)[-1]
+    if rel == path or rel.startswith("vllm" + os.sep):
+        return ""
+    return " (raised at %s:%d)" % (rel, tb.tb_lineno)
+
+
 def _run_cases(out, args):
     """Each argv of args["cases"] through vLLM's parser, engine config and backend selector."""
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -170,7 +186,7 @@ def _run_cases(out, args):
                 "config": "vLLM's engine config (AsyncEngineArgs.create_engine_config)",
                 "attention": "vLLM's attention backend selector (get_attn_backend)",
             }.get(step, "vLLM")
-            case["error"] = "%s refused the launch: %s" % (where, _err(e))
+            case["error"] = "%s refused the launch: %s%s" % (where, _err(e), _raised_at(e))
         out["cases"].append(case)
     return out
 
