@@ -42,7 +42,7 @@ def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
 
 
 def _plan_options(c, f, packages=None, **flags):
-    from sm120kit.plan import PlanOptions
+    from sm120kit.plays.plan import PlanOptions
     from sm120kit.runner.run_flags import RunFlags
     from sm120kit.validate import check_recipe_flags
 
@@ -93,9 +93,9 @@ def inventory(c, **f):
 @task(*COMMON, *RECIPE)
 def recipes(c, **f):
     """List the recipes, or (with --host / --driver) which recipe each host gets and why."""
-    from sm120kit import plan
     from sm120kit.output import listings, report
     from sm120kit.output.console import show_document
+    from sm120kit.plays import plan
 
     opts = _plan_options(c, f)
     if not f["host"]:
@@ -111,8 +111,8 @@ def recipes(c, **f):
 def plan(c, **f):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands
     (with --package: the dry run of `invoke build --package P`, its steps only)."""
-    from sm120kit import provision
     from sm120kit.output import report
+    from sm120kit.plays import provision
 
     if f["package"]:
         _build(c, f["package"], f, check=True)
@@ -148,8 +148,8 @@ def plan(c, **f):
 )
 def provision(c, **f):
     """Toolkit, env, builds (through the wheel cache), serving stack, smoke: one run, one recap."""
-    from sm120kit import provision
     from sm120kit.output import report
+    from sm120kit.plays import provision
 
     opts = _plan_options(
         c,
@@ -171,8 +171,8 @@ def provision(c, **f):
 @task(*COMMON, *RECIPE, "break_lock", name="install-cuda")
 def install_cuda(c, **f):
     """Install the recipe's CUDA toolkit side by side (pip/runfile/apt) and verify nvcc."""
-    from sm120kit.ops import toolkit
     from sm120kit.output import report
+    from sm120kit.plays import toolkit
 
     opts = _plan_options(c, f)
     s = _session(c, f, break_lock=f["break_lock"])
@@ -185,8 +185,8 @@ def install_cuda(c, **f):
 def _build(c, package, f, check=False):
     """`build` and `build-<package>`; with `check` (`plan --package`) its dry run: the same
     operation in check mode, every step shown as ok / would change with its commands."""
-    from sm120kit.ops import build as build_ops
     from sm120kit.output import report
+    from sm120kit.plays import build as build_ops
 
     if not package:
         raise cli.Sm120Error("--package is required (a package of the host's recipe)")
@@ -239,8 +239,8 @@ package_builds = [
 @task(*COMMON, "package", "python", "arch", "driver", "recipe")
 def smoke(c, **f):
     """Check installed kernel packages: import order, undefined symbols, arch coverage, loader."""
-    from sm120kit.ops import smoke_check
     from sm120kit.output import checks
+    from sm120kit.plays import smoke as smoke_check
 
     package = f["package"]
     opts = _plan_options(c, f, packages=[package] if package else None)
@@ -266,15 +266,15 @@ def smoke(c, **f):
 def serve_check(c, **f):
     """Poll /health and /v1/models until ready; on timeout show why (alive? CPU? ports? stacks).
     With a launch (--launch or words after --): preflight it, start it, then watch it."""
-    from sm120kit.ops import serve_check as serve_ops
     from sm120kit.output import checks
+    from sm120kit.plays import serve_check as serve_ops
     from sm120kit.preflight import launch
     from sm120kit.validate import check_regex
 
     check_regex(f["process_match"], "--process-match")
     words = launch.launch_words(f["launch"])
     if words:
-        from sm120kit.ops import serve_launch
+        from sm120kit.plays import serve_launch
 
         if f["pid"] or f["process_match"]:
             raise cli.Sm120Error(
@@ -308,8 +308,8 @@ def serve_check(c, **f):
 def preflight(c, **f):
     """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
     combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
-    from sm120kit.ops import preflight_check
     from sm120kit.output import checks
+    from sm120kit.plays import preflight as preflight_check
     from sm120kit.preflight import launch
 
     if f["stop_warm"]:
@@ -338,8 +338,8 @@ def preflight(c, **f):
 @task("package", *COMMON, *RECIPE, name="key")
 def cache_key(c, **f):
     """Show every input of a package's wheel-cache key on each host, and the key."""
-    from sm120kit.ops import build as build_ops
     from sm120kit.output import report
+    from sm120kit.plays import build as build_ops
 
     package = f["package"]
     if not package:

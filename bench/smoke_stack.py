@@ -35,9 +35,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sm120kit.ops import smoke_check  # noqa: E402
 from sm120kit.packages import registry  # noqa: E402
 from sm120kit.packages import stack as serving  # noqa: E402
+from sm120kit.plays import smoke as smoke_check  # noqa: E402
 from sm120kit.remote import parse_last_json, script_bundle  # noqa: E402
 from sm120kit.smoke import report  # noqa: E402
 

@@ -13,6 +13,14 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_result,
+    stop_after_delay,
+    wait_exponential,
+)
+
 from .errors import Sm120Error
 
 if TYPE_CHECKING:
@@ -64,13 +72,6 @@ def serve_check(
     HostFailed come from the host. `waited_s` is the polling time, before the diagnosis.
     """
     _validate(url, timeout, interval, request_timeout)
-    from tenacity import (
-        RetryCallState,
-        Retrying,
-        retry_if_result,
-        stop_after_delay,
-        wait_exponential,
-    )
 
     start = time.monotonic()
     deadline = start + timeout

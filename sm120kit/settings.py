@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from .errors import Sm120Error
 
 ENV_PREFIX = "INVOKE_SM120KIT_"
@@ -203,8 +205,6 @@ def _parse_controller(value: Any, what: str) -> str | bool | None:
 
 def _parse_stores(value: Any, what: str) -> list[Any]:
     if isinstance(value, str):
-        import yaml
-
         # From the environment: a YAML/JSON list, the same as the config file would hold.
         try:
             value = yaml.safe_load(value) if value.strip() else []
@@ -330,7 +330,6 @@ def duplicate_keys(path: str) -> None:
     sm120kit.KEY given twice" for the first repeat. A file that does not parse is left to
     invoke, which read it already.
     """
-    import yaml
 
     try:
         with open(path, encoding="utf-8") as fh:

@@ -16,6 +16,7 @@ from .paths import HostPaths
 from .recipes.files import stack_package_hint
 from .recipes.select import ResolvedRecipe
 from .runner.run_flags import RunFlags
+from .stack.lock import Lock
 
 
 @dataclass
@@ -54,6 +55,28 @@ class PyEnv:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class PythonChoice:
+    """The host's Python X.Y for this run: found (`path`), to install (`install`), or
+    refused (`refusal`, one line)."""
+
+    version: str | None
+    path: str | None
+    why: str
+    install: list[str] = field(default_factory=list)  # commands, sudo included
+    query: list[str] = field(default_factory=list)  # archive lookups still to run (apt/dnf)
+    refusal: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "path": self.path,
+            "why": self.why,
+            "install": list(self.install),
+            "refusal": self.refusal,
+        }
+
+
 @dataclass
 class ProvisionState:
     """Per-host provisioning state shared by the operations of one run."""
@@ -70,10 +93,10 @@ class ProvisionState:
     #: The serving stack's own builds this run (lock entries marked build, ``stack.build``):
     #: their toolkit library needs count like the named packages'.
     stack_builds: list[str] = field(default_factory=list)
-    #: The ``python`` step's choice (`sm120kit.ops.host_python.PythonChoice`) and the
-    #: stack's lock of that Python (None: no stack or not chosen yet).
-    python: Any = None
-    stack_lock: Any = None
+    #: The ``python`` step's choice (`sm120kit/ops/python.py`) and the stack's lock of that
+    #: Python (None: no stack or not chosen yet).
+    python: PythonChoice | None = None
+    stack_lock: Lock | None = None
 
     def host_packages(self) -> list[str]:
         """The recipe packages this host builds: host var ``provision_packages`` (default

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from .remote.lib.frontend import build_command
 from .remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE
 
 
@@ -176,7 +177,6 @@ def _script(step: Mapping[str, Any]) -> list[str]:
 def _build(step: Mapping[str, Any]) -> list[str]:
     # build_wheel.py runs the front end in src, into a fresh temp dir under out_dir, with the
     # toolkit's bin/ first on PATH (remote/build_wheel.py).
-    from .remote.lib.frontend import build_command
 
     args = step["args"]
     env = " ".join(f"{k}={_q(v)}" for k, v in sorted(args["env"].items()))

@@ -9,10 +9,14 @@ and YAML structure live in inventory/files.py; this module says what a *good* va
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import Sm120Error, one_line
+from . import drivers as drv
+from .errors import HostFailed, RecipeError, Sm120Error, one_line
+from .recipes.select import normalize_arch, select_recipe
+from .settings import parse_number
 
 #: Characters a path value may hold: no blanks, quotes, `$`, backticks, `;`, `|`, `&`,
 #: redirections, globs or newlines. nvcc runs its host compiler through `sh` (so quoting on
@@ -85,9 +89,8 @@ def check_host_vars(name: str, vars_: Mapping[str, Any], sources: Mapping[str, s
 
 
 def check_pip_args(value: str, where: str = "pip_args") -> list[str]:
-    """A string `pip_args` split like a shell would (ops/toolkit_spec.py's `pip_args` does the
+    """A string `pip_args` split like a shell would (toolchain/toolkit_spec.py's `pip_args` does the
     same); an unbalanced quote is an input error here, not a ValueError mid-run."""
-    import shlex
 
     try:
         return shlex.split(value)
@@ -115,7 +118,6 @@ def number(
     """`value` as a finite int/float >= minimum (> minimum with `above`), <= `maximum`;
     Sm120Error naming `what`. The same parser as every setting's
     (`sm120kit.settings.parse_number`)."""
-    from .settings import parse_number
 
     return parse_number(value, what, kind=kind, minimum=minimum, above=above, maximum=maximum)
 
@@ -143,9 +145,6 @@ def check_recipe_flags(
     recipes: Mapping[str, Any], driver: str | None, arch: str | None, recipe: str | None
 ) -> None:
     """--recipe, --driver and --arch against the loaded recipes, before any host is touched."""
-    from . import drivers as drv
-    from .errors import RecipeError
-    from .recipes.select import normalize_arch, select_recipe
 
     if recipe is not None and recipe not in recipes:
         raise RecipeError(
@@ -184,7 +183,6 @@ def check_space(facts: Mapping[str, Any], needed: int, what: str, host: str) -> 
     that fails here with both figures instead of half-way with a tool's own error (ensurepip,
     tar, pip) that says nothing about space.
     """
-    from .errors import HostFailed
 
     disk = facts.get("disk") or {}
     free = disk.get("free_bytes")

@@ -3,6 +3,7 @@ sm120kit is named (by its path under sm120kit/, in backticks), so the map cannot
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -46,3 +47,25 @@ def test_every_module_is_named() -> None:
     unnamed = [str(p.relative_to(PACKAGE)) for p in modules if p.resolve() not in named]
     assert not unnamed, f"docs/architecture.md does not name: {unnamed}"
     assert IN_TARGET.resolve() in named
+
+
+def walk_names() -> list[tuple[str, str]]:
+    """(module, function or class) of each ``module.py::name`` the doc names (its walk)."""
+    return re.findall(r"`([\w/]+\.py)::(\w+)`", DOC.read_text(encoding="utf-8"))
+
+
+def test_the_walk_names_what_exists() -> None:
+    pairs = walk_names()
+    assert len(pairs) >= 15 and ("plays/provision.py", "plan_or_provision_op") in pairs
+    missing = []
+    for module, name in pairs:
+        path = resolve(module)
+        tree = ast.parse(path.read_text(encoding="utf-8")) if path else None
+        defined = {
+            n.name
+            for n in (tree.body if tree else [])
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        }
+        if name not in defined:
+            missing.append(f"{module}::{name}")
+    assert not missing, f"docs/architecture.md's walk names what does not exist: {missing}"

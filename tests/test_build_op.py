@@ -1,4 +1,4 @@
-"""The build operation (sm120kit/ops/build.py) over the sshd fleet: sources, patches, knobs,
+"""The build operation (sm120kit/plays/build.py) over the sshd fleet: sources, patches, knobs,
 wheel (through the wheel cache), install; and the `invoke build` task end to end.
 
 Real parts throughout: real sshd hosts on loopback, real nvcc 13.0 compiling the sample kernel
@@ -36,7 +36,9 @@ import yaml
 from rich.console import Console
 
 from sm120kit.inventory.host import Host
-from sm120kit.ops.build import (
+from sm120kit.output.progress import Progress
+from sm120kit.output.report import render_build
+from sm120kit.plays.build import (
     ensure_package,
     ensure_patched,
     ensure_source,
@@ -44,9 +46,7 @@ from sm120kit.ops.build import (
     pack_tree,
     package_knobs,
 )
-from sm120kit.output.progress import Progress
-from sm120kit.output.report import render_build
-from sm120kit.plan import PlanOptions, prepare
+from sm120kit.plays.plan import PlanOptions, prepare
 from sm120kit.remote import fetch_source
 from sm120kit.runner.connection import ConnectOptions
 from sm120kit.runner.pool import HostContext, Runner, RunOptions

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from sm120kit.builds import compile_cache
-from sm120kit.ops.build import key_op
-from sm120kit.plan import PlanOptions
+from sm120kit.plays.build import key_op
+from sm120kit.plays.plan import PlanOptions
 from sm120kit.remote import build_wheel
 from sm120kit.state import PyEnv, Toolkit
 from tests import test_sgl_kernel_real as sgl_real

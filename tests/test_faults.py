@@ -410,7 +410,7 @@ def test_nvcc_ccbin_is_run_for_its_real_version(fleet: Fleet, tmp_path: Path) ->
 def test_host_compiler_path_and_version_are_in_the_cache_key() -> None:
     from types import SimpleNamespace
 
-    from sm120kit.ops.build import cc_version
+    from sm120kit.plays.build import cc_version
 
     facts = {"gcc": [{"path": "/usr/bin/gcc", "version": "12.2.0"}]}
     plain = SimpleNamespace(host=Host("h", {}), facts=facts)

@@ -1,4 +1,4 @@
-"""The host's Python picks the stack's lock (sm120kit/ops/host_python.py): the rule as tables,
+"""The host's Python picks the stack's lock (sm120kit/python_choice.py): the rule as tables,
 then real loopback SSH hosts whose only python3 is 3.12, 3.13 or 3.10.
 
 Real parts: the sshd fleet, the pyenv interpreters of this machine (3.10, 3.11, 3.12, 3.13),
@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from sm120kit.errors import RecipeError
-from sm120kit.ops.host_python import archive_has, pick_python
+from sm120kit.python_choice import archive_has, pick_python
 from sm120kit.recipes.files import load_recipes
 from sm120kit.stack.lock import Lock, LockEntry, dump_lock, lock_file_name
 from tests.conftest import invoke_env, json_of, run_invoke

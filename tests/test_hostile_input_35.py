@@ -395,7 +395,7 @@ def test_cache_key_without_the_build_env_guesses_no_key(fleet: Any, tmp_path: Pa
 def test_key_unknown_table(env: str | None, unknown: bool) -> None:
     from types import SimpleNamespace
 
-    from sm120kit.ops.build_inputs import key_unknown
+    from sm120kit.builds.inputs import key_unknown
     from sm120kit.state import PyEnv
 
     made = None

@@ -182,7 +182,7 @@ def test_progress_poll_thread_ends_quietly_when_the_run_is_cancelled(
     """The build's progress poll (a helper thread on a real local connection) sees the run
     cancelled, as a signal mid-build does: it ends without a traceback of its own."""
     from sm120kit.inventory.host import Host
-    from sm120kit.ops import build_progress
+    from sm120kit.runner import build_progress
     from sm120kit.runner.connection import cancel_all, reset_cancel
     from sm120kit.runner.pool import HostContext, Runner, RunOptions
 

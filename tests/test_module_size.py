@@ -1,6 +1,6 @@
 """Small modules, one idea each: no module of sm120kit/ is over 800 lines.
 
-A module that grows past it is split by job (as ops/build.py became ops/build_*.py,
+A module that grows past it is split by job (as plays/build.py became ops/build_*.py,
 ops/compile.py and ops/install.py), not added to the allow-list below.
 """
 

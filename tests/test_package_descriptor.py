@@ -22,11 +22,11 @@ import pytest
 from sm120kit.builds import cuda_libraries
 from sm120kit.builds.knobs import resolve_knobs
 from sm120kit.errors import RecipeError
-from sm120kit.ops.build import ensure_package
 from sm120kit.ops.pyenv import build_tools
-from sm120kit.ops.smoke_check import smoke_packages
 from sm120kit.packages import registry
-from sm120kit.plan import PlanOptions, prepare
+from sm120kit.plays.build import ensure_package
+from sm120kit.plays.plan import PlanOptions, prepare
+from sm120kit.plays.smoke import smoke_packages
 from sm120kit.recipes.select import default_recipes_dir, load_recipes
 from sm120kit.runner.pool import HostContext
 from sm120kit.state import PyEnv, Toolkit

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import Sm120Error
-from sm120kit.ops.preflight_check import model_config_doc
 from sm120kit.packages.stack import catalogues
+from sm120kit.plays.preflight import model_config_doc
 from sm120kit.preflight.launch import parse_launch
 from sm120kit.preflight.rules import RESOLVED_FIELDS
 from sm120kit.preflight.sglang_checks import after_check, fix_from, overall

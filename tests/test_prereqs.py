@@ -4,7 +4,7 @@ installs it for the real-source configure tests), so the fleet never lacks it.""
 
 from __future__ import annotations
 
-from sm120kit.ops.cmake_check import numa_install_commands
+from sm120kit.builds.cmake_config import numa_install_commands
 
 
 def test_apt_hosts_get_libnuma_dev_through_sudo() -> None:

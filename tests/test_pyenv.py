@@ -18,7 +18,8 @@ import pytest
 from sm120kit.errors import HostFailed
 from sm120kit.inventory.host import Host
 from sm120kit.ops import pyenv
-from sm120kit.plan import PlanOptions
+from sm120kit.plays import env as env_play
+from sm120kit.plays.plan import PlanOptions
 from sm120kit.remote import make_env
 from sm120kit.remote.lib.names import ENV_MARKER
 from sm120kit.runner.connection import ConnectOptions
@@ -220,7 +221,7 @@ def _run(
         )
     )
     opts = PlanOptions(driver="580.95.05", arch="12.0", packages=packages)
-    return runner.run("env", [host], pyenv.env_op(opts), lock=True)
+    return runner.run("env", [host], env_play.env_op(opts), lock=True)
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +327,7 @@ def test_missing_python_is_named(fleet: Fleet, tmp_path: Path) -> None:
     code, doc = cli(["plan", "-H", "gpu3", *TARGET, "-i", str(inv)], fleet, tmp_path)
     entry = doc["hosts"]["gpu3"]
     assert code == 2 and step_of(entry, "python")["status"] == "failed"
-    # The python step (ops/host_python.py): no python3.9 on the host nor in its archive.
+    # The python step (python_choice.py): no python3.9 on the host nor in its archive.
     assert "wants Python 3.9 but the host has" in entry["error"] and "3.11" in entry["error"]
 
 

@@ -17,16 +17,12 @@ from typing import Any
 
 import pytest
 
+from sm120kit.builds.cmake_config import link_driver, require_arch
 from sm120kit.inventory.host import Host
-from sm120kit.ops.build import (
-    ensure_patched,
-    ensure_source,
-    package_knobs,
-    target_explain,
-)
-from sm120kit.ops.cmake_check import ensure_prerequisites, link_driver, require_arch
 from sm120kit.ops.deps import ensure_dependencies
-from sm120kit.plan import PlanOptions, prepare
+from sm120kit.ops.prerequisites import ensure_prerequisites
+from sm120kit.plays.build import ensure_patched, ensure_source, package_knobs, target_explain
+from sm120kit.plays.plan import PlanOptions, prepare
 from sm120kit.remote.cmake_probe import DRIVER_API
 from sm120kit.runner.connection import ConnectOptions
 from sm120kit.runner.pool import HostContext, Runner, RunOptions
@@ -154,7 +150,7 @@ def test_store_managed_sources_configure_on_the_host(
         assert deps is not None and deps.complete
         patched = ensure_patched(ctx, state, "sgl-kernel", source)
         ensure_prerequisites(ctx, state, "sgl-kernel", knobs)
-        from sm120kit.ops.build import add_dependency_defines
+        from sm120kit.plays.build import add_dependency_defines
 
         add_dependency_defines(knobs, deps.dirs, deps.reasons)
         rows = target_explain(ctx, state, "sgl-kernel", knobs, patched.tree)

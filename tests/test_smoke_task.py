@@ -26,7 +26,7 @@ import pytest
 
 from sm120kit.errors import Sm120Error
 from sm120kit.inventory.host import Host
-from sm120kit.ops import smoke_check as smoke_ops
+from sm120kit.plays import smoke as smoke_ops
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
 from tests.support.sample_wheel import build_sample_wheel, install_into_venv, nvcc_available
@@ -255,7 +255,7 @@ def test_missing_managed_env_names_python_flag(fleet: Fleet, tmp_path: Path) -> 
     assert proc.returncode == 2
     host = doc["hosts"][GPU_HOST]
     work_root = str(fleet.by_name(GPU_HOST).work_root)
-    # ops/stack.py's layout: <work_root>/envs/stack-<lock label>
+    # plays/stack.py's layout: <work_root>/envs/stack-<lock label>
     assert re.fullmatch(
         re.escape(work_root) + r"/envs/stack-sglang-[\d.]+-cp3\d+-manylinux_\d+_\d+_x86_64",
         host["env"],

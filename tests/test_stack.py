@@ -284,7 +284,7 @@ def test_provision_installs_the_lock_verified_and_idempotent(
         steps = {s["name"]: s for s in host["steps"]}
         assert steps["stack"]["status"] == "changed", steps["stack"]
         assert "synced by uv 0.13.9 (3 added, 0 removed, 0 replaced)" in steps["stack"]["message"]
-        # What plan listed is, byte for byte, what provision ran (ops/stack_steps.py).
+        # What plan listed is, byte for byte, what provision ran (stack/stack_steps.py).
         plan_steps = json_of(planned)["hosts"][name]["steps"]
         [shown] = [s["commands"] for s in plan_steps if s["name"] == "stack"]
         assert steps["stack"]["commands"] == shown

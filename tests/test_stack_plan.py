@@ -177,8 +177,8 @@ def test_build_chosen_shows_the_source_build_or_one_line(planned: dict[str, Any]
     ],
 )
 def test_downloads_start_largest_and_smallest_by_turns(sizes: list[int], order: list[int]) -> None:
-    """The fetch starts the big files at once and keeps small ones arriving (ops/stack.py)."""
-    from sm120kit.ops.stack import fetch_order
+    """The fetch starts the big files at once and keeps small ones arriving (plays/stack.py)."""
+    from sm120kit.plays.stack import fetch_order
 
     got = fetch_order(sizes)
     assert got == order
@@ -210,8 +210,8 @@ def test_downloads_bring_pure_python_wheels_early(
     files: list[tuple[str, int]], order: list[int]
 ) -> None:
     """The modules the host compiles arrive first: pure-Python wheels, biggest first, by turns
-    with the largest files (ops/stack.py fetch_order, pure_python)."""
-    from sm120kit.ops.stack import fetch_order, pure_python
+    with the largest files (plays/stack.py fetch_order, pure_python)."""
+    from sm120kit.plays.stack import fetch_order, pure_python
 
     got = fetch_order([s for _, s in files], [pure_python(n) for n, _ in files])
     assert got == order

@@ -13,8 +13,9 @@ import json
 
 import pytest
 
-from sm120kit.ops import build_source, compile, deps, pyenv, stack_steps
+from sm120kit.ops import build_source, compile, deps, pyenv
 from sm120kit.packages.base import plan_parallelism
+from sm120kit.stack import stack_steps
 from sm120kit.steps import commands
 
 CU130 = "https://download.pytorch.org/whl/cu130"
@@ -326,7 +327,7 @@ NUMA_ROWS = [
 def test_numa_steps(
     os_id: str, host_vars: dict[str, object], sudo: str, want: tuple[str, list[str]] | None
 ) -> None:
-    from sm120kit.ops import cmake_check
+    from sm120kit.builds import cmake_config as cmake_check
 
     planned = cmake_check.numa_steps({"os": {"id": os_id}}, host_vars, sudo)
     if want is None:
@@ -387,8 +388,8 @@ CONFIGURE_ROWS = [
     ids=[r[0] for r in CONFIGURE_ROWS],
 )
 def test_configure_steps(ready: bool, torch_cuda: str | None, ops: list[str]) -> None:
+    from sm120kit.builds import cmake_config as cmake_check
     from sm120kit.inventory.host import Host
-    from sm120kit.ops import cmake_check
     from sm120kit.packages.base import Knobs
     from sm120kit.state import ProvisionState, PyEnv, Toolkit
 

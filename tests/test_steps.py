@@ -23,8 +23,8 @@ from sm120kit.errors import PatchError
 from sm120kit.inventory.host import Host
 from sm120kit.ops import pyenv
 from sm120kit.ops import toolkit as tk
-from sm120kit.ops.build import PATCHED_MARKER, ensure_patched, ensure_source, patch_steps
-from sm120kit.plan import PlanOptions, prepare
+from sm120kit.plays.build import PATCHED_MARKER, ensure_patched, ensure_source, patch_steps
+from sm120kit.plays.plan import PlanOptions, prepare
 from sm120kit.remote import lib_closure, script_bundle, script_source
 from sm120kit.runner.pool import HostContext, outside_run
 from sm120kit.steps import RENDERERS, Step, commands, render
@@ -57,9 +57,9 @@ def test_a_step_is_json_and_renders_through_one_table() -> None:
     # Every op a remote script interprets has a renderer (and nothing else does).
     interpreted = {"clean", "mkdir", "download", "run", "link", "write", "copy", "rename"}
     interpreted |= {"remove", "verify", "select", "install_torch", "inspect", "marker", "patch"}
-    # install_lock's (the stack: ops/stack_steps.py); "fetch" is the controller's own.
+    # install_lock's (the stack: stack/stack_steps.py); "fetch" is the controller's own.
     interpreted |= {"fetch", "check", "unpack", "uv", "requirements", "record", "pth", "stage"}
-    # Run by the controller itself (ops/step_run.py): the source and dependency uploads, and
+    # Run by the controller itself (runner/step_run.py): the source and dependency uploads, and
     # the build's copy and link before build_wheel.py (ops/compile.py).
     interpreted |= {"upload", "script", "build"}
     assert set(RENDERERS) == interpreted

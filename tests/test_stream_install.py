@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from sm120kit.ops.stack_files import UV
-from sm120kit.ops.stack_steps import StackFacts, StackFile, plan_stack
 from sm120kit.remote import script_program
 from sm120kit.remote.lib import stream_install
+from sm120kit.stack.stack_steps import StackFacts, StackFile, plan_stack
 from tests.support.tiny_index import make_wheel, sha256_of
 from tests.test_stack import uv_wheel  # noqa: F401  (the session fixture)
 
@@ -360,7 +360,7 @@ def test_compile_all_takes_leftovers_and_a_dead_workers_modules(tmp_path: Path) 
     ],
 )  # fmt: skip
 def test_the_stack_steps_progress_line(doc: dict[str, object], extra: str, want: str) -> None:
-    from sm120kit.ops.build_progress import _progress_detail
+    from sm120kit.runner.build_progress import _progress_detail
 
     assert _progress_detail(json.dumps(doc), 40.2, extra) == want
 

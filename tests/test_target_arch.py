@@ -14,8 +14,8 @@ import pytest
 
 from sm120kit.errors import RecipeError, Sm120Error
 from sm120kit.inventory.host import Host
-from sm120kit.ops.preflight_check import preflight_arch
-from sm120kit.ops.smoke_check import choose_arch
+from sm120kit.plays.preflight import preflight_arch
+from sm120kit.plays.smoke import choose_arch
 from sm120kit.recipes.select import Recipe, load_recipes, resolve_for_host
 from sm120kit.recipes.target_arch import choose_target_arch
 from sm120kit.stack.choice import target_of

@@ -4,7 +4,7 @@ from the lock files) and what the python step will do (a root install of the dis
 python3.11, said as such), and ``allow_system_python: false`` / ``--no-system-python`` refuse
 that install in one line. A recipe forced to 3.13 is told a command that works.
 
-Pure tables over sm120kit/ops/host_python.py, then a real loopback sshd host whose PATH holds
+Pure tables over sm120kit/python_choice.py, then a real loopback sshd host whose PATH holds
 only pyenv's 3.13 (tests/test_host_python.py's PythonFleet) planned with the real recipes and
 locks. Simulated: the GPU (host vars target_driver / target_arch) and the apt archive
 (``apt-cache`` / ``apt-get`` / ``sudo`` stubs whose archive has python3.11).
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sm120kit.ops.host_python import no_lock_reason, pick_python
+from sm120kit.python_choice import no_lock_reason, pick_python
 from sm120kit.recipes.select import load_recipes
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.test_host_python import APT_CACHE, APT_GET, SUDO, PythonFleet, _interpreter, facts

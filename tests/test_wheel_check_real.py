@@ -240,7 +240,7 @@ def test_the_catalogues_verdict_is_the_hosts_read_of_the_same_file(
     new_wheel: Path, driver: str, cuda: str
 ) -> None:
     """The stack step takes a compiled release's verdict from the catalogue when its sha256 is
-    one the catalogue read (ops/stack.py ``_judged_by_catalogue``): for the real sglang-kernel
+    one the catalogue read (plays/stack.py ``_judged_by_catalogue``): for the real sglang-kernel
     0.4.10 wheel, that verdict equals the host's own read of the file, on a driver it serves
     and on one it is refused on (its libcudart)."""
     from sm120kit.remote.install_lock import verify

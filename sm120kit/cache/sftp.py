@@ -29,6 +29,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import paramiko
+
 from sm120kit.cache.store import BlobInfo, CacheError, Store, StoreUnavailable
 from sm120kit.cache.store_types import SftpConnect, register_store_type
 from sm120kit.runner import known_hosts
@@ -318,7 +320,6 @@ def paramiko_connect(spec: Mapping[str, Any]) -> Any:
     known_hosts, read as OpenSSH reads them: `host_key_refusal`); an unknown, changed or
     revoked key is refused, never silently trusted.
     """
-    import paramiko
 
     files = known_hosts_files(spec)
     host, port = str(spec["host"]), int(spec.get("port") or 22)

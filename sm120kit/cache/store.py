@@ -37,6 +37,8 @@ from sm120kit.cache.key import CACHE_FORMAT_VERSION
 from sm120kit.errors import Sm120Error
 from sm120kit.runner.controller import dead_here, identity
 
+from .key import RELEASE_TAG, KeyInputs, compute_key
+
 log = logging.getLogger(__name__)
 
 META_NAME = "meta.json"
@@ -595,7 +597,6 @@ def _parse_lock(raw: bytes) -> dict[str, Any]:
 def key_unproven(meta: Mapping[str, Any], key: str) -> str:
     """Why `meta` does not prove it belongs under `key` ("" when it does): its own ``key``
     must be `key`, and its recorded ``inputs`` must hash to `key`."""
-    from .key import RELEASE_TAG, KeyInputs, compute_key
 
     named = meta.get("key")
     if named != key:

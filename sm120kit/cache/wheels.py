@@ -34,7 +34,10 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import invoke
+
 from ..runner.connection import ConnectOptions
+from ..settings import config_layers, resolve
 from .config import CacheConfig
 from .context import CacheHost
 from .election import Election
@@ -176,7 +179,6 @@ def cache_for(runner: Runner, settings: Mapping[str, Any] | None = None) -> Whee
 
 def discover_settings() -> dict[str, Any]:
     """The ``sm120kit`` section as invoke would load it for the tasks' project directory."""
-    import invoke
 
     tasks_file = getattr(sys.modules.get("tasks"), "__file__", None)
     project = os.path.dirname(os.path.abspath(tasks_file)) if tasks_file else os.getcwd()
@@ -184,7 +186,6 @@ def discover_settings() -> dict[str, Any]:
     config.load_project()
     # The environment through the tool's own parser, not invoke's (which reads "false" as
     # true): the same values the CLI would use.
-    from ..settings import config_layers, resolve
 
     return resolve(config_layers(config), os.environ)
 

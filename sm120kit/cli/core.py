@@ -16,6 +16,7 @@ import getpass
 import os
 import signal
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from rich.console import Console
 
 from .. import settings as setting_table
 from .. import validate
+from ..cache.config import CacheConfig
 from ..errors import Interrupted, Sm120Error, one_line
 from ..inventory.host import Host
 from ..inventory.load import Inventory, load_inventory
@@ -146,7 +148,6 @@ def settings(c: invoke.Context) -> dict[str, Any]:
     config files' `sm120kit:` sections, then by INVOKE_SM120KIT_* variables. A bad value,
     whatever its source, is one Sm120Error naming the setting and the source, raised before
     any host is touched (the cache block and its store specs are checked here too)."""
-    from ..cache.config import CacheConfig
 
     config = getattr(c, "config", None)
     env = {**_ENV, **{k: v for k, v in os.environ.items() if k in _DECLARED_ENV}}
@@ -349,7 +350,6 @@ def guarded(json_flag: str = "json") -> Callable[[F], F]:
 
 def threading_main() -> bool:
     """True in the main thread (the only one that may set signal handlers)."""
-    import threading
 
     return threading.current_thread() is threading.main_thread()
 

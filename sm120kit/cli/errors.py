@@ -23,6 +23,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import invoke.config
+import invoke.program
+from invoke.exceptions import ParseError
+
+from . import config_files
+from . import core as cli
+
 _INSTALLED: list[bool] = []
 
 
@@ -77,12 +84,6 @@ def install(argv: Sequence[str] | None = None) -> None:
     if _INSTALLED:
         return
     _INSTALLED.append(True)
-    import invoke.config
-    import invoke.program
-    from invoke.exceptions import ParseError
-
-    from . import config_files
-    from . import core as cli
 
     words = sys.argv[1:] if argv is None else argv
     parse_tasks = invoke.program.Program.parse_tasks

@@ -15,9 +15,11 @@ from ..errors import RecipeError
 from ..output import stack as stack_out
 from ..output.console import show_document
 from ..preflight.recheck import recheck_rules
+from ..recipes.select import default_recipes_dir, load_recipes
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
 from ..stack.catalogue_read import lock_entries, lock_entries_by_file, make_catalogue
+from ..stack.convert import convert_lock
 from ..stack.draft import (
     Target,
     default_lock_name,
@@ -63,7 +65,6 @@ def draft_command(c: Any, **f: Any) -> None:
     """Resolve --top with uv for each Python, verify the compiled wheels for the recipe's
     lowest driver and its arch, write each lock (a new file, or a complete replacement with
     its difference shown), print what to review and the [stack] table."""
-    from ..recipes.select import default_recipes_dir, load_recipes
 
     if not f.get("top"):
         raise RecipeError("--top is required (e.g. --top sglang==0.5.23)")
@@ -232,7 +233,6 @@ def write_catalogue(
 
 def catalogue_command(c: Any, **f: Any) -> None:
     """Regenerate ``catalogue.toml`` of --lock-dir from its locks' wheels."""
-    from ..recipes.select import default_recipes_dir
 
     if not f.get("lock_dir"):
         raise RecipeError("--lock-dir is required (e.g. --lock-dir locks/sglang-0.5.23)")
@@ -324,7 +324,6 @@ def _draft_report(console: Any, doc: dict[str, Any]) -> None:
 
 def convert_command(c: Any, **f: Any) -> None:
     """Convert the earlier-format lock at --path to PEP 751 (beside ``locks/``, or --out)."""
-    from ..stack.convert import convert_lock
 
     if not f.get("path"):
         raise RecipeError("--path is required (an earlier-format lock, locks/<name>.toml)")

@@ -11,6 +11,7 @@ from ..builds import sources as src
 from ..errors import RecipeError
 from ..output import listings
 from ..output.console import show_document
+from ..recipes.select import load_recipes
 from .core import settings
 
 
@@ -18,7 +19,6 @@ def package_entries(
     package: str, recipes_dir: str | None = None, recipe: str | None = None
 ) -> list[src.SourceEntry]:
     """The source entries of `package` in every recipe (or only `recipe`), without repeats."""
-    from ..recipes.select import load_recipes
 
     recipes = load_recipes(recipes_dir)
     if recipe and recipe not in recipes:

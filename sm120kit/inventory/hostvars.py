@@ -83,8 +83,8 @@ _STR_REQUIRED = VarType(_is_str, "a string", nullable=False)
 
 #: Every inventory variable the tool reads, and its type. Where each is used:
 #: connection (inventory/host.py, runner/connection.py), toolkit and env (ops/toolkit.py, ops/pyenv.py),
-#: builds (ops/build.py and its ops/build_*.py, ops/compile.py), compile cache (builds/compile_cache.py), recipes (recipes/), smoke
-#: (ops/smoke_check.py), wheel cache (cache/resolve.py, cache/election.py).
+#: builds (plays/build.py and its ops/build_*.py, ops/compile.py), compile cache (builds/compile_cache.py), recipes (recipes/), smoke
+#: (plays/smoke.py), wheel cache (cache/resolve.py, cache/election.py).
 HOST_VARS: dict[str, VarType] = {
     "ansible_host": _STR_REQUIRED,
     "ansible_port": VarType(_is_port, "a port number 1-65535"),

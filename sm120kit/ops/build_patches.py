@@ -22,12 +22,12 @@ from ..builds.patching import (
     run_patch_steps,
     select,
 )
+from ..builds.source_store import Source
 from ..cache.key import patch_digests
 from ..runner.host_context import HostContext
 from ..state import ProvisionState
 from ..steps import Step
 from ..steps import commands as render_commands
-from .build_source import Source
 
 #: Marker the patch step leaves in the patched copy: which source and patches it holds.
 PATCHED_MARKER = ".sm120kit-patched.json"

@@ -23,14 +23,14 @@ from typing import Any
 
 from ..builds import sources as srcstore
 from ..builds.packing import pack_tree
+from ..builds.source_store import Source, store_record
 from ..errors import HostFailed, RecipeError
 from ..remote.lib import sourcetree as fs
 from ..runner.host_context import HostContext
 from ..runner.pool import Runner
+from ..runner.step_run import run_steps
 from ..state import ProvisionState
 from ..steps import Step, commands
-from .deps import store_record
-from .step_run import run_steps
 
 
 def _once(runner: Runner, key: str, compute: Callable[[], Any]) -> Any:
@@ -167,15 +167,6 @@ def _store_plan(
         str(record["tarball"]),
         f"{entry.dir}-{digest[:12]}.tar",
     )
-
-
-@dataclass
-class Source:
-    """A source tree on the host (or, in check mode, where it would be)."""
-
-    path: str
-    digest: str
-    present: bool
 
 
 def ensure_source(ctx: HostContext, state: ProvisionState, name: str) -> Source:

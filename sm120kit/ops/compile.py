@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..builds import compile_cache
+from ..builds.cmake_config import cmake_checked, configure_targets, driver_link, require_arch
+from ..builds.inputs import build_env
 from ..builds.knobs import Knobs, lowered_for_oom
 from ..cache.request import BuiltWheel
 from ..cache.resolve import host_store_specs
@@ -24,12 +26,11 @@ from ..errors import HostFailed
 from ..inventory.host import host_file
 from ..packages import registry
 from ..remote.lib.frontend import build_command
+from ..runner.build_progress import poll_progress
 from ..runner.host_context import HostContext
+from ..runner.step_run import run_steps
 from ..state import ProvisionState
 from ..steps import Step
-from .build_inputs import build_env
-from .build_progress import poll_progress
-from .step_run import run_steps
 
 #: A build may take hours on a small host (docs/stack-facts.md section 5); past this it is killed.
 BUILD_TIMEOUT = 8 * 3600
@@ -99,7 +100,6 @@ def plan_build(
 ) -> list[Step]:
     """The Steps of one build of `name` from `tree` on this host (`build_steps`): what plan
     shows and what a wheel-cache miss runs (`key` may be "" in plan, before the env exists)."""
-    from .cmake_check import driver_link
 
     where = _build_paths(state, name, key)
     args: dict[str, Any] = {
@@ -165,7 +165,6 @@ def make_builder(
     def build() -> BuiltWheel:
         where = _build_paths(state, name, key)
         work, log = where["work"], where["log"]
-        from .cmake_check import cmake_checked, configure_targets, require_arch
 
         if cmake_checked(state, name):
             # A few seconds of configure before hours of compiling: the compile commands

@@ -12,17 +12,19 @@ wheel-cache key.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..builds import sources as srcstore
+from ..builds.source_store import store_record
 from ..remote.lib import sourcetree as fs
 from ..runner.pool import HostContext
+from ..runner.step_run import run_steps
 from ..state import ProvisionState
 from ..steps import Step, commands
-from .step_run import run_steps
 
 _SEP = "--sm120kit-marker--"
 
@@ -40,7 +42,6 @@ class Dependencies:
 
 def _markers(ctx: HostContext, paths: list[str]) -> list[dict[str, Any] | None]:
     """The fetch markers at `paths`, read in one command (None where absent or unreadable)."""
-    import json
 
     if not paths:
         return []
@@ -56,24 +57,6 @@ def _markers(ctx: HostContext, paths: list[str]) -> list[dict[str, Any] | None]:
             value = None
         out.append(value if isinstance(value, dict) else None)
     return out + [None] * (len(paths) - len(out))
-
-
-def store_record(
-    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry
-) -> dict[str, Any] | None:
-    """`entry` in the controller's source store: fetched there (once per run) unless this is
-    check mode, where a missing entry gives None."""
-    settings = ctx.runner.settings
-    store = srcstore.store_dir(settings)
-    have = srcstore.read_record(store, entry)
-    if have is not None or ctx.check_mode:
-        return have
-    mirror = srcstore.mirror_setting(settings, state.host.vars) or None
-    record, _ = ctx.runner.shared.once(
-        f"store:{entry.package}:{entry.slot}",
-        lambda: srcstore.fetch_entry(store, entry, mirror),
-    )
-    return dict(record)
 
 
 def ensure_dependencies(ctx: HostContext, state: ProvisionState, name: str) -> Dependencies | None:

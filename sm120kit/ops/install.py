@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
 from ..remote.lib.names import install_record
 from ..runner.host_context import HostContext
 from ..runner.results import StepResult
+from ..runner.step_run import run_steps
 from ..state import ProvisionState
 from ..steps import Step, commands
-from .step_run import run_steps
 
 
 def installed_marker(state: ProvisionState, name: str) -> str | None:
@@ -51,7 +54,6 @@ def env_drift(ctx: HostContext, state: ProvisionState, name: str, installed: dic
 
 def _wheel_name(wheel: str) -> tuple[str, str]:
     """(distribution name, version) from a wheel's file name; ("", "") if it is not one."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
     try:
         parsed = parse_wheel_filename(os.path.basename(wheel))
@@ -61,7 +63,6 @@ def _wheel_name(wheel: str) -> tuple[str, str]:
 
 
 def _same_version(a: str, b: str) -> bool:
-    from packaging.version import InvalidVersion, Version
 
     try:
         return Version(a) == Version(b)

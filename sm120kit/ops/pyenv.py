@@ -29,23 +29,23 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import drivers as drv
+from .. import python_choice as host_python
 from ..builds import compile_cache as compile_cache_ops
 from ..errors import HostFailed
 from ..packages import registry
+from ..python_choice import pick_python, preference
 from ..remote.lib.names import ENV_MARKER
 from ..state import ProvisionState, PyEnv
 from ..steps import Step
 from ..steps import commands as render_commands
-from . import host_python
-from .toolkit_spec import pip_args, sm_code
+from ..toolchain.toolkit_spec import pip_args, sm_code
 
 if TYPE_CHECKING:
-    from ..plan import PlanOptions
-    from ..runner.pool import HostContext, HostOp
+    from ..runner.pool import HostContext
 
 BASE_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
 #: The scikit-build-core front end (>=0.10, what the CMake-built packages' pyprojects ask) and
@@ -121,7 +121,6 @@ class EnvSpec:
 def choose_python(facts: Mapping[str, Any], want: str | list[str], host: str) -> dict[str, Any]:
     """The host's python3 for `want` (X.Y, or X.Y in order of preference: the first the host
     has, `host_python.pick_python` without locks); HostFailed naming what exists otherwise."""
-    from .host_python import pick_python, preference
 
     prefer = preference(want)
     got = pick_python(facts, prefer, None)
@@ -449,18 +448,3 @@ def _describe(env: PyEnv, cpu_reason: str | None) -> str:
     else:
         torch += f" (CUDA {env.torch_cuda}, arch {' '.join(env.torch_arch_list)})"
     return f"{env.path}: Python {env.python_version}, {torch}"
-
-
-def env_op(opts: PlanOptions) -> HostOp:
-    """Toolkit then env, as one task (for an `invoke env` task and for tests)."""
-    from ..plan import prepare
-    from .toolkit import ensure_toolkit
-
-    def run(ctx: HostContext) -> None:
-        state = prepare(ctx, opts)
-        state.flags = replace(state.flags, builds=False)
-        toolkit = ensure_toolkit(ctx, state)
-        env = ensure_env(ctx, state, opts.packages)
-        ctx.set(toolkit=toolkit.to_dict(), env=env.to_dict(), notes=state.resolved.notes)
-
-    return run

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from .. import drivers as drv
 from ..errors import HostFailed
 from ..state import ProvisionState, Toolkit
-from .toolkit_install import (
+from ..toolchain.toolkit_install import (
     InstallPlan,
     apt_distro,
     install_plan,
@@ -58,7 +58,7 @@ from .toolkit_install import (
     sudo_prefix,
     sudo_stdin,
 )
-from .toolkit_spec import (
+from ..toolchain.toolkit_spec import (
     NVCC_VERSIONS,
     ToolkitSpec,
     choose_compiler,
@@ -71,10 +71,10 @@ from .toolkit_spec import (
     sm_code,
     toolkit_mismatch,
 )
+from ..validate import check_ccbin, check_space, parse_gcc_version
 
 if TYPE_CHECKING:
-    from ..plan import PlanOptions
-    from ..runner.pool import HostContext, HostOp
+    from ..runner.pool import HostContext
 
 
 INSTALL_TIMEOUT = 4 * 3600.0
@@ -143,7 +143,6 @@ def probe_ccbin(ctx: HostContext, state: ProvisionState) -> None:
 
     Its name says nothing (a GCC 16 may be called gcc): only running it tells the version.
     """
-    from ..validate import check_ccbin, parse_gcc_version
 
     ccbin = _ccbin(state)
     if not ccbin:
@@ -220,8 +219,6 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
             return state.toolkit
         step.commands = list(plan.commands)
         if spec.method in INSTALL_SPACE:
-            from ..validate import check_space
-
             check_space(
                 state.facts,
                 INSTALL_SPACE[spec.method] + (COMPONENT_SPACE if spec.components else 0),
@@ -292,22 +289,6 @@ def _install(ctx: HostContext, spec: ToolkitSpec, plan: InstallPlan, sudo: str) 
     return doc
 
 
-def install_cuda_op(opts: PlanOptions) -> HostOp:
-    """`invoke install-cuda`: the recipe's toolkit side by side, verified."""
-    from ..plan import prepare
-
-    def run(ctx: HostContext) -> None:
-        state = prepare(ctx, opts)
-        state.flags = replace(state.flags, builds=False)
-        try:
-            toolkit = ensure_toolkit(ctx, state)
-        finally:
-            ctx.set(notes=state.resolved.notes)
-        ctx.set(toolkit=toolkit.to_dict())
-
-    return run
-
-
 #: The operation, and the pure parts it is made of (their own modules) under their old names.
 __all__ = [
     "NVCC_VERSIONS",
@@ -321,7 +302,6 @@ __all__ = [
     "expected_nvcc",
     "find_toolkit",
     "host_compiler_problem",
-    "install_cuda_op",
     "install_plan",
     "pip_args",
     "pip_constraints",

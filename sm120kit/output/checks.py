@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import serve
-from ..ops import smoke_check
+from ..plays import smoke as smoke_check
 from ..runner.results import RunResult
 from ..smoke import report as smoke_report
 

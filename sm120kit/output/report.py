@@ -17,6 +17,7 @@ from ..facts import cuda_summary, driver_summary, gb, gpu_summary
 from ..runner.results import RunResult, StepResult
 from .console import redacting
 from .progress import STATUS_STYLE
+from .stack import stack_table
 
 
 def recap(console: Console, result: RunResult) -> None:
@@ -132,8 +133,6 @@ def render_plan(console: Console, result: RunResult, verbose: bool = False) -> N
         for note in d.get("notes") or []:
             console.print(f"  [yellow]note:[/] {escape(note)}", highlight=False)
         if d.get("stack"):
-            from .stack import stack_table
-
             stack_table(console, d["stack"])
         steps = Table(show_header=False, box=None, padding=(0, 2))
         steps.add_column("state")

@@ -206,7 +206,7 @@ class PackageDescriptor:
     - `switches`: the boolean knobs it takes (``sm120_only``);
     - `cmake_defines`: whether ``cmake.define.X`` overrides and ``cmake_defines`` apply;
     - `cmake_checked`: host prerequisites and a real configure before its build
-      (ops/cmake_check.py), when built from the tool's own sources;
+      (builds/cmake_config.py), when built from the tool's own sources;
     - `cuda_libraries`: the toolkit components its build needs (builds/cuda_libraries.py);
     - `smoke_by_default`: checked by ``smoke`` when neither --package nor a recipe names one;
     - `knobs`: how the arch list and the host's size become its build settings;

@@ -106,7 +106,7 @@ class Recipe:
     stack: StackSpec | None = None
     lock: Lock | None = None
     #: ``python`` in order of preference (`python` is its first), and the stack's lock of
-    #: each Python it has one for (sm120kit/ops/host_python.py picks one per host).
+    #: each Python it has one for (sm120kit/python_choice.py picks one per host).
     pythons: tuple[str, ...] = ()
     locks: dict[str, Lock] = field(default_factory=dict)
     #: Where `torch` came from when not the recipe's own [torch]: the shared stack's line,

@@ -8,7 +8,7 @@ One TOML file per NVIDIA driver branch lives in the repo's ``recipes/`` director
     drivers = ">=580.65.06,<590"       # SpecifierSet on the driver version; no two recipes overlap
     arch = ["12.0"]                    # target compute capabilities
     python = ["3.11", "3.12", "3.13"] # X.Y in order of preference (or one X.Y): per host the
-                                       # first with a lock the host has (ops/host_python.py)
+                                       # first with a lock the host has (python_choice.py)
     [cuda]                             # the branch's default toolkit
     version = "13.0.2"; method = "pip" # runfile | pip | apt
     gcc_max = 15                       # host-compiler ceiling, <= nvcc's own

@@ -1,7 +1,7 @@
 """The target arch of a host: one rule, for every purpose.
 
 Which GPU a host's kernels are for decides the recipe (`sm120kit.recipes.select.select_recipe`), what
-the serving stack is verified for (sm120kit/stack/choice.py, sm120kit/ops/stack.py), what `smoke`
+the serving stack is verified for (sm120kit/stack/choice.py, sm120kit/plays/stack.py), what `smoke`
 judges extension modules against, and what `preflight` judges a launch's backends against.
 `choose_target_arch` decides it for all of them, first found wins:
 

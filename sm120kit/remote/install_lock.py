@@ -24,7 +24,7 @@ one for ``verify`` right after its download, while the others still download: th
 is kept beside the file (below), so ``apply`` does not read it again. ``{"ok", "error",
 "downloaded"}``.
 
-``apply`` runs the controller's steps (sm120kit/ops/stack_steps.py plans them, `plan` shows
+``apply`` runs the controller's steps (sm120kit/stack/stack_steps.py plans them, `plan` shows
 them) through the step interpreter (`lib.steps`), with these ops beside the core ones:
 ``check``: every entry's file is obtained into its ``dest`` and its sha256 compared with the
 lock's (an entry marked ``checked`` arrived in this run and was hashed as it arrived); a file
@@ -357,7 +357,7 @@ def fetch(args):
 
 def apply(args):
     """Run the controller's stack steps (``args["steps"]``, planned by
-    sm120kit/ops/stack_steps.py) with this script's ops beside the core ones."""
+    sm120kit/stack/stack_steps.py) with this script's ops beside the core ones."""
     entries = args.get("entries") or []
     timeout = float(args.get("timeout") or 3600)
     progress = Progress(args.get("progress"), len(entries))

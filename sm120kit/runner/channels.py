@@ -8,8 +8,12 @@ Nothing here knows a `Connection`; `runner/connection.py` and `runner/process.py
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 from typing import Any
+
+from paramiko import ChannelException, SFTPClient, SSHException
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 #: Variables that carry secrets; no command the tool runs (local or remote) inherits them.
 SECRET_ENV = ("SM120KIT_SSH_PASSWORD", "SM120KIT_SUDO_PASSWORD")
@@ -28,7 +32,6 @@ def remote_wrapper(command: str, pgid_dir: str | None = None) -> str:
     `pg.<pgid>` there when that directory exists: a later run that takes over the lock of a
     dead controller kills those groups (remote/host_lock.py).
     """
-    import shlex
 
     inner = (
         'printf "\\036sm120kit-pgid %s\\n" "$$" >&2; d=$2; '
@@ -121,7 +124,6 @@ def open_channel(transport: Any) -> Any:
     sessions" in sshd's log, ChannelException 'Connect failed' here) although this side is
     within the limit; reproduced on loopback with five threads running short commands and two
     SFTP sessions. Nothing ran on a refused channel, so trying again is safe."""
-    from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
     @retry(
         retry=retry_if_exception(lambda exc: refused(exc, transport)),
@@ -142,7 +144,6 @@ def refused(exc: BaseException, transport: Any) -> bool:
     transport.py _parse_channel_open_failure), which the first thread to look takes: when
     several threads are refused at once, the others see a bare SSHException "Unable to open
     channel." although the connection is still up."""
-    from paramiko import ChannelException, SSHException
 
     if isinstance(exc, ChannelException):
         return True
@@ -156,7 +157,6 @@ def refused(exc: BaseException, transport: Any) -> bool:
 
 def open_sftp(transport: Any) -> Any:
     """An SFTP client on a channel of its own (`open_channel`)."""
-    from paramiko import SFTPClient
 
     chan = open_channel(transport)
     chan.invoke_subsystem("sftp")

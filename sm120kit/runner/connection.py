@@ -20,9 +20,13 @@ one client take each other's replies (seen as "Server connection dropped").
 
 from __future__ import annotations
 
+import base64
+import fcntl
+import hashlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -32,6 +36,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import fabric
+import paramiko
+from fabric.config import Config
+from paramiko import SFTPClient
+from paramiko.sftp import SFTPError
+from paramiko.ssh_exception import SSHException
+from tenacity import (
+    RetryError,
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from ..errors import ConnectionLost, HostUnreachable, Interrupted, one_line
 from ..inventory.host import Host
@@ -260,7 +278,6 @@ def _feed(proc: subprocess.Popen[str], data: str) -> None:
 
 def _killpg(pgid: int) -> None:
     """SIGTERM a local process group, then SIGKILL what is left of it after a moment."""
-    import signal
 
     for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0.0)):
         try:
@@ -311,8 +328,6 @@ class SSHConnection(Connection):
         self._held = threading.local()
 
     def _fabric(self) -> Any:
-        import fabric
-        from fabric.config import Config
 
         config = Config(
             overrides={"load_ssh_configs": self.options.load_ssh_config, "run": {"pty": False}}
@@ -364,14 +379,6 @@ class SSHConnection(Connection):
 
     def _dial(self) -> Any:
         """A new open fabric connection to the host (bounded retries), or HostUnreachable."""
-        import paramiko
-        from tenacity import (
-            RetryError,
-            retry,
-            retry_if_exception,
-            stop_after_attempt,
-            wait_exponential,
-        )
 
         def transient(exc: BaseException) -> bool:
             if isinstance(
@@ -546,7 +553,6 @@ class SSHConnection(Connection):
     def _transfer(self, copy: Callable[[Any], None], what: str) -> None:
         """`copy` with a lent SFTP session, again on a fresh one when the session broke
         (a dropped channel or connection); a missing file or a refused write is not retried."""
-        from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
         @retry(
             retry=retry_if_exception(_sftp_broken),
@@ -620,7 +626,6 @@ class SSHConnection(Connection):
         return client
 
     def _new_sftp(self, *, urgent: bool = False) -> Any:
-        from paramiko import SFTPClient
 
         lease, chan = self.session("opening an SFTP session", urgent=urgent)
         try:
@@ -683,7 +688,6 @@ def _sftp_broken(exc: BaseException) -> bool:
     """The SFTP session (or the connection under it) is gone or garbled, as opposed to the
     server's answer about a file (missing, refused, failed), which paramiko raises as an
     OSError."""
-    from paramiko.sftp import SFTPError
 
     return isinstance(exc, (EOFError, socket.timeout, ConnectionError, SFTPError)) or isinstance(
         exc, _ssh_exception()
@@ -715,7 +719,6 @@ def _not_ssh(exc: BaseException) -> bool:
 
 
 def _ssh_exception() -> type[Exception]:
-    from paramiko.ssh_exception import SSHException
 
     return SSHException
 
@@ -730,8 +733,6 @@ class HostKeyError(Exception):
 
 
 def _fingerprint(key: Any) -> str:
-    import base64
-    import hashlib
 
     digest = hashlib.sha256(key.asbytes()).digest()
     return f"{key.get_name()} SHA256:{base64.b64encode(digest).decode().rstrip('=')}"
@@ -742,7 +743,6 @@ def _known_hosts_name(host: Host) -> str:
 
 
 def _policy_base() -> type:
-    import paramiko
 
     return paramiko.MissingHostKeyPolicy
 
@@ -779,7 +779,6 @@ class _AcceptNewPolicy(_RejectPolicy):
     refused."""
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
-        import fcntl
 
         if self._judge(hostname, key) is not known_hosts_file.Verdict.UNKNOWN:
             return

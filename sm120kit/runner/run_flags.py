@@ -33,7 +33,7 @@ class RunFlags:
     stack: bool = False
     no_stack: bool = False
     #: ``--no-system-python``: the python step refuses installing the distribution's Python as
-    #: root (as host var ``allow_system_python: false``; sm120kit/ops/host_python.py).
+    #: root (as host var ``allow_system_python: false``; sm120kit/python_choice.py).
     no_system_python: bool = False
 
     @classmethod

@@ -44,6 +44,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from paramiko.common import cMSG_GLOBAL_REQUEST
+from paramiko.message import Message
+
 from ..errors import HostUnreachable, Interrupted
 from .channels import open_channel, refused
 
@@ -291,8 +294,6 @@ class Sessions:
 
     def _watch(self, link: Link) -> None:
         """Close `link` when a keepalive is not answered within `silence` seconds."""
-        from paramiko.common import cMSG_GLOBAL_REQUEST
-        from paramiko.message import Message
 
         interval = min(15.0, self.silence / 4)
         while not link.stop.wait(interval):

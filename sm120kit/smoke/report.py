@@ -355,7 +355,7 @@ def summary(report: SmokeReport) -> str:
 
 
 def reuse(memo: dict[str, Any] | None, *, recheck: bool) -> str:
-    """What a remembered verdict (`smoke.memo.look_up`'s, found under the key of unchanged
+    """What a remembered verdict (`plays.smoke_memo.look_up`'s, found under the key of unchanged
     inputs) makes of this run: ``"run"`` the checks (none remembered, or --recheck / a
     changed env),
     ``"fail"`` again at once with the old reason (a check judged the env bad), else

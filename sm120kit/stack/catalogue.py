@@ -21,7 +21,9 @@ toolchain at run time. Pure reading, writing and lookup here; no I/O beyond the 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -683,8 +685,6 @@ def load_beside(lock_dir: Path, source: str = "") -> Catalogue | None:
 def save(path: Path, cat: Catalogue, header: list[str]) -> str:
     """Write the catalogue at `path` whole (a temporary file renamed over it, checked by
     reading it back first) and say what changed: ``written``, ``replaced`` or ``unchanged``."""
-    import os
-    import tempfile
 
     text = dump(cat, header)
     check = parse(tomllib.loads(text), str(path))  # what is written reads back

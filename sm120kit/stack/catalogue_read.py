@@ -29,6 +29,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from ..packages import registry
 from ..remote.lib.cudaarch import arch_verdict, parse_cc, target_key
 from ..remote.lib.elf import Elf, ElfError
 from ..remote.lib.fatbin import (
@@ -66,7 +67,6 @@ _JIT = re.compile(r"CUDA_HOME|CUDA_PATH|\bnvcc\b")
 def aliases() -> dict[str, str]:
     """Aliases the catalogue records: a distribution renamed on PyPI, from the package
     descriptors (each knows the names it is published under; sm120kit/packages/)."""
-    from ..packages import registry
 
     return {d.name: n for d in registry.descriptors() if d.name for n in d.distributions}
 

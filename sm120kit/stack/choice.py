@@ -258,7 +258,7 @@ def choose(
     release the recipe could build instead, the one case where the verdict picks the source.
     Raises HostFailed with one line for a build without a pinned source or a release that
     fails verification with none. `lock`: the lock of the host's Python (the ``python``
-    step's, sm120kit/ops/host_python.py); default the recipe's first."""
+    step's, sm120kit/python_choice.py); default the recipe's first."""
     recipe = resolved.recipe
     if recipe.stack is None or recipe.lock is None:
         raise RecipeError(f"recipe {recipe.name} ({recipe.source}) has no [stack]")

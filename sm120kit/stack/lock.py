@@ -77,6 +77,7 @@ from ..errors import RecipeError
 from ..packages import engines
 from ..remote.lib.download import shown
 from ..remote.lib.obtain import url_problem
+from .catalogue import FILE_NAME, load_beside
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -601,7 +602,6 @@ def with_catalogue(stack: StackSpec, folder: Path, error: Any) -> StackSpec:
     the catalogue judged is reported, not judged (except the one a loader imports), and each
     loader read from a wheel gives its per-arch directories. Where the recipe says otherwise,
     the wheel wins. No catalogue: the recipe's tables alone."""
-    from .catalogue import FILE_NAME, load_beside
 
     try:
         cat = load_beside(folder, f"{stack.locks}/{FILE_NAME}")

@@ -104,7 +104,7 @@ def verdict_line(doc: dict[str, Any]) -> str:
 def catalogue_verdict(
     cat: Catalogue, name: str, sha256: str, target: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """The verdict on the locked file of `sha256` for `target` (ops/stack.py's ``_target``:
+    """The verdict on the locked file of `sha256` for `target` (plays/stack.py's ``_target``:
     cc, driver, driver_cuda, python, not_for_arch, loaders) judged from `cat`, the facts the
     catalogue read from this very file (same reader, same rule as `verify_wheel` on the
     host), or None when the catalogue did not read it. The host still checks the file's

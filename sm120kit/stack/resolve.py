@@ -30,6 +30,7 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -429,7 +430,6 @@ def _version_of(filename: str) -> str:
 
 def metadata_requires(wheel_path: str) -> list[str]:
     """The Requires-Dist lines of a wheel's METADATA."""
-    import zipfile
 
     with zipfile.ZipFile(wheel_path) as zf:
         meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)

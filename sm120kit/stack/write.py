@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
+from .convert import parse_old_lock
 from .lock import Lock, LockEntry, LockFileError, parse_lock
 
 
@@ -155,7 +156,6 @@ def write_lock(path: Path, text: str, lock: Lock) -> dict[str, Any]:
 
 def _old_format(path: Path) -> Lock | None:
     """An existing lock in the earlier format, read for the difference only."""
-    from .convert import parse_old_lock
 
     try:
         return parse_old_lock(path, path.read_text(encoding="utf-8"))[0]

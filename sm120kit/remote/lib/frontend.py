@@ -1,7 +1,7 @@
 """The build front end's command line (pip or uv), shared by the host and the controller.
 
 remote/build_wheel.py runs it; the controller shows the same line in `plan`
-(`sm120kit.ops.build`). Stdlib only.
+(`sm120kit.plays.build`). Stdlib only.
 """
 
 from __future__ import annotations

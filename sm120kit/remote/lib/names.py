@@ -21,7 +21,7 @@ import re
 from typing import Optional
 
 #: The serving env's .pth file that gives its JIT packages the toolkit step's CUDA_HOME
-#: (written by remote/install_lock.py's ``pth`` step, planned by ops/stack_steps.py).
+#: (written by remote/install_lock.py's ``pth`` step, planned by stack/stack_steps.py).
 CUDA_HOME_PTH = "sm120kit_cuda_home.pth"
 #: The line that .pth file holds, %-formatted with the CUDA_HOME path (``repr``-quoted).
 CUDA_HOME_PTH_LINE = "import os; os.environ.setdefault('CUDA_HOME', %r)\n"

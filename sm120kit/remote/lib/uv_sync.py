@@ -1,6 +1,6 @@
 """uv on the host: unpack it, run it, and read what a venv holds before and after.
 
-The controller plans the stack's steps (sm120kit/ops/stack_steps.py) and `install_lock` runs
+The controller plans the stack's steps (sm120kit/stack/stack_steps.py) and `install_lock` runs
 them with these: uv comes to the host as a locked file like any other (its PyPI wheel,
 checked by sha256), and `unpack` takes its binary out once to ``<tools>/uv-<version>/uv``.
 `run_uv` runs the argv of a ``uv`` step as given (``uv venv --relocatable`` for a new env made

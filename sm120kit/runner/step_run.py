@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import HostFailed
-from ..runner.host_context import HostContext
 from ..steps import Step, render
+from .host_context import HostContext
 
 
 def run_steps(

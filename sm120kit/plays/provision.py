@@ -12,16 +12,17 @@ stack is off.
 
 from __future__ import annotations
 
-from .errors import HostFailed, RecipeError
-from .ops.build import ensure_package
-from .ops.host_python import ensure_python
-from .ops.pyenv import ensure_env
-from .ops.stack_files import fill_stores, filling_stores, leave_peers
-from .ops.toolkit import ensure_toolkit
+from ..errors import HostFailed, RecipeError
+from ..ops.pyenv import ensure_env
+from ..ops.python import ensure_python
+from ..ops.stack_files import fill_stores, filling_stores, leave_peers
+from ..ops.toolkit import ensure_toolkit
+from ..runner.pool import HostContext, HostOp
+from ..stack.choice import provision_parts, stack_build_names
+from .build import ensure_package
 from .plan import PlanOptions, package_names, prepare
-from .runner.pool import HostContext, HostOp
-from .smoke.memo import smoke_or_reuse, stack_smoke_or_reuse
-from .stack.choice import provision_parts, stack_build_names
+from .smoke_memo import smoke_or_reuse, stack_smoke_or_reuse
+from .stack import ensure_stack
 
 
 def plan_or_provision_op(opts: PlanOptions) -> HostOp:
@@ -61,15 +62,12 @@ def plan_or_provision_op(opts: PlanOptions) -> HostOp:
             ensure_package(ctx, state, name)
         try:
             if parts.stack:
-                from .ops.stack import ensure_stack
-
-                doc = ensure_stack(ctx, state, install=True, recheck=opts.flags.recheck)
+                stack = ensure_stack(ctx, state, install=True, recheck=opts.flags.recheck)
                 if not ctx.check_mode:
-                    step = next(s for s in reversed(ctx.result.steps) if s.name == "stack")
-                    fresh = step.status == "changed" or opts.flags.recheck
+                    fresh = stack.changed or opts.flags.recheck
                     # The stores' copies of what this host downloaded, beside its smoke.
                     with filling_stores(ctx):
-                        stack_smoke_or_reuse(ctx, state, str(doc["env"]), fresh=fresh)
+                        stack_smoke_or_reuse(ctx, state, str(stack.doc["env"]), fresh=fresh)
             if not ctx.check_mode:
                 smoke_or_reuse(ctx, state, names, recheck=opts.flags.recheck)
         finally:

@@ -19,17 +19,17 @@ from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
 from ..packages.stack import catalogues
-from ..plan import PlanOptions, prepare
 from ..preflight import vllm_checks
 from ..preflight.launch import Launch
 from ..preflight.verdicts import judge, probe_request
+from ..python_choice import serving_lock
 from ..recipes.target_arch import TargetArch
 from ..remote.lib.cudaarch import parse_cc
 from ..remote.preflight_probe import read_config
 from ..runner.pool import HostContext, HostOp
 from ..state import ProvisionState
-from .host_python import serving_lock
-from .smoke_check import choose_arch, managed_python, normalize_cc
+from .plan import PlanOptions, prepare
+from .smoke import choose_arch, managed_python, normalize_cc
 from .stack import env_path as stack_env_path
 
 #: Seconds for the probe: the env's interpreter lists its distributions, fatbin headers are read.

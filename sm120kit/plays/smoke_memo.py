@@ -26,7 +26,7 @@ the memo); the `smoke` task never reads it.
 (`look_up`, `remember`) for the serving env: its marker is the env's record of what it holds
 by sha256 (`names.STACK_RECORD`), and its context the checks' code, the recipe's declarations,
 the stack knowledge the probe is given, the target arch and whether the host has a GPU
-(`ops/smoke_check.stack_verdict_context`).
+(`plays/smoke.stack_verdict_context`).
 """
 
 from __future__ import annotations
@@ -40,12 +40,13 @@ from ..errors import ChecksFailed, HostFailed, one_line
 from ..remote import script_bundle
 from ..remote.lib.names import ENV_MARKER, STACK_RECORD
 from ..runner.pool import HostContext
+from ..smoke.report import reuse
 from ..state import ProvisionState
-from .report import reuse
+from . import smoke as smoke_check
 
 SCRIPT = "smoke_memo"
 #: The code a verdict comes from: the probe that runs on the host and the modules judging it.
-_VERDICT_CODE = ("smoke/report.py", "ops/smoke_check.py")
+_VERDICT_CODE = ("smoke/report.py", "plays/smoke.py")
 
 
 def code_digest() -> str:
@@ -72,7 +73,6 @@ def context(state: ProvisionState) -> dict[str, Any]:
 
 
 def _declarations(state: ProvisionState) -> dict[str, Any]:
-    from ..ops import smoke_check  # it imports the runner layer: load on use
 
     return smoke_check.declarations(state)
 
@@ -145,7 +145,6 @@ def smoke_or_reuse(
     ctx: HostContext, state: ProvisionState, names: list[str], *, recheck: bool = False
 ) -> None:
     """`provision`'s smoke step: reuse the remembered verdict when nothing changed, else run it."""
-    from ..ops import smoke_check
 
     if not names:
         return
@@ -234,9 +233,8 @@ def _verdicts(state: ProvisionState, names: list[str]) -> dict[str, Any]:
 def stack_smoke_or_reuse(ctx: HostContext, state: ProvisionState, env: str, *, fresh: bool) -> None:
     """`provision --stack`'s ``stack smoke``: reuse the serving env's remembered verdict (a
     pass passes, a fail fails again at once) while nothing it depends on changed, else run it
-    (`ops/smoke_check.smoke_stack`) and remember what it judged. `fresh` (the stack step
+    (`plays/smoke.smoke_stack`) and remember what it judged. `fresh` (the stack step
     changed the env, or ``--recheck``): always run."""
-    from ..ops import smoke_check
 
     context = {**smoke_check.stack_verdict_context(state), "code": code_digest()}
     fingerprint: dict[str, Any] = {

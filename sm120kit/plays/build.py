@@ -6,12 +6,12 @@ Its steps, each "ok" when nothing had to be done, one module each:
 
 - ``source:<pkg>`` (`ops/build_source.py`): the pinned, verified, pristine source tree;
 - ``patch:<pkg>`` (`ops/build_patches.py`): the recipe's patches on a copy of it;
-- ``wheel:<pkg>``: knobs, env and cache key (`ops/build_inputs.py`); `WheelCache.obtain`
+- ``wheel:<pkg>``: knobs, env and cache key (`builds/inputs.py`); `WheelCache.obtain`
   finds the wheel in a store or runs the build (`ops/compile.py`, its progress polled by
-  `ops/build_progress.py`);
+  `runner/build_progress.py`);
 - ``install:<pkg>`` (`ops/install.py`): into the env, unless the env still holds it.
 
-``--explain`` rows come from `ops/build_explain.py`. In check mode (`invoke plan`,
+``--explain`` rows come from `plays/build_explain.py`. In check mode (`invoke plan`,
 `invoke build --check`) every step only probes and records what it would run.
 """
 
@@ -24,21 +24,8 @@ from typing import Any
 
 from ..builds import compile_cache
 from ..builds import sources as srcstore
-from ..builds.knobs import Knobs
-from ..builds.packing import pack_tree
-from ..cache.key import KeyInputs, compute_key, describe
-from ..cache.request import BuiltWheel
-from ..cache.wheels import cache_for
-from ..errors import HostFailed
-from ..packages import registry
-from ..plan import PlanOptions, package_names, prepare
-from ..runner.host_context import HostContext
-from ..runner.pool import HostOp, Runner
-from ..runner.results import StepResult
-from ..state import ProvisionState
-from ..steps import Step, commands
-from .build_explain import dependency_rows, explain, source_rows, target_explain
-from .build_inputs import (
+from ..builds.cmake_config import cmake_checked, configure_steps
+from ..builds.inputs import (
     UNKNOWN_UNTIL_ENV,
     add_dependency_defines,
     build_env,
@@ -48,7 +35,15 @@ from .build_inputs import (
     package_knobs,
     toolchain_env,
 )
-from .build_patches import (
+from ..builds.knobs import Knobs
+from ..builds.packing import pack_tree
+from ..cache.key import KeyInputs, compute_key, describe
+from ..cache.request import BuiltWheel
+from ..cache.wheels import cache_for
+from ..errors import HostFailed
+from ..ops import pyenv as pyenv_ops
+from ..ops import toolkit as toolkit_ops
+from ..ops.build_patches import (
     PATCHED_MARKER,
     Patched,
     ensure_patched,
@@ -56,10 +51,26 @@ from .build_patches import (
     patch_key,
     patch_steps,
 )
-from .build_source import Source, SourcePlan, ensure_source, git_resolve, index_sdist, plan_source
-from .compile import make_builder, plan_build
-from .deps import ensure_dependencies, store_record
-from .install import env_drift, install, installed_marker
+from ..ops.build_source import (
+    Source,
+    SourcePlan,
+    ensure_source,
+    git_resolve,
+    index_sdist,
+    plan_source,
+)
+from ..ops.compile import make_builder, plan_build
+from ..ops.deps import ensure_dependencies, store_record
+from ..ops.install import env_drift, install, installed_marker
+from ..ops.prerequisites import ensure_prerequisites
+from ..packages import registry
+from ..runner.host_context import HostContext
+from ..runner.pool import HostOp, Runner
+from ..runner.results import StepResult
+from ..state import ProvisionState
+from ..steps import Step, commands
+from .build_explain import dependency_rows, explain, source_rows, target_explain
+from .plan import PlanOptions, package_names, prepare
 
 
 def build_kind(name: str) -> str:
@@ -70,12 +81,8 @@ def build_kind(name: str) -> str:
 def _ensure_prerequisites(ctx: HostContext, state: ProvisionState) -> None:
     """The toolkit and env, so that `invoke build` works on its own (provision did them)."""
     if state.toolkit is None:
-        from . import toolkit as toolkit_ops
-
         state.toolkit = toolkit_ops.ensure_toolkit(ctx, state)
     if state.env is None:
-        from . import pyenv as pyenv_ops
-
         state.env = pyenv_ops.ensure_env(ctx, state)
 
 
@@ -94,7 +101,6 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
             f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
             + "; ".join(problems)
         )
-    from .cmake_check import cmake_checked, ensure_prerequisites
 
     record: dict[str, Any] = {"version": version, "wheel_from": None}
     state.packages[name] = record
@@ -215,8 +221,6 @@ def _obtain(
         if obtained.wheel_from.startswith("cache:"):
             ctx.may_act(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
         else:
-            from .cmake_check import cmake_checked, configure_steps
-
             configure = configure_steps(state, knobs, tree) if cmake_checked(state, name) else []
             shown = commands([*configure, *plan_build(state, name, tree, knobs, key)])
             ctx.may_act(step, f"build {name} ({key[:12]})", shown)

@@ -1,6 +1,6 @@
 """`serve-check --launch`: preflight a launch, start it on each host, then watch it as serve-check.
 
-Per host: the preflight verdicts (sm120kit/ops/preflight_check.py: a failed check fails the
+Per host: the preflight verdicts (sm120kit/plays/preflight.py: a failed check fails the
 host and nothing starts); then `remote/serve_launch.py` starts the server detached with the
 serving env's interpreter (``<env python> -m sglang.launch_server ARGS``), its output in
 ``<work_root>/logs/serve-<port>-<time>.log``; then serve-check polls the launch's own URL
@@ -18,10 +18,10 @@ from typing import Any
 from .. import serve
 from ..errors import HostFailed
 from ..paths import HostPaths
-from ..plan import PlanOptions
 from ..preflight.launch import Launch, server_args
 from ..runner.pool import HostContext, HostOp
-from .preflight_check import check_flags, model_config_doc, run_preflight
+from .plan import PlanOptions
+from .preflight import check_flags, model_config_doc, run_preflight
 
 #: Bytes of the server's log kept when it is not ready.
 LOG_TAIL_BYTES = 4000

@@ -27,17 +27,20 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
+from ..ops.pyenv import choose_python, ensure_env
+from ..ops.stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
 from ..output.progress import Meter
 from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
+from ..runner.build_progress import poll_progress
 from ..runner.pool import HostContext
 from ..runner.results import StepResult
 from ..stack import release_check
@@ -45,12 +48,10 @@ from ..stack.catalogue import load_beside
 from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, target_of
 from ..stack.index_auth import authed
 from ..stack.lock import Lock, LockEntry
+from ..stack.stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
 from ..state import ProvisionState
 from ..steps import Step, commands, summary
-from .build_progress import poll_progress
-from .pyenv import choose_python
-from .stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
-from .stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
+from .build import ensure_package
 
 INSTALL_TIMEOUT = 4 * 3600.0
 #: Seconds between the controller's "still fetching" words to a host filling a new env.
@@ -154,8 +155,6 @@ def ensure_stack_builds(
     """Build each `build` choice from the recipe's pinned entry (the usual build operation,
     through the wheel cache) in an env with the lock's torch; its wheel is then installed
     into the serving env with the releases."""
-    from .build import ensure_package
-    from .pyenv import ensure_env
 
     out: dict[str, dict[str, Any]] = {}
     for c in builds:
@@ -198,9 +197,18 @@ def stack_document(
     }
 
 
+@dataclass(frozen=True)
+class StackResult:
+    """What `ensure_stack` did: the ``stack`` document it reported, and whether its ``stack``
+    step changed the host's serving env (False without `install`, and in check mode)."""
+
+    doc: dict[str, Any]
+    changed: bool = False
+
+
 def ensure_stack(
     ctx: HostContext, state: ProvisionState, *, install: bool, recheck: bool = False
-) -> dict[str, Any]:
+) -> StackResult:
     """Choose every locked distribution's source (plan shows it); with `install`, make the
     serving env hold the lock's releases (builds: `ensure_stack_builds`). `recheck`: the probe
     also hashes the env's catalogued shared objects (one changed in place is reinstalled)."""
@@ -232,7 +240,7 @@ def ensure_stack(
     doc = stack_document(lock, choices, env, stack.loaders if stack else {})
     ctx.set(stack=doc)
     if not install:
-        return doc
+        return StackResult(doc)
     assert env is not None
     releases = [c for c in choices if c.source == "release"]
     builds = [c for c in choices if c.source == "build"]
@@ -255,7 +263,7 @@ def ensure_stack(
             ctx.log.warning("stack: %s; running the step once more", lost)
             _stack_step(ctx, state, lock, doc, facts, files, releases, step, recheck)
             step.message = f"{step.message} (run again after: {lost})"
-    return doc
+    return StackResult(doc, changed=step.status == "changed" and not ctx.check_mode)
 
 
 def _stack_step(

@@ -1,7 +1,7 @@
 """The stack operation as a pure function: what the host has in, the Steps that make its serving
 env hold exactly the lock out (`plan_stack`).
 
-`ensure_stack` (ops/stack.py) probes the host once (`install_lock` ``probe``: the env, its
+`ensure_stack` (plays/stack.py) probes the host once (`install_lock` ``probe``: the env, its
 record, its installed distributions, which locked files its ``releases/`` already holds, the
 CUDA_HOME of its .pth file) and hands that probe and the lock's files to `plan_stack`. Check
 mode shows the Steps it returns (`sm120kit.steps.render`); provision runs exactly them: the

@@ -10,13 +10,14 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from ..builds import compile_cache
-from ..builds.cmake_defines import fetchcontent_defines
-from ..builds.knobs import Knobs, resolve_knobs
+from .. import python_choice as host_python
 from ..cache.key import KeyInputs
 from ..packages import registry
 from ..state import ProvisionState
-from . import host_python
+from ..toolchain.toolkit_spec import choose_compiler
+from . import compile_cache
+from .cmake_defines import fetchcontent_defines
+from .knobs import Knobs, resolve_knobs
 
 
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
@@ -103,7 +104,6 @@ def _key_env(knobs: Knobs, parallelism: tuple[str, ...] = ()) -> dict[str, str]:
 
 def cc_version(state: ProvisionState) -> str:
     """The host compiler nvcc uses: host var nvcc_ccbin's GCC, else the first gcc on PATH."""
-    from .toolkit_spec import choose_compiler
 
     ccbin = state.host.vars.get("nvcc_ccbin")
     chosen = choose_compiler(state.facts, str(ccbin) if ccbin else None)

@@ -10,16 +10,17 @@ import posixpath
 
 from ..builds import compile_cache
 from ..builds import sources as srcstore
+from ..builds.cmake_config import cmake_checked, configure_targets, target_rows
 from ..builds.cmake_defines import defines_from_pip_args
+from ..builds.inputs import toolchain_env
 from ..builds.knobs import Knobs
 from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
+from ..ops.build_patches import Patched, package_patches
+from ..ops.build_source import Source
 from ..packages import registry
 from ..runner.host_context import HostContext
 from ..state import ProvisionState
-from .build_inputs import toolchain_env
-from .build_patches import Patched, package_patches
-from .build_source import Source
 
 
 def source_rows(
@@ -77,7 +78,6 @@ def target_explain(
 ) -> list[dict[str, str]]:
     """--explain rows: the gencodes of each target, from a real configure of `tree` when it
     is on the host (a CMake-checked package), else predicted from the recipe (known versions)."""
-    from .cmake_check import cmake_checked, configure_targets, target_rows
 
     if not cmake_checked(state, name):
         return []

@@ -3,9 +3,9 @@
 `prepare` turns a host's facts and the recipes into a ProvisionState (which recipe, which
 toolkit, which values from where). The operations (sm120kit/ops/*) then each ensure one
 thing; in check mode they only probe and record "would change" with the exact commands.
-`provision` (sm120kit/provision.py) runs toolkit -> env -> builds (through the wheel cache)
+`provision` (sm120kit/plays/provision.py) runs toolkit -> env -> builds (through the wheel cache)
 -> smoke, as one run; smoke reuses a remembered verdict when nothing it depends on changed
-(sm120kit/smoke/memo.py). This module imports no operation, so each of them can import it.
+(sm120kit/plays/smoke_memo.py). This module imports no operation, so each of them can import it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .facts import gather
-from .recipes.select import Recipe, load_recipes, resolve_for_host, select_recipe
-from .runner.pool import HostContext, HostOp
-from .runner.run_flags import RunFlags
-from .state import ProvisionState
+from ..facts import gather
+from ..recipes.select import Recipe, load_recipes, resolve_for_host, select_recipe
+from ..runner.pool import HostContext, HostOp
+from ..runner.run_flags import RunFlags
+from ..state import ProvisionState
 
 
 @dataclass

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import Interrupted
-from ..runner.host_context import HostContext
+from .host_context import HostContext
 
 #: Seconds between two reads of the remote progress file.
 PROGRESS_POLL_SECONDS = 2.0

@@ -16,7 +16,7 @@ step will do. Installing the distribution's Python is a root install (apt-get/dn
 said so in the plan; host var ``allow_system_python: false`` (or ``--no-system-python``) refuses
 it, and the one line then says what would serve instead.
 
-`ensure_python` is the ``python`` step: plan shows the lock and the interpreter it chose and
+`ensure_python` (sm120kit/ops/python.py) is the ``python`` step: plan shows the lock and the interpreter it chose and
 why, or the install it would run; provision runs that install, then the stack (and the build
 env) use the interpreter and the lock of that Python.
 """
@@ -26,14 +26,10 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import HostFailed
-from ..runner.pool import HostContext
-from ..stack.lock import Lock
-from ..state import ProvisionState
-from .toolkit_install import sudo_prefix, sudo_stdin
+from .stack.lock import Lock
+from .state import ProvisionState, PythonChoice
 
 #: os-release ``ID``/``ID_LIKE`` words and the package manager of their archive.
 _FAMILIES = {
@@ -48,28 +44,6 @@ _FAMILIES = {
 INSTALL_TIMEOUT = 1800.0
 #: Host var: false refuses installing the distribution's Python as root (default true).
 ALLOW_SYSTEM_PYTHON_VAR = "allow_system_python"
-
-
-@dataclass(frozen=True)
-class PythonChoice:
-    """The host's Python X.Y for this run: found (`path`), to install (`install`), or
-    refused (`refusal`, one line)."""
-
-    version: str | None
-    path: str | None
-    why: str
-    install: list[str] = field(default_factory=list)  # commands, sudo included
-    query: list[str] = field(default_factory=list)  # archive lookups still to run (apt/dnf)
-    refusal: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "path": self.path,
-            "why": self.why,
-            "install": list(self.install),
-            "refusal": self.refusal,
-        }
 
 
 def preference(value: Any) -> list[str]:
@@ -289,7 +263,7 @@ def serving_lock(state: ProvisionState) -> Lock | None:
     installed), else the recipe's first; None for a recipe without a stack. Smoke and
     preflight read the env of this lock, the one provision made on this host."""
     if state.stack_lock is not None:
-        return state.stack_lock  # type: ignore[no-any-return]
+        return state.stack_lock
     locks = stack_pythons(state)
     if not locks:
         return None
@@ -307,7 +281,7 @@ def allow_system_python(state: ProvisionState) -> bool:
     return state.host.vars.get(ALLOW_SYSTEM_PYTHON_VAR) is not False
 
 
-def _lock_context(
+def lock_context(
     state: ProvisionState, locks: Mapping[str, Lock] | None, prefer: list[str]
 ) -> tuple[dict[str, str], str]:
     """`pick_python`'s `unlocked` (why each recipe Python without a lock has none) and `draft`
@@ -319,63 +293,3 @@ def _lock_context(
     where = recipe.stack.locks
     unlocked = {xy: no_lock_reason(locks, xy, where) for xy in prefer if xy not in locks}
     return unlocked, f"invoke lock.draft --top {recipe.stack.top} --recipe {recipe.name}"
-
-
-def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> PythonChoice:
-    """The ``python`` step: pick (`pick_python`), look the archive up when needed, install
-    in provision; sets ``state.python`` and ``state.stack_lock``. `stack`: this run installs
-    or shows the stack, so only a Python with a lock serves."""
-    if state.python is not None:
-        return state.python  # type: ignore[no-any-return]
-    prefer = list(state.resolved.python)
-    locks = stack_pythons(state) if stack else None
-    name = state.host.name
-    has_password = bool(ctx.runner.options.connect.sudo_password)
-    sudo = sudo_prefix(state.facts, has_password)
-    unlocked, draft = _lock_context(state, locks, prefer)
-    allow = allow_system_python(state)
-
-    def pick(archive: Collection[str] | None) -> PythonChoice:
-        return pick_python(
-            state.facts,
-            prefer,
-            locks,
-            archive=archive,
-            sudo=sudo,
-            unlocked=unlocked,
-            allow_system=allow,
-            draft=draft,
-        )
-
-    with ctx.step("python") as step:
-        choice = pick(None)
-        if choice.query:
-            manager = package_manager(state.facts) or ""
-            out = ctx.run(choice.query[0], check=False, what="archive lookup")
-            choice = pick(archive_has(manager, out.stdout))
-        if choice.refusal:
-            raise HostFailed(f"{name}: {choice.refusal}")
-        assert choice.version is not None
-        lock = locks.get(choice.version) if locks else None
-        which = f"lock {lock.path.name}, " if lock is not None else ""
-        state.python = choice
-        state.stack_lock = lock
-        ctx.set(python=choice.to_dict())
-        if not choice.install:
-            step.message = f"Python {choice.version}: {which}{choice.path}: {choice.why}"
-            return choice
-        what = f"install Python {choice.version} ({which}{choice.path}): {choice.why}"
-        if not ctx.may_act(step, what, list(choice.install)):
-            return choice
-        step.commands = list(choice.install)
-        stdin = sudo_stdin(sudo, ctx.runner.options.connect.sudo_password)
-        for command in choice.install:
-            ctx.run(command, stdin=stdin, timeout=INSTALL_TIMEOUT)
-        got = ctx.run(f"command -v python{choice.version}", check=False)
-        path = got.stdout.strip() or str(choice.path)
-        choice = PythonChoice(choice.version, path, choice.why, install=list(choice.install))
-        state.python = choice
-        # Later steps of this run read the facts: let them see the new interpreter.
-        state.facts.setdefault("python", []).append({"path": path, "version": choice.version})
-        step.message = f"installed Python {choice.version} at {path} ({which.rstrip(', ')})"
-    return choice

@@ -28,17 +28,18 @@ from typing import Any
 from ..errors import ChecksFailed, HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
+from ..ops.pyenv import EnvSpec
 from ..packages import registry
 from ..packages import stack as serving
-from ..plan import PlanOptions, prepare
-from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe
+from ..python_choice import serving_lock
+from ..recipes.select import PackageSpec, Recipe, ResolvedRecipe, load_recipes
 from ..recipes.target_arch import TargetArch, choose_target_arch
 from ..remote.lib.arch import Arch
 from ..runner.pool import HostContext, HostOp
 from ..smoke import report as probe
 from ..stack.choice import provision_parts
 from ..state import ProvisionState
-from .host_python import serving_lock
+from .plan import PlanOptions, prepare
 from .stack import env_path as stack_env_path
 
 #: Seconds per probe subprocess (one import, one dlopen...) and for the whole probe command.
@@ -116,7 +117,6 @@ def declarations(
                 f"recipe {recipe.name}",
             )
         return out
-    from ..recipes.select import load_recipes
 
     try:
         recipes = opts.recipes() if opts is not None else load_recipes()
@@ -195,7 +195,6 @@ def managed_env_path(state: ProvisionState) -> str:
     """The recipe's managed env directory on the host (ops.pyenv's layout; nothing created)."""
     if state.env is not None:
         return state.env.path
-    from .pyenv import EnvSpec
 
     return EnvSpec.from_state(state).path
 
@@ -539,7 +538,7 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
 
 
 def stack_verdict_context(state: ProvisionState) -> dict[str, Any]:
-    """What besides the serving env's files decides its smoke verdict (`smoke.memo` keys a
+    """What besides the serving env's files decides its smoke verdict (`plays.smoke_memo` keys a
     remembered verdict by it): the target arch, whether the host has a GPU (on a GPU-less
     host what needs the NVIDIA driver only warns), the recipe's declarations and what the
     probe is told about the stack's packages (their descriptors' data)."""
@@ -572,7 +571,7 @@ def smoke_stack(
     does without ``--package`` (every stack package, ``import sglang``, its pins, each JIT
     package's toolchain), judged for the host's target arch (`choose_arch`: the arch the
     stack was verified for), or, given a remembered verdict (`memo`, found by
-    `smoke.memo.stack_smoke_or_reuse`), reuse it: a pass passes, a remembered fail fails again
+    `plays.smoke_memo.stack_smoke_or_reuse`), reuse it: a pass passes, a remembered fail fails again
     without running (`failed_again`). Returns the verdict to remember after a run that passed
     (None after a reuse); a fail raises ChecksFailed (HostFailed when the probe could not
     judge)."""
