@@ -14,9 +14,11 @@ shaped. Needs root and `tc`; everything is removed on exit, Ctrl-C and SIGTERM i
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -79,3 +81,26 @@ def shaped(addresses: list[str], mbps: float) -> Iterator[None]:
     finally:
         _remove()
         signal.signal(signal.SIGTERM, old)
+
+
+def main() -> int:
+    """``python3 bench/links.py --hosts A,B --mbps N -- CMD ...``: run CMD with those links
+    shaped; ``--remove``: take away what a killed run left on lo."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="", help="comma-separated loopback addresses")
+    parser.add_argument("--mbps", type=float, default=400.0, help="each host's link, Mbit/s")
+    parser.add_argument("--remove", action="store_true", help="remove lo's shaping and exit")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...: run shaped")
+    args = parser.parse_args()
+    if args.remove:
+        _remove()
+        return 0
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not args.hosts or not command:
+        parser.error("give --hosts and -- CMD (or --remove)")
+    with shaped(args.hosts.split(","), args.mbps):
+        return subprocess.run(command).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

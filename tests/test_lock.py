@@ -185,7 +185,7 @@ _CU13 = r"shared/stacks\.toml:\d+: stacks\.cu13"
             "r580",
             "[stack]\n",
             "[stack]\nbuidl = []\n",
-            r"r580\.toml:\d+: stack\.buidl: unknown key; allowed: build, indexes, loaders, locks",
+            r"r580\.toml:\d+: stack\.buidl: unknown key; allowed: build, engines, indexes, loaders, locks",
         ),
         (
             "shared/stacks",
@@ -233,7 +233,7 @@ _CU13 = r"shared/stacks\.toml:\d+: stacks\.cu13"
             "r580",
             'use = "cu13"',
             'use = "cu14"',
-            r"r580\.toml:\d+: stack\.use: 'cu14' is not a stack of .*shared/stacks\.toml; it has: cu13, cu12",
+            r"r580\.toml:\d+: stack\.use: 'cu14' is not a stack of .*shared/stacks\.toml; it has: cu13, cu13-vllm, cu12",
         ),
         (
             "r580",

@@ -93,6 +93,8 @@ NAMED_ELSEWHERE = {
     "inventory/hostvars.py",
     "preflight/rules.py",
     "preflight/verdicts.py",
+    # vLLM's own backend files (vllm/v1/attention/backends/flash_attn.py), cited by path.
+    "preflight/vllm_checks.py",
     "remote/lib/driver_stub.py",
     "remote/lib/in_target/server_args.py",
 }
