@@ -54,11 +54,9 @@ steps completed, "corrupt", "downloaded": [[name, bytes]], "verdicts": {name: {.
 Progress (phase, files, bytes) goes to the ``progress`` file as it goes.
 """
 
-import base64
 import concurrent.futures
 import csv
 import glob
-import hashlib
 import json
 import os
 import re
@@ -68,7 +66,7 @@ import threading
 import time
 
 from sm120kit.remote.lib import steps, stream_install, uv_sync
-from sm120kit.remote.lib.files import remove, write_atomic
+from sm120kit.remote.lib.files import record_digest, remove, write_atomic
 from sm120kit.remote.lib.names import CUDA_HOME_PTH, CUDA_HOME_PTH_LINE, dist_name
 from sm120kit.remote.lib.obtain import obtain
 from sm120kit.remote.lib.proc import StepFailed
@@ -105,18 +103,6 @@ def shared_object(rel):
     """Whether a RECORD path names a shared object (``x.so``, ``libx.so.12``)."""
     base = rel.rsplit("/", 1)[-1]
     return base.endswith(".so") or ".so." in base
-
-
-def record_digest(path):
-    """The RECORD form of a file's sha256 (``sha256=`` urlsafe base64, no padding), or None."""
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
-        return None
-    return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
 
 
 def catalogued_shared_objects(site):

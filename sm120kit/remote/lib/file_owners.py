@@ -13,12 +13,12 @@ Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 
 from __future__ import annotations
 
-import base64
 import csv
 import glob
-import hashlib
 import os
 from typing import Any
+
+from sm120kit.remote.lib.files import record_digest
 
 #: The clashing paths a check's details keep (the count is always exact).
 SHOWN = 8
@@ -41,18 +41,6 @@ def records(site: str) -> dict[str, list[tuple[str, str]]]:
     return owners
 
 
-def _on_disk(path: str) -> str | None:
-    """The RECORD-style hash (``sha256=<urlsafe b64, unpadded>``) of the file at `path`."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    except OSError:
-        return None
-    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
-
-
 def clashes(site: str) -> list[dict[str, Any]]:
     """Every path of `site` two or more distributions claim with different hashes: the
     claimants and which one's bytes are on disk now (None: none of theirs)."""
@@ -60,7 +48,7 @@ def clashes(site: str) -> list[dict[str, Any]]:
     for rel, claims in sorted(records(site).items()):
         if len({h for _d, h in claims}) < 2:
             continue
-        now = _on_disk(os.path.join(site, rel))
+        now = record_digest(os.path.join(site, rel))
         winner = next((d for d, h in claims if h == now), None)
         out.append({"path": rel, "claimed_by": sorted({d for d, _h in claims}), "on_disk": winner})
     return out

@@ -1,6 +1,7 @@
 """Files on the host: remove anything, hash a file, write one atomically, read the text of a
 library module that is a program (not imported)."""
 
+import base64
 import hashlib
 import importlib.util
 import os
@@ -25,6 +26,19 @@ def sha256_file(path, chunk=CHUNK):
         for block in iter(lambda: fh.read(chunk), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def record_digest(path):
+    """The RECORD form of a file's sha256 (``sha256=`` urlsafe base64, no padding), or None
+    when it cannot be read."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(CHUNK), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
 
 
 def write_atomic(path, text):
