@@ -175,7 +175,7 @@ def choose_arch(
     same the stack was verified for. With a recipe resolved for this run's flag, its target
     (`ResolvedRecipe.target`, decided by that rule) is the answer; without one (``--python``
     on a host no recipe serves) the rule is applied here. `preflight` asks this function too."""
-    if resolved is not None and resolved.view is not None:
+    if resolved is not None:
         chosen = resolved.target.arch
         if flag in (None, "") or (chosen.kind == "flag" and chosen.cc == normalize_cc(flag)):
             return chosen

@@ -27,7 +27,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -37,7 +37,6 @@ from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
 from ..ops.pyenv import choose_python, ensure_env
 from ..ops.stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
 from ..output.progress import Meter
-from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
 from ..runner.build_progress import poll_progress
@@ -116,34 +115,21 @@ def _uv_cache(state: ProvisionState) -> str:
 
 
 def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
-    """The state a stack build runs in: the recipe resolved again for this host with the
-    lock's torch (a build must run against the torch it will be loaded with), building
-    `name` only. The recipe's own torch is kept when it is the lock's version."""
+    """The state a stack build runs in: the host's resolved recipe for the lock's torch (a
+    build must run against the torch it will be loaded with; `ResolvedRecipe.with_torch`),
+    building `name` only. The recipe's own torch is kept when it is the lock's version."""
     resolved = state.resolved
-    extra: dict[str, Any] = {}
     if lock.torch and Version(resolved.torch.version).public != lock.torch:
-        extra = {
-            "recipe.torch.version": lock.torch,
-            "recipe.torch.index": "pypi",
-            "recipe.torch.cuda": lock.torch_cuda,
-        }
-    host = replace(
-        state.host,
-        vars={**state.host.vars, **extra},
-        var_sources={
-            **state.host.var_sources,
-            **{k: f"{lock.path.name} (lock torch)" for k in extra},
-        },
-    )
-    again = resolve_for_host(
-        {resolved.recipe.name: resolved.recipe},
-        host,
-        state.facts,
-        driver=resolved.target.driver,
-        arch=resolved.target.arch.cc,
-        forced=resolved.recipe.name,  # the recipe this host already got
-    )
-    built = ProvisionState(host, state.facts, again, flags=state.flags, wanted=[name])
+        try:
+            resolved = resolved.with_torch(
+                lock.torch,
+                index="pypi",
+                cuda=lock.torch_cuda,
+                source=f"{lock.path.name} (lock torch)",
+            )
+        except RecipeError as e:
+            raise RecipeError(f"host {state.host.name}: {e}") from None
+    built = ProvisionState(state.host, state.facts, resolved, flags=state.flags, wanted=[name])
     built.toolkit = state.toolkit
     built.python, built.stack_lock = state.python, state.stack_lock
     return built
