@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from sm120kit.errors import RecipeError
+from sm120kit.host_facts import HostFacts
 from sm120kit.inventory.host import Host
 from sm120kit.plays.stack import build_state
 from sm120kit.recipes.model import ResolvedRecipe
@@ -153,11 +154,11 @@ def test_build_state_takes_the_locks_torch_without_host_vars() -> None:
     resolved = resolve_for_host(RECIPES, box, None, forced="r580")
     lock = RECIPES["r580"].lock
     assert lock is not None and resolved.torch.version == "2.13.0"
-    state = ProvisionState(box, {"work_root": "/w"}, resolved)
+    state = ProvisionState(box, HostFacts.from_json({"work_root": "/w"}), resolved)
     sub = build_state(state, lock, "sgl-kernel")
     assert sub.host is box and sub.wanted == ["sgl-kernel"]
     assert (sub.resolved.torch.version, sub.resolved.torch.cuda) == (lock.torch, lock.torch_cuda)
     assert sub.resolved.sources["torch.version"] == f"{lock.path.name} (lock torch)"
     assert "outside its torch" not in " ".join(sub.resolved.problems.get("sgl-kernel", []))
-    same = build_state(ProvisionState(box, {"work_root": "/w"}, sub.resolved), lock, "x")
+    same = build_state(ProvisionState(box, state.facts, sub.resolved), lock, "x")
     assert same.resolved is sub.resolved  # the lock's torch already: nothing to change

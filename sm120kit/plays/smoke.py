@@ -396,9 +396,9 @@ def smoke_packages(ctx: HostContext, state: ProvisionState, names: list[str]) ->
     if not names:
         return
     py, py_source, env = managed_python(state)
-    chosen = choose_arch(state.host, state.facts, None, state.resolved)
+    chosen = choose_arch(state.host, state.facts.json, None, state.resolved)
     cc, cc_source = chosen.cc, chosen.label
-    gpu = gpu_capability(state.facts) is not None
+    gpu = gpu_capability(state.facts.json) is not None
     target = Target(py, py_source, env, tuple(names), True, cc, cc_source, gpu, declarations(state))
     with ctx.step("smoke") as step:
         run = run_probe(ctx, target)
@@ -426,8 +426,8 @@ def stack_verdict_context(state: ProvisionState) -> dict[str, Any]:
     knowledge = json.dumps(serving.probe_knowledge(names), sort_keys=True).encode()
     return {
         "of": "the serving env",
-        "arch": choose_arch(state.host, state.facts, None, state.resolved).cc,
-        "gpu": gpu_capability(state.facts) is not None,
+        "arch": choose_arch(state.host, state.facts.json, None, state.resolved).cc,
+        "gpu": gpu_capability(state.facts.json) is not None,
         "declarations": declarations(state),
         "knowledge": hashlib.sha256(knowledge).hexdigest(),
     }
@@ -455,8 +455,8 @@ def smoke_stack(
     without running (`failed_again`). Returns the verdict to remember after a run that passed
     (None after a reuse); a fail raises ChecksFailed (HostFailed when the probe could not
     judge)."""
-    gpu = gpu_capability(state.facts) is not None
-    chosen = choose_arch(state.host, state.facts, None, state.resolved)
+    gpu = gpu_capability(state.facts.json) is not None
+    chosen = choose_arch(state.host, state.facts.json, None, state.resolved)
     cc, cc_source = chosen.cc, chosen.label
     names = tuple(state.resolved.package_names())
     with ctx.step("stack smoke") as step:

@@ -48,7 +48,7 @@ from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, t
 from ..stack.index_auth import authed
 from ..stack.lock import Lock, LockEntry
 from ..stack.stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
-from ..state import ProvisionState
+from ..state import PackageRecord, ProvisionState
 from ..steps import Step, commands, summary
 from .build import ensure_package
 
@@ -137,12 +137,12 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
 
 def ensure_stack_builds(
     ctx: HostContext, state: ProvisionState, lock: Lock, builds: list[Choice]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PackageRecord]:
     """Build each `build` choice from the recipe's pinned entry (the usual build operation,
     through the wheel cache) in an env with the lock's torch; its wheel is then installed
     into the serving env with the releases."""
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PackageRecord] = {}
     for c in builds:
         name = str(c.build["package"])
         sub = build_state(state, lock, name)
@@ -207,18 +207,18 @@ def ensure_stack(
     python = (
         {"path": chosen.path, "version": chosen.version}
         if chosen is not None and chosen.version == lock.python
-        else choose_python(state.facts, lock.python, state.host.name)
+        else choose_python(state.facts.json, lock.python, state.host.name)
     )
     # Every file, before anything changes: a wheel the host cannot install, or a URL outside
     # the lock's indexes, is refused by plan and provision alike.
     wheels = [c.entry for c in choices if c.source == "release"] + [UV]
     version = ".".join(str(python.get("version") or lock.python).split(".")[:2])
-    problems = tag_problems(wheels, state.facts.get("glibc"), state.facts.get("arch"), version)
+    problems = tag_problems(wheels, state.facts.glibc, state.facts.arch, version)
     problems += index_problems([c.entry for c in choices if c.source == "release"], lock.indexes)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problems[0]}{more}")
-    problem = glibc_problem(lock, state.facts.get("glibc"))
+    problem = glibc_problem(lock, state.facts.glibc)
     if problem:
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
     env = env_path(state, lock) if install else None
@@ -295,7 +295,7 @@ def stack_files(
     state: ProvisionState,
     releases: list[Choice],
     builds: list[Choice],
-    built: dict[str, dict[str, Any]],
+    built: dict[str, PackageRecord],
 ) -> list[StackFile]:
     """The files the env is made of on this host: each release where the host keeps it, then
     each stack build's wheel where the build left it."""
