@@ -56,12 +56,15 @@ Target driver (`resolve_for_host`), first found wins: the ``--driver`` flag, the
 sm120kit/recipes/target_arch.py (``--arch``, host var ``target_arch``, the GPU, a forced recipe's
 first arch), the same rule the stack, `smoke` and `preflight` use.
 
-The result is typed (`ResolvedRecipe.view`, sm120kit/recipes/resolved.py): operations read
-``resolved.torch.version``, ``resolved.cuda.version.xy``, ``resolved.target.arch``; the flat
-dotted keys below are the override scheme's names and plan's provenance rows.
+The result is typed, resolved once (`ResolvedRecipe.typed`, sm120kit/recipes/resolved.py):
+operations read ``resolved.torch.version``, ``resolved.cuda.version.xy``,
+``resolved.target.arch``; the flat dotted keys below are the override scheme's names, parsed
+here, and plan's provenance rows. Each package's entry and values follow from the torch
+(`model.packages_for_torch`): `ResolvedRecipe.with_torch` gives the same recipe for another
+torch (a stack build's lock torch) without resolving it again.
 
 Overrides: ONE scheme, flat inventory vars named ``recipe.<key>`` where ``<key>`` is a key
-of `ResolvedRecipe.values`, set in group_vars or host_vars like any var, so the inventory's
+of `ResolvedRecipe.rows`, set in group_vars or host_vars like any var, so the inventory's
 precedence decides per key and ``plan`` can name the file each value came from::
 
     recipe.torch.index: https://download.pytorch.org/whl/cpu   # CPU torch on a build box
