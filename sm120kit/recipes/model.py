@@ -306,6 +306,7 @@ class ResolvedRecipe:
             typed=replace(self.typed, torch=torch, packages=per_torch.values),
             sources={**kept, **per_torch.sources},
             problems=per_torch.problems,
+            notes=list(self.notes),
             specs=per_torch.specs,
         )
 

@@ -562,30 +562,20 @@ def _resolve(
     per_torch = packages_for_torch(
         sel.recipe, no_packages.torch, no_packages.arch, sources, per_package
     )
-    resolved = ResolvedRecipe(
-        sel.recipe,
-        sel,
-        dataclasses.replace(no_packages, packages=per_torch.values),
-        {**sources, **per_torch.sources},
-        problems=per_torch.problems,
-        notes=notes,
-        specs=per_torch.specs,
-        overrides=per_package,
-    )
     gpu = _facts_gpu(facts)
     if driver_src == _FACTS_DRIVER and gpu.get("module") == "proprietary":
-        resolved.notes.append(
+        notes.append(
             "the host runs NVIDIA's proprietary kernel modules: SM120 GPUs need the open ones"
         )
     installed = gpu.get("driver_version")
     if installed and driver is not None and driver_src != _FACTS_DRIVER:
         if str(installed).strip() != driver:
-            resolved.notes.append(
+            notes.append(
                 f"target driver {driver} ({driver_src}) differs from the installed {installed}"
             )
     caps = gpu_capabilities(facts)
     if target.kind in ("flag", "host var") and caps and target.arch not in caps:
-        resolved.notes.append(
+        notes.append(
             f"target arch {target.cc} ({target.source}) is not the GPU's "
             f"({', '.join(c.cc_text for c in caps)}): the stack, smoke and preflight are for "
             f"{target.cc}; pass --arch {caps[0].cc_text} to judge this GPU"
@@ -597,8 +587,18 @@ def _resolve(
         except ValueError:
             norm = None
         if norm is not None and not _arch_admitted(norm, values["arch"]):
-            resolved.notes.append(
+            notes.append(
                 f"GPU {g.get('index')} ({g.get('name')}, {norm}) is not in arch "
                 f"{values['arch']}: kernels built here will not run on it"
             )
+    resolved = ResolvedRecipe(
+        sel.recipe,
+        sel,
+        dataclasses.replace(no_packages, packages=per_torch.values),
+        {**sources, **per_torch.sources},
+        problems=per_torch.problems,
+        notes=notes,
+        specs=per_torch.specs,
+        overrides=per_package,
+    )
     return resolved
