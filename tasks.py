@@ -77,8 +77,8 @@ def _check_recipes(s: cli.Session, opts: Any) -> None:
 @task(*COMMON)
 def facts(c, **f):
     """Gather host facts (OS, CPU, RAM, disk, compilers, Pythons, driver, GPUs, CUDA), one command per host."""
-    from sm120kit.facts import facts_op
     from sm120kit.output.report import facts_table
+    from sm120kit.plays.facts import facts_op
 
     s = _session(c, f)
     cli.finish(s, s.run("facts", facts_op), lambda out, r: out.print(facts_table(r)))

@@ -29,11 +29,6 @@ def discovered_python(host_vars: dict[str, Any], facts: dict[str, Any]) -> str |
     return str(path) if isinstance(path, str) and path.startswith("/") else None
 
 
-def facts_op(ctx: HostContext) -> None:
-    """`invoke facts`: gather and record the facts."""
-    ctx.set(facts=gather(ctx))
-
-
 def gpu_summary(facts: dict[str, Any]) -> str:
     """One line: GPUs with compute capability, or why there are none."""
     gpu = facts.get("gpu") or {}

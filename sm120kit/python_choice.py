@@ -111,7 +111,7 @@ def python_version(state: ProvisionState) -> str:
         return str(state.python.version)
     prefer = list(state.resolved.python) or ["3.11"]
     # Without the python step (build, compile): the first the host has, else the first.
-    return pick_python(state.facts, prefer, None).version or prefer[0]
+    return pick_python(state.facts.json, prefer, None).version or prefer[0]
 
 
 def _python_tag(filename: str) -> str:
@@ -267,7 +267,7 @@ def serving_lock(state: ProvisionState) -> Lock | None:
     locks = stack_pythons(state)
     if not locks:
         return None
-    choice = pick_python(state.facts, list(state.resolved.python), locks)
+    choice = pick_python(state.facts.json, list(state.resolved.python), locks)
     lock = locks.get(choice.version) if choice.version else None
     return lock or state.resolved.recipe.lock
 

@@ -8,9 +8,10 @@ prerequisites through the same state, so `build` alone and `provision` share one
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from .errors import RecipeError
+from .host_facts import HostFacts
 from .inventory.host import Host
 from .paths import HostPaths
 from .recipes.files import stack_package_hint
@@ -77,16 +78,40 @@ class PythonChoice:
         }
 
 
+class PackageRecord(TypedDict, total=False):
+    """One package's part of the host's result (``packages.<name>`` of the run's JSON): each
+    key appears when the run gets to it (a package smoke judged but no build made holds only
+    ``smoke``)."""
+
+    version: str
+    wheel_from: str | None  # "build" | "cache:<store>" | None (not obtained)
+    source_digest: str
+    dependencies: list[list[str]]  # [dir, "tree:<hex>"] per fetched dependency
+    patches: list[dict[str, str]]
+    env: dict[str, str]
+    pip_args: list[str]
+    key: str
+    reinstall_reason: str
+    wheel: str | None
+    sha256: str | None
+    log: str | None
+    seconds: float
+    installed: str  # "already" | "now"
+    compile_cache: dict[str, object]
+    oom_retries: list[str]
+    smoke: dict[str, object]
+
+
 @dataclass
 class ProvisionState:
     """Per-host provisioning state shared by the operations of one run."""
 
     host: Host
-    facts: dict[str, Any]
+    facts: HostFacts
     resolved: ResolvedRecipe
     toolkit: Toolkit | None = None
     env: PyEnv | None = None
-    packages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    packages: dict[str, PackageRecord] = field(default_factory=dict)
     flags: RunFlags = field(default_factory=RunFlags)
     #: ``--package``: the packages this run builds (None: the host's, `host_packages`).
     wanted: list[str] | None = None
@@ -120,7 +145,7 @@ class ProvisionState:
 
     @property
     def paths(self) -> HostPaths:
-        return HostPaths(self.facts["work_root"])
+        return HostPaths(self.facts.work_root)
 
     @property
     def arch_list(self) -> list[str]:
@@ -129,4 +154,4 @@ class ProvisionState:
     @property
     def cross_build(self) -> bool:
         """No GPU on the host: building for a target given by flags or host vars."""
-        return not (self.facts.get("gpu") or {}).get("present")
+        return not self.facts.gpu.present

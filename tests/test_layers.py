@@ -71,3 +71,41 @@ def test_no_function_level_import_on_the_controller_side() -> None:
         if mod not in OPTIONAL_IMPORTS
     ]
     assert not offenders, offenders
+
+
+#: The lower layers: what plays and operations build on (records, rules, parsing, output). They
+#: never import an operation or a play, so reading a recipe, a build's inputs or a report runs
+#: no host work and cannot cycle back up.
+LOWER = ("sm120kit.output", "sm120kit.recipes", "sm120kit.facts", "sm120kit.builds")
+UPPER = ("sm120kit.plays", "sm120kit.ops")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Each lower-layer module's imports of plays/ or ops/ (empty: none)."""
+    return {
+        m: sorted(e for e in edges if any(_under(e, p) for p in UPPER))
+        for m, edges in graph.items()
+        if any(_under(m, p) for p in LOWER) and any(any(_under(e, p) for p in UPPER) for e in edges)
+    }
+
+
+def test_upward_imports_finder() -> None:
+    graph = {
+        "sm120kit.output.checks": {"sm120kit.plays.smoke", "sm120kit.smoke.verdicts"},
+        "sm120kit.facts": {"sm120kit.runner.pool"},
+        "sm120kit.builds.x": {"sm120kit.ops.compile"},
+        "sm120kit.plays.smoke": {"sm120kit.ops.pyenv"},
+        "sm120kit.factsheet": {"sm120kit.plays.plan"},  # not sm120kit.facts
+    }
+    assert upward_imports(graph) == {
+        "sm120kit.output.checks": ["sm120kit.plays.smoke"],
+        "sm120kit.builds.x": ["sm120kit.ops.compile"],
+    }
+
+
+def test_lower_layers_never_import_plays_or_ops() -> None:
+    """output/, recipes/, facts and builds/ import no play and no operation (function-level
+    imports and ``import_module`` count)."""
+    graph = import_graph()
+    assert {"sm120kit.output.checks", "sm120kit.recipes.select", "sm120kit.facts"} <= set(graph)
+    assert upward_imports(graph) == {}

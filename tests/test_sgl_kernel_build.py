@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from sm120kit.builds.cmake_config import link_driver, require_arch
+from sm120kit.builds.cmake_config import require_arch
 from sm120kit.inventory.host import Host
+from sm120kit.ops.compile import link_driver
 from sm120kit.ops.deps import ensure_dependencies
 from sm120kit.ops.prerequisites import ensure_prerequisites
 from sm120kit.plays.build import ensure_patched, ensure_source, package_knobs, target_explain

@@ -104,20 +104,6 @@ def driver_link(knobs: Knobs) -> tuple[str, str] | None:
     return directory, library
 
 
-def link_driver(ctx: HostContext, knobs: Knobs) -> None:
-    """Make the ``libcuda.so`` link that the build's LIBRARY_PATH names (after the tree copy,
-    which replaces the directory it lives in)."""
-    link = driver_link(knobs)
-    if link is not None:
-        directory, library = link
-        target = posixpath.join(directory, "libcuda.so")
-        ctx.run(
-            f"mkdir -p {shlex.quote(directory)} && "
-            f"ln -sfn {shlex.quote(library)} {shlex.quote(target)}",
-            what="link libcuda.so for -lcuda",
-        )
-
-
 def cccl_cxx_flags(cuda_home: str) -> str:
     """``-isystem`` for the toolkit's CCCL headers, for plain C++ units (both layouts: a runfile
     toolkit keeps headers under targets/<arch>/include, the PyPI one under include/; a

@@ -46,7 +46,9 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
                 if where == "flag"
                 else state.host.var_sources.get("nvcc_threads", where)
             )
-    return resolve_knobs(name, desc.kind, state.arch_list, state.facts, overrides, sources=sources)
+    return resolve_knobs(
+        name, desc.kind, state.arch_list, state.facts.json, overrides, sources=sources
+    )
 
 
 def toolchain_env(state: ProvisionState) -> list[tuple[str, str, str]]:
@@ -106,7 +108,7 @@ def cc_version(state: ProvisionState) -> str:
     """The host compiler nvcc uses: host var nvcc_ccbin's GCC, else the first gcc on PATH."""
 
     ccbin = state.host.vars.get("nvcc_ccbin")
-    chosen = choose_compiler(state.facts, str(ccbin) if ccbin else None)
+    chosen = choose_compiler(state.facts.json, str(ccbin) if ccbin else None)
     if not chosen or not chosen.get("version"):
         return ""
     # With nvcc_ccbin the path is part of the key too: two hosts with different compilers
@@ -153,7 +155,7 @@ def key_inputs(
     else:
         torch, abi = state.resolved.torch.version, True
         py_abi = "cp" + host_python.python_version(state).replace(".", "")
-        platform = f"linux_{state.facts.get('arch') or 'x86_64'}"
+        platform = f"linux_{state.facts.arch or 'x86_64'}"
     return KeyInputs(
         package=name,
         version=pkg.version,

@@ -32,6 +32,21 @@ from ..runner.step_run import run_steps
 from ..state import ProvisionState
 from ..steps import Step
 
+
+def link_driver(ctx: HostContext, knobs: Knobs) -> None:
+    """Make the ``libcuda.so`` link that the build's LIBRARY_PATH names (after the tree copy,
+    which replaces the directory it lives in; a build plans it as its ``link`` Step, `build_steps`)."""
+    link = driver_link(knobs)
+    if link is not None:
+        directory, library = link
+        target = posixpath.join(directory, "libcuda.so")
+        ctx.run(
+            f"mkdir -p {shlex.quote(directory)} && "
+            f"ln -sfn {shlex.quote(library)} {shlex.quote(target)}",
+            what="link libcuda.so for -lcuda",
+        )
+
+
 #: A build may take hours on a small host (docs/stack-facts.md section 5); past this it is killed.
 BUILD_TIMEOUT = 8 * 3600
 

@@ -18,7 +18,7 @@ from ..remote.lib.names import install_record
 from ..runner.host_context import HostContext
 from ..runner.results import StepResult
 from ..runner.step_run import run_steps
-from ..state import ProvisionState
+from ..state import PackageRecord, ProvisionState
 from ..steps import Step, commands
 
 
@@ -74,7 +74,7 @@ def install(
     ctx: HostContext,
     state: ProvisionState,
     name: str,
-    record: dict[str, Any],
+    record: PackageRecord,
     marker_path: str,
     step: StepResult,
     why: str = "",

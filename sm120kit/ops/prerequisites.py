@@ -21,8 +21,8 @@ def install_numa(ctx: HostContext, state: ProvisionState, step: Any, name: str) 
     What plan shows is `numa_steps`' lines, and each is what runs."""
 
     password = ctx.runner.options.connect.sudo_password
-    sudo = sudo_prefix(state.facts, bool(password))
-    planned = numa_steps(state.facts, state.host.vars, sudo)
+    sudo = sudo_prefix(state.facts.json, bool(password))
+    planned = numa_steps(state.facts.json, state.host.vars, sudo)
     if planned is None:
         return False
     package, steps = planned

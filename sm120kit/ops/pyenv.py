@@ -389,7 +389,7 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
         python = (
             {"path": state.python.path, "version": state.python.version}
             if state.python is not None and state.python.version == spec.python
-            else choose_python(state.facts, spec.python, name)
+            else choose_python(state.facts.json, spec.python, name)
         )
         probe = ctx.script("make_env", {"action": "probe", "env": spec.path, "marker": ENV_MARKER})
         plan = plan_env(spec, probe, python, state.host.vars)
@@ -401,7 +401,7 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
         what = plan.what
         commands = render_commands(plan.steps)
         if not ctx.may_act(step, what, commands):
-            state.env = planned_env(spec, python, state.facts)
+            state.env = planned_env(spec, python, state.facts.json)
             return state.env
         step.commands = commands
         doc = ctx.script(

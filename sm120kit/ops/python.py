@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..errors import HostFailed
+from ..host_facts import FoundPython
 from ..python_choice import (
     INSTALL_TIMEOUT,
     PythonChoice,
@@ -31,13 +32,13 @@ def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> Py
     locks = stack_pythons(state) if stack else None
     name = state.host.name
     has_password = bool(ctx.runner.options.connect.sudo_password)
-    sudo = sudo_prefix(state.facts, has_password)
+    sudo = sudo_prefix(state.facts.json, has_password)
     unlocked, draft = lock_context(state, locks, prefer)
     allow = allow_system_python(state)
 
     def pick(archive: Collection[str] | None) -> PythonChoice:
         return pick_python(
-            state.facts,
+            state.facts.json,
             prefer,
             locks,
             archive=archive,
@@ -50,7 +51,7 @@ def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> Py
     with ctx.step("python") as step:
         choice = pick(None)
         if choice.query:
-            manager = package_manager(state.facts) or ""
+            manager = package_manager(state.facts.json) or ""
             out = ctx.run(choice.query[0], check=False, what="archive lookup")
             choice = pick(archive_has(manager, out.stdout))
         if choice.refusal:
@@ -76,6 +77,6 @@ def ensure_python(ctx: HostContext, state: ProvisionState, *, stack: bool) -> Py
         choice = PythonChoice(choice.version, path, choice.why, install=list(choice.install))
         state.python = choice
         # Later steps of this run read the facts: let them see the new interpreter.
-        state.facts.setdefault("python", []).append({"path": path, "version": choice.version})
+        state.facts.add_python(FoundPython(path, choice.version))
         step.message = f"installed Python {choice.version} at {path} ({which.rstrip(', ')})"
     return choice

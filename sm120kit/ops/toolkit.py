@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import drivers as drv
 from ..errors import HostFailed
+from ..host_facts import Compiler, FoundToolkit
 from ..state import ProvisionState, Toolkit
 from ..toolchain.toolkit_install import (
     InstallPlan,
@@ -157,15 +158,14 @@ def probe_ccbin(ctx: HostContext, state: ProvisionState) -> None:
             f"{state.host.name}: host var nvcc_ccbin {ccbin} ({source}) is not a working GCC "
             f"on the host (exit {res.exit_code}: {tail[0]})"
         )
-    others = [g for g in state.facts.get("gcc") or [] if g.get("path") != ccbin]
-    state.facts["gcc"] = [{"path": ccbin, "version": version, "source": "nvcc_ccbin"}, *others]
+    state.facts.use_compiler(Compiler(ccbin, version, "nvcc_ccbin"))
 
 
 def check_host_compiler(ctx: HostContext, state: ProvisionState, spec: ToolkitSpec) -> None:
     """Step ``host-compiler``: refuse a GCC above the ceiling (or a glibc clash) before any build."""
     with ctx.step("host-compiler") as step:
         probe_ccbin(ctx, state)
-        what, problem = host_compiler_problem(state.facts, spec, _ccbin(state))
+        what, problem = host_compiler_problem(state.facts.json, spec, _ccbin(state))
         if problem:
             raise HostFailed(f"{state.host.name}: {problem}")
         step.message = f"{what} <= GCC {spec.gcc_max} for CUDA {spec.version}"
@@ -186,7 +186,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
     with ctx.step("toolkit") as step:
         op = plan_toolkit(
             spec,
-            state.facts,
+            state.facts.json,
             driver=driver,
             python=ctx.host.python,
             host_vars=state.host.vars,
@@ -209,7 +209,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
         what = f"install CUDA {spec.version} ({spec.method}) into {spec.prefix}"
         # A toolkit of the right release that only lacks libraries: say why it is not used.
         bare = replace(spec, components=())
-        for entry in state.facts.get("cuda") or []:
+        for entry in state.facts.toolkit_docs():
             lacks = missing_components(entry, spec)
             if lacks and toolkit_mismatch(entry, bare, driver) is None:
                 what += f"; {entry.get('path')} {lacks}"
@@ -220,7 +220,7 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
         step.commands = list(plan.commands)
         if spec.method in INSTALL_SPACE:
             check_space(
-                state.facts,
+                state.facts.json,
                 INSTALL_SPACE[spec.method] + (COMPONENT_SPACE if spec.components else 0),
                 what.replace("install ", "", 1),
                 state.host.name,
@@ -243,16 +243,16 @@ def ensure_toolkit(ctx: HostContext, state: ProvisionState) -> Toolkit:
         source="system" if spec.method == "apt" else "work_root",
     )
     # Later steps of this run read the facts: let them see the new toolkit.
-    state.facts.setdefault("cuda", []).append(
-        {
-            "path": toolkit.cuda_home,
-            "source": toolkit.source,
-            "version": toolkit.version,
-            "nvcc": toolkit.nvcc,
-            "nvcc_release": toolkit.release,
-            "nvcc_version": toolkit.nvcc_version,
-            "aliases": [toolkit.cuda_home],
-        }
+    state.facts.add_toolkit(
+        FoundToolkit(
+            path=toolkit.cuda_home,
+            source=toolkit.source,
+            version=toolkit.version,
+            nvcc=toolkit.nvcc,
+            nvcc_release=toolkit.release,
+            nvcc_version=toolkit.nvcc_version,
+            aliases=(toolkit.cuda_home,),
+        )
     )
     state.toolkit = toolkit
     return toolkit

@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import serve
-from ..plays import smoke as smoke_check
 from ..runner.results import RunResult
 from ..smoke import report as smoke_report
+from ..smoke import verdicts as smoke_check
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim", "unknown": "magenta"}
 _MAX_PROBLEM_LINES = 12

@@ -67,7 +67,7 @@ from ..packages import registry
 from ..runner.host_context import HostContext
 from ..runner.pool import HostOp, Runner
 from ..runner.results import StepResult
-from ..state import ProvisionState
+from ..state import PackageRecord, ProvisionState
 from ..steps import Step, commands
 from .build_explain import dependency_rows, explain, source_rows, target_explain
 from .plan import PlanOptions, package_names, prepare
@@ -86,7 +86,7 @@ def _ensure_prerequisites(ctx: HostContext, state: ProvisionState) -> None:
         state.env = pyenv_ops.ensure_env(ctx, state)
 
 
-def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[str, Any]:
+def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> PackageRecord:
     """Source, patches, wheel (built or from the cache), install: see the module docstring."""
     version = state.resolved.packages[name].version
     knobs = package_knobs(state, name)
@@ -102,7 +102,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
             + "; ".join(problems)
         )
 
-    record: dict[str, Any] = {"version": version, "wheel_from": None}
+    record: PackageRecord = {"version": version, "wheel_from": None}
     state.packages[name] = record
     source = ensure_source(ctx, state, name)
     record["source_digest"] = source.digest
@@ -169,11 +169,13 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> dict[s
     with ctx.step(f"wheel:{name}") as step:
         if already and installed is not None:
             record.update(
-                wheel=installed.get("wheel"),
-                sha256=installed.get("sha256"),
-                wheel_from=installed.get("wheel_from"),
-                log=installed.get("log"),
-                seconds=0.0,
+                {
+                    "wheel": installed.get("wheel"),
+                    "sha256": installed.get("sha256"),
+                    "wheel_from": installed.get("wheel_from"),
+                    "log": installed.get("log"),
+                    "seconds": 0.0,
+                }
             )
             step.message = f"installed wheel has key {key[:12]}"
         else:
@@ -195,7 +197,7 @@ def _obtain(
     key: str,
     tree: str,
     knobs: Knobs,
-    record: dict[str, Any],
+    record: PackageRecord,
     step: StepResult,
 ) -> None:
     ran: list[Step] = []  # the build's Steps, when it runs (a cache miss)
@@ -211,11 +213,13 @@ def _obtain(
     rebuild = state.flags.rebuild
     obtained = cache_for(ctx.runner).obtain(ctx, inputs, build, dest, rebuild=rebuild)
     record.update(
-        wheel=obtained.path or None,
-        sha256=obtained.sha256 or None,
-        wheel_from=obtained.wheel_from,
-        log=built.get("log"),
-        seconds=round(float(built.get("seconds") or 0.0), 3),
+        {
+            "wheel": obtained.path or None,
+            "sha256": obtained.sha256 or None,
+            "wheel_from": obtained.wheel_from,
+            "log": built.get("log"),
+            "seconds": round(float(built.get("seconds") or 0.0), 3),
+        }
     )
     if ctx.check_mode:
         if obtained.wheel_from.startswith("cache:"):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import gather
+from ..host_facts import HostFacts
 from ..recipes.select import Recipe, load_recipes, resolve_for_host, select_recipe
 from ..runner.pool import HostContext, HostOp
 from ..runner.run_flags import RunFlags
@@ -64,7 +65,9 @@ def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
             forced=opts.recipe,
         )
         step.message = f"{resolved.recipe.name}: {resolved.selection.reason}"
-    state = ProvisionState(ctx.host, facts, resolved, flags=opts.flags, wanted=opts.packages)
+    state = ProvisionState(
+        ctx.host, HostFacts.from_json(facts), resolved, flags=opts.flags, wanted=opts.packages
+    )
     ctx.state = state
     ctx.set(
         recipe=resolved.recipe.name,

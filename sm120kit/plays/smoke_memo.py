@@ -60,8 +60,8 @@ def code_digest() -> str:
 
 def context(state: ProvisionState) -> dict[str, Any]:
     """What besides the installed files decides a verdict: checks, arch, GPUs."""
-    gpu = state.facts.get("gpu") or {}
-    gpus = [g.get("compute_cap") for g in gpu.get("gpus") or []] if gpu.get("present") else []
+    gpu = state.facts.gpu
+    gpus = [g.compute_cap for g in gpu.gpus] if gpu.present else []
     # The recipe's declarations (torch pin, modules not for the arch by design) change
     # verdicts too, so a recipe edit must not reuse a verdict judged under the old one.
     return {

@@ -27,7 +27,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -37,7 +37,6 @@ from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
 from ..ops.pyenv import choose_python, ensure_env
 from ..ops.stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
 from ..output.progress import Meter
-from ..recipes.select import resolve_for_host
 from ..remote import script_bundle
 from ..remote.lib.cudaarch import parse_cc
 from ..runner.build_progress import poll_progress
@@ -49,7 +48,7 @@ from ..stack.choice import Choice, choose, glibc_problem, not_for_arch, shown, t
 from ..stack.index_auth import authed
 from ..stack.lock import Lock, LockEntry
 from ..stack.stack_steps import StackFacts, StackFile, StackPlan, fetch_step, plan_stack
-from ..state import ProvisionState
+from ..state import PackageRecord, ProvisionState
 from ..steps import Step, commands, summary
 from .build import ensure_package
 
@@ -116,34 +115,21 @@ def _uv_cache(state: ProvisionState) -> str:
 
 
 def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
-    """The state a stack build runs in: the recipe resolved again for this host with the
-    lock's torch (a build must run against the torch it will be loaded with), building
-    `name` only. The recipe's own torch is kept when it is the lock's version."""
+    """The state a stack build runs in: the host's resolved recipe for the lock's torch (a
+    build must run against the torch it will be loaded with; `ResolvedRecipe.with_torch`),
+    building `name` only. The recipe's own torch is kept when it is the lock's version."""
     resolved = state.resolved
-    extra: dict[str, Any] = {}
     if lock.torch and Version(resolved.torch.version).public != lock.torch:
-        extra = {
-            "recipe.torch.version": lock.torch,
-            "recipe.torch.index": "pypi",
-            "recipe.torch.cuda": lock.torch_cuda,
-        }
-    host = replace(
-        state.host,
-        vars={**state.host.vars, **extra},
-        var_sources={
-            **state.host.var_sources,
-            **{k: f"{lock.path.name} (lock torch)" for k in extra},
-        },
-    )
-    again = resolve_for_host(
-        {resolved.recipe.name: resolved.recipe},
-        host,
-        state.facts,
-        driver=resolved.target.driver,
-        arch=resolved.target.arch.cc,
-        forced=resolved.recipe.name,  # the recipe this host already got
-    )
-    built = ProvisionState(host, state.facts, again, flags=state.flags, wanted=[name])
+        try:
+            resolved = resolved.with_torch(
+                lock.torch,
+                index="pypi",
+                cuda=lock.torch_cuda,
+                source=f"{lock.path.name} (lock torch)",
+            )
+        except RecipeError as e:
+            raise RecipeError(f"host {state.host.name}: {e}") from None
+    built = ProvisionState(state.host, state.facts, resolved, flags=state.flags, wanted=[name])
     built.toolkit = state.toolkit
     built.python, built.stack_lock = state.python, state.stack_lock
     return built
@@ -151,12 +137,12 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
 
 def ensure_stack_builds(
     ctx: HostContext, state: ProvisionState, lock: Lock, builds: list[Choice]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, PackageRecord]:
     """Build each `build` choice from the recipe's pinned entry (the usual build operation,
     through the wheel cache) in an env with the lock's torch; its wheel is then installed
     into the serving env with the releases."""
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PackageRecord] = {}
     for c in builds:
         name = str(c.build["package"])
         sub = build_state(state, lock, name)
@@ -221,18 +207,18 @@ def ensure_stack(
     python = (
         {"path": chosen.path, "version": chosen.version}
         if chosen is not None and chosen.version == lock.python
-        else choose_python(state.facts, lock.python, state.host.name)
+        else choose_python(state.facts.json, lock.python, state.host.name)
     )
     # Every file, before anything changes: a wheel the host cannot install, or a URL outside
     # the lock's indexes, is refused by plan and provision alike.
     wheels = [c.entry for c in choices if c.source == "release"] + [UV]
     version = ".".join(str(python.get("version") or lock.python).split(".")[:2])
-    problems = tag_problems(wheels, state.facts.get("glibc"), state.facts.get("arch"), version)
+    problems = tag_problems(wheels, state.facts.glibc, state.facts.arch, version)
     problems += index_problems([c.entry for c in choices if c.source == "release"], lock.indexes)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problems[0]}{more}")
-    problem = glibc_problem(lock, state.facts.get("glibc"))
+    problem = glibc_problem(lock, state.facts.glibc)
     if problem:
         raise HostFailed(f"{state.host.name}: stack {lock.top}: {problem}")
     env = env_path(state, lock) if install else None
@@ -309,7 +295,7 @@ def stack_files(
     state: ProvisionState,
     releases: list[Choice],
     builds: list[Choice],
-    built: dict[str, dict[str, Any]],
+    built: dict[str, PackageRecord],
 ) -> list[StackFile]:
     """The files the env is made of on this host: each release where the host keeps it, then
     each stack build's wheel where the build left it."""

@@ -3,19 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .. import drivers as drv
+from ..builds import knobs
 from ..errors import RecipeError
-from ..packages import engines
+from ..packages import engines, registry
+from ..packages.base import PackageDescriptor
 from ..stack.lock import Lock, StackSpec
-from .checks import _arch_admitted, _display, _torch_admits, normalize_arch
-from .resolved import CudaValues, PackageValues, Resolved, StackValues, Target, TorchValues
+from .checks import (
+    _SOURCE_KEYS,
+    SOURCE_KINDS,
+    _arch_admitted,
+    _display,
+    _torch_admits,
+    _torch_problem,
+    normalize_arch,
+    spec_text,
+)
+from .resolved import (
+    CudaValues,
+    KnobValue,
+    PackageValues,
+    Resolved,
+    StackValues,
+    Target,
+    TorchValues,
+    frozen,
+)
 
 # --------------------------------------------------------------------------- data
 
@@ -179,39 +200,37 @@ class Selection:
         return self.cuda.version
 
 
-@dataclass
-class ResolvedRecipe:
-    """A selected recipe with inventory overrides applied.
+#: A host's checked ``recipe.packages.<name>.*`` overrides: package name -> the key under
+#: ``packages.<name>.`` (``version``, ``source.ref``, ``knobs.MAX_JOBS``) -> (value, where it
+#: was set). Kept on the resolved recipe: a package's entry, and so what they apply to, depends
+#: on the torch (`ResolvedRecipe.with_torch`).
+PackageOverrides = Mapping[str, Mapping[str, tuple[Any, str]]]
 
-    `view` is the typed, frozen result every operation reads (`Resolved`: ``resolved.torch``,
+
+@dataclass(frozen=True)
+class ResolvedRecipe:
+    """A selected recipe with inventory overrides applied, resolved once per host.
+
+    `typed` holds the frozen values every operation reads (`Resolved`: ``resolved.torch``,
     ``resolved.cuda``, ``resolved.target``, ``resolved.stack``, ``resolved.packages`` are its
-    fields, read through here). `values` keeps the same values under the flat dotted keys the
-    override scheme names (``"cuda.version"``, ``"packages.mypkg.knobs.MAX_JOBS"``), for the
-    recipe-resolution modules and plan's provenance table only (`rows`); `sources` maps those
-    keys to where each came from (``"recipes/r580.toml"``,
-    ``"inventory/host_vars/gpu1.yaml (recipe.torch.index)"``, ``"--driver flag"``, ...).
-    `problems` lists, per package, why it cannot be built with these values (the build layer
-    refuses those packages); `notes` are warnings for `plan`.
+    fields, read through here). `sources` maps the override scheme's flat dotted keys
+    (``"cuda.version"``, ``"packages.mypkg.knobs.MAX_JOBS"``) to where each value came from
+    (``"recipes/r580.toml"``, ``"inventory/host_vars/gpu1.yaml (recipe.torch.index)"``,
+    ``"--driver flag"``, ...): plan's provenance table (`rows`). `problems` lists, per package,
+    why it cannot be built with these values (the build layer refuses those packages);
+    `notes` are warnings for `plan`. `specs` are the recipe's package entries for the torch
+    (`Recipe.packages_for`) and `overrides` the host's package overrides, so `with_torch`
+    gives the same recipe for another torch without resolving it again.
     """
 
     recipe: Recipe
     selection: Selection
-    values: dict[str, Any]
-    sources: dict[str, str]
+    typed: Resolved
+    sources: Mapping[str, str]
     problems: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    #: The recipe's package entries for the resolved torch (Recipe.packages_for); the recipe's
-    #: whole list when empty.
-    specs: list[PackageSpec] = field(default_factory=list)
-    #: The typed values (set by `sm120kit.recipes.select.resolve_for_host` once they are checked).
-    view: Resolved | None = None
-
-    @property
-    def typed(self) -> Resolved:
-        """`view`, which resolution always sets (a RecipeError before it is means no host)."""
-        if self.view is None:
-            raise RecipeError(f"recipe {self.recipe.name}: not resolved for a host yet")
-        return self.view
+    specs: tuple[PackageSpec, ...] = ()
+    overrides: PackageOverrides = field(default_factory=dict)
 
     @property
     def torch(self) -> TorchValues:
@@ -243,6 +262,12 @@ class ResolvedRecipe:
         """X.Y in order of preference, after overrides."""
         return self.typed.python
 
+    @property
+    def values(self) -> dict[str, Any]:
+        """The values under the override scheme's flat dotted keys, derived from `typed`
+        (what plan's rows show; operations read `typed`, tests/test_no_dotted_reads.py)."""
+        return self.typed.flat()
+
     def rows(self) -> list[tuple[str, Any, str]]:
         """(key, value, source) for every value, sorted by key: what `plan` prints, derived
         from the typed values."""
@@ -250,16 +275,185 @@ class ResolvedRecipe:
         return [(k, flat[k], self.sources.get(k, "")) for k in sorted(flat)]
 
     def package_names(self) -> list[str]:
-        return [p.name for p in self.package_specs()]
+        return [p.name for p in self.specs]
 
     def package_specs(self) -> list[PackageSpec]:
         """The package entries these values came from, one per name."""
-        if self.specs:
-            return self.specs
-        return self.recipe.packages_for(self.torch.version if self.view else "")
+        return list(self.specs)
 
     def package(self, name: str) -> dict[str, Any]:
         """One package's values as a nested dict (``source`` and ``knobs`` as sub-dicts)."""
         if name not in self.package_names():
             raise KeyError(name)
         return self.packages[name].as_dict()
+
+    def with_torch(self, version: str, *, index: str, cuda: str, source: str) -> ResolvedRecipe:
+        """This recipe for another torch (`source`: where that torch comes from, e.g. a stack
+        lock): each package's entry for it (`Recipe.packages_for`) with the host's package
+        overrides applied, and its problems, as resolution gives them. A RecipeError when
+        that torch cannot take the recipe's toolkit."""
+        problem = _torch_problem(cuda, index, [str(self.cuda.version)])
+        if problem:
+            raise RecipeError(
+                f"torch.cuda = {cuda!r} (from {source}): {problem} (torch.index from {source})"
+            )
+        torch = TorchValues(version=version, index=index, cuda=cuda)
+        kept = {k: v for k, v in self.sources.items() if not k.startswith(_PACKAGES)}
+        kept.update({f"torch.{k}": source for k in ("version", "index", "cuda")})
+        per_torch = packages_for_torch(self.recipe, torch, self.arch, kept, self.overrides)
+        return replace(
+            self,
+            typed=replace(self.typed, torch=torch, packages=per_torch.values),
+            sources={**kept, **per_torch.sources},
+            problems=per_torch.problems,
+            notes=list(self.notes),
+            specs=per_torch.specs,
+        )
+
+
+# --------------------------------------------------------------------------- per torch
+
+_PACKAGES = "packages."
+
+
+@dataclass(frozen=True)
+class PackagesForTorch:
+    """What of a resolved recipe follows from its torch: the entry of each package, its
+    typed values after the host's overrides, their sources (``packages.<name>.*`` keys) and
+    the packages' problems."""
+
+    specs: tuple[PackageSpec, ...]
+    values: Mapping[str, PackageValues]
+    sources: Mapping[str, str]
+    problems: dict[str, list[str]]
+
+
+def packages_for_torch(
+    recipe: Recipe,
+    torch: TorchValues,
+    arch: tuple[str, ...],
+    sources: Mapping[str, str],
+    overrides: PackageOverrides,
+) -> PackagesForTorch:
+    """Each package of `recipe` for `torch`: its entry (`Recipe.packages_for`), its values with
+    `overrides` applied, and why it cannot be built (`sources` names where the torch and the
+    arch came from). A RecipeError naming the key for a source missing what its kind needs or a
+    patch file that does not exist."""
+    specs = tuple(recipe.packages_for(torch.version))
+    values: dict[str, PackageValues] = {}
+    out_sources: dict[str, str] = {}
+    problems: dict[str, list[str]] = {}
+    for spec in specs:
+        pkg, where = _package_values(recipe, spec, overrides.get(spec.name) or {})
+        _check_package(recipe, pkg, where)
+        values[spec.name] = pkg
+        out_sources.update(where)
+        found = _package_problems(pkg, torch, arch, {**sources, **where})
+        if found:
+            problems[spec.name] = found
+    return PackagesForTorch(specs, MappingProxyType(values), out_sources, problems)
+
+
+def _package_values(
+    recipe: Recipe, spec: PackageSpec, overrides: Mapping[str, tuple[Any, str]]
+) -> tuple[PackageValues, dict[str, str]]:
+    """`spec` as typed values with `overrides` applied, and where each value came from."""
+    index = next(i for i, p in enumerate(recipe.packages) if p is spec)
+    # Not in the recipe file: its stack's lock chose the shared entry (`spec.derived`).
+    origin = spec.derived or f"{recipe.source} (packages[{index}])"
+    source = {k: str(v) for k, v in spec.source.items()}
+    knobs: dict[str, KnobValue] = dict(spec.knobs)
+    version, patches = spec.version, list(spec.patches)
+    torch = spec_text(spec.torch) if spec.torch is not None else ""
+    needs_cuda_torch = spec.needs_cuda_torch
+    dependencies: list[Any] = [dict(d) for d in spec.dependencies]
+    keys = ["version", *(f"source.{k}" for k in source), "patches"]
+    keys += [f"knobs.{k}" for k in knobs] + ["torch", "needs_cuda_torch", "dependencies"]
+    where = {f"packages.{spec.name}.{k}": origin for k in keys}
+    for rest, (value, set_in) in overrides.items():
+        head, _, key = rest.partition(".")
+        if head == "source":
+            source[key] = str(value)
+        elif head == "knobs":
+            knobs[key] = value
+        elif head == "version":
+            version = str(value)
+        elif head == "patches":
+            patches = list(value)
+        elif head == "torch":
+            torch = str(value)
+        elif head == "needs_cuda_torch":
+            needs_cuda_torch = bool(value)
+        elif head == "dependencies":
+            dependencies = list(value)
+        where[f"packages.{spec.name}.{rest}"] = set_in
+    required, optional = SOURCE_KINDS[source["kind"]]
+    for k in _SOURCE_KEYS - required - optional - {"kind"}:
+        source.pop(k, None)  # left over from the recipe's other kind
+        where.pop(f"packages.{spec.name}.source.{k}", None)
+    pkg = PackageValues(
+        name=spec.name,
+        version=version,
+        source=MappingProxyType(source),
+        patches=tuple(patches),
+        knobs=MappingProxyType(knobs),
+        torch=torch,
+        needs_cuda_torch=needs_cuda_torch,
+        dependencies=tuple(frozen(d) for d in dependencies),
+    )
+    return pkg, where
+
+
+def _check_package(recipe: Recipe, pkg: PackageValues, sources: Mapping[str, str]) -> None:
+    base = f"packages.{pkg.name}."
+
+    def fail(key: str, value: object, problem: str) -> None:
+        raise RecipeError(f"{key} = {value!r} (from {sources.get(key, '?')}): {problem}")
+
+    kind = pkg.source["kind"]
+    for k in SOURCE_KINDS[kind][0]:
+        if k not in pkg.source:
+            fail(base + "source.kind", kind, f"a {kind} source needs source.{k}")
+    for p in pkg.patches:
+        if not (recipe.patches_dir / p).is_file():
+            missing = recipe.patches_dir / p
+            fail(base + "patches", list(pkg.patches), f"patch file {missing} does not exist")
+
+
+def _package_problems(
+    pkg: PackageValues, torch: TorchValues, arch: tuple[str, ...], sources: Mapping[str, str]
+) -> list[str]:
+    """Why `pkg` cannot be built with `torch` for `arch` (empty: it can)."""
+    base = f"packages.{pkg.name}."
+    problems: list[str] = []
+    if pkg.torch and not SpecifierSet(pkg.torch).contains(torch.version, prereleases=True):
+        problems.append(
+            f"torch {torch.version} ({sources['torch.version']}) is outside its torch '{pkg.torch}'"
+        )
+    if pkg.needs_cuda_torch and torch.is_cpu:
+        problems.append("a CPU torch cannot build CUDAExtension code (CUDA_HOME is None)")
+    if pkg.source["kind"] == "git" and not pkg.source.get("ref"):
+        problems.append(f"source.ref is not pinned (set recipe.{base}source.ref)")
+    return problems + _arch_knob_problems(pkg, arch, sources, registry.descriptor(pkg.name))
+
+
+def _arch_knob_problems(
+    pkg: PackageValues, arch: tuple[str, ...], sources: Mapping[str, str], desc: PackageDescriptor
+) -> list[str]:
+    """A package whose build silently drops arch values it does not know (its descriptor's
+    `arch_value_problem`): refuse before any build, naming the value and where it came from."""
+    if desc.arch_value_problem is None or desc.arch_value is None:
+        return []
+    key = f"packages.{pkg.name}.knobs.{desc.arch_knob}"
+    if desc.arch_knob in pkg.knobs:
+        value, where = str(pkg.knobs[desc.arch_knob]), sources.get(key, "?")
+        if desc.arch_knob not in where:
+            where = f"{key} in {where}"
+    else:
+        try:
+            value = desc.arch_value(knobs.parse_arch_list(list(arch)))
+        except RecipeError as exc:
+            return [str(exc)]
+        where = f"derived from arch {list(arch)} ({sources.get('arch', '?')})"
+    problem = desc.arch_value_problem(pkg.version, value)
+    return [f"{problem} ({where})"] if problem else []

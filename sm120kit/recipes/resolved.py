@@ -1,9 +1,10 @@
 """A host's resolved recipe as typed values: what every operation reads.
 
 `sm120kit.recipes.select.resolve_for_host` selects a recipe, applies the host's ``recipe.*``
-overrides, derives what follows and checks the result, working on flat dotted keys (the
-override scheme's names: ``recipe.torch.version`` overrides ``torch.version``). Once that is
-done it builds one frozen `Resolved` from them, per host: ``resolved.torch.version``,
+overrides, derives what follows and checks the result, parsing flat dotted keys (the
+override scheme's names: ``recipe.torch.version`` overrides ``torch.version``); each package's
+values follow from the torch (`sm120kit.recipes.model.packages_for_torch`, again for another
+torch in `ResolvedRecipe.with_torch`). It builds one frozen `Resolved` per host: ``resolved.torch.version``,
 ``resolved.cuda.version`` (a `CudaVersion`), ``resolved.target.arch`` (an `Arch`, with its
 source), ``resolved.stack``, ``resolved.packages[name]``. The flat ``[key, value, source]``
 rows plan prints are derived back from it (`Resolved.flat`), so what plan shows is what the
@@ -120,30 +121,12 @@ class Resolved:
         return self.target.arch.arch
 
     @classmethod
-    def from_flat(cls, values: Mapping[str, Any], names: list[str], target: Target) -> Resolved:
-        """The typed view of the flat values `recipes` resolved (`names`: the packages)."""
+    def from_flat(
+        cls, values: Mapping[str, Any], packages: Mapping[str, PackageValues], target: Target
+    ) -> Resolved:
+        """The typed values of the flat ones `recipes/select.py` parsed, with the `packages`
+        resolved for its torch (`sm120kit.recipes.model.packages_for_torch`)."""
         v = values
-        packages = {}
-        for name in names:
-            base = f"packages.{name}."
-            source = {
-                k[len(base + "source.") :]: str(x)
-                for k, x in v.items()
-                if k.startswith(base + "source.")
-            }
-            knobs = {
-                k[len(base + "knobs.") :]: x for k, x in v.items() if k.startswith(base + "knobs.")
-            }
-            packages[name] = PackageValues(
-                name=name,
-                version=str(v[base + "version"]),
-                source=MappingProxyType(source),
-                patches=tuple(v[base + "patches"]),
-                knobs=MappingProxyType(knobs),
-                torch=str(v[base + "torch"]),
-                needs_cuda_torch=bool(v[base + "needs_cuda_torch"]),
-                dependencies=tuple(_frozen(d) for d in v[base + "dependencies"]),
-            )
         stack = None
         if "stack.top" in v:
             stack = StackValues(
@@ -174,7 +157,7 @@ class Resolved:
                 index=str(v["torch.index"]),
                 cuda=str(v["torch.cuda"]),
             ),
-            packages=MappingProxyType(packages),
+            packages=packages,
             stack=stack,
             target=target,
         )
@@ -234,12 +217,12 @@ class Resolved:
         return out
 
 
-def _frozen(value: Any) -> Any:
+def frozen(value: Any) -> Any:
     """A dependency table as read-only mappings and tuples (the typed view is frozen)."""
     if isinstance(value, Mapping):
-        return MappingProxyType({k: _frozen(x) for k, x in value.items()})
+        return MappingProxyType({k: frozen(x) for k, x in value.items()})
     if isinstance(value, list | tuple):
-        return tuple(_frozen(x) for x in value)
+        return tuple(frozen(x) for x in value)
     return value
 
 

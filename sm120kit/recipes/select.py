@@ -56,12 +56,15 @@ Target driver (`resolve_for_host`), first found wins: the ``--driver`` flag, the
 sm120kit/recipes/target_arch.py (``--arch``, host var ``target_arch``, the GPU, a forced recipe's
 first arch), the same rule the stack, `smoke` and `preflight` use.
 
-The result is typed (`ResolvedRecipe.view`, sm120kit/recipes/resolved.py): operations read
-``resolved.torch.version``, ``resolved.cuda.version.xy``, ``resolved.target.arch``; the flat
-dotted keys below are the override scheme's names and plan's provenance rows.
+The result is typed, resolved once (`ResolvedRecipe.typed`, sm120kit/recipes/resolved.py):
+operations read ``resolved.torch.version``, ``resolved.cuda.version.xy``,
+``resolved.target.arch``; the flat dotted keys below are the override scheme's names, parsed
+here, and plan's provenance rows. Each package's entry and values follow from the torch
+(`model.packages_for_torch`): `ResolvedRecipe.with_torch` gives the same recipe for another
+torch (a stack build's lock torch) without resolving it again.
 
 Overrides: ONE scheme, flat inventory vars named ``recipe.<key>`` where ``<key>`` is a key
-of `ResolvedRecipe.values`, set in group_vars or host_vars like any var, so the inventory's
+of `ResolvedRecipe.rows`, set in group_vars or host_vars like any var, so the inventory's
 precedence decides per key and ``plan`` can name the file each value came from::
 
     recipe.torch.index: https://download.pytorch.org/whl/cpu   # CPU torch on a build box
@@ -86,24 +89,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .. import drivers as drv
-from ..builds import knobs
 from ..errors import RecipeError
 from ..inventory.host import Host
-from ..packages import engines, registry
-from ..packages.base import PackageDescriptor
+from ..packages import engines
 from .checks import (
     _INDEX_CUDA_RE,
     _PER_VERSION,
     _PKG_CHECKS,
-    _SOURCE_KEYS,
     _TOP_CHECKS,
-    SOURCE_KINDS,
     _arch_admitted,
     _Bad,
     _Check,
@@ -118,7 +117,14 @@ from .checks import (
 # Loading lives in recipe_files; callers keep asking recipes for it.
 from .files import default_recipes_dir as default_recipes_dir
 from .files import load_recipes as load_recipes
-from .model import CudaChoice, PackageSpec, Recipe, ResolvedRecipe, Selection
+from .model import (
+    CudaChoice,
+    Recipe,
+    ResolvedRecipe,
+    Selection,
+    packages_for_torch,
+)
+from .model import PackageSpec as PackageSpec
 from .resolved import Resolved, Target
 from .target_arch import TARGET_ARCH_VAR, choose_target_arch, gpu_capabilities
 
@@ -272,9 +278,9 @@ def _target_driver(
     return None, ""
 
 
-def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The selected recipe and choice as flat values with their sources; `specs` are the
-    package entries for the torch in force (Recipe.packages_for)."""
+def _base_values(sel: Selection) -> tuple[dict[str, Any], dict[str, str]]:
+    """The selected recipe and choice as flat values with their sources, but for the packages
+    (their entries follow from the torch: `packages_for_torch`)."""
     recipe, choice = sel.recipe, sel.cuda
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -299,22 +305,6 @@ def _base_values(sel: Selection, specs: list[PackageSpec]) -> tuple[dict[str, An
         put(f"torch.{key}", getattr(recipe.torch, key))
         if recipe.torch_from:  # the shared stack's torch (recipes/shared/stacks.toml)
             sources[f"torch.{key}"] = recipe.torch_from
-    for pkg in specs:
-        where = f"packages[{next(i for i, p in enumerate(recipe.packages) if p is pkg)}]"
-        base = f"packages.{pkg.name}."
-        first = len(values)
-        put(base + "version", pkg.version, where)
-        for k, v in pkg.source.items():
-            put(f"{base}source.{k}", v, where)
-        put(base + "patches", list(pkg.patches), where)
-        for k, v in pkg.knobs.items():
-            put(f"{base}knobs.{k}", v, where)
-        put(base + "torch", spec_text(pkg.torch) if pkg.torch is not None else "", where)
-        put(base + "needs_cuda_torch", pkg.needs_cuda_torch, where)
-        put(base + "dependencies", [dict(d) for d in pkg.dependencies], where)
-        if pkg.derived:  # not in the recipe file: its stack's lock chose the shared entry
-            for key in list(values)[first:]:
-                sources[key] = pkg.derived
     if recipe.stack is not None:
         for key in ("top", "lock", "reason", "build"):
             value = getattr(recipe.stack, key)
@@ -358,13 +348,12 @@ def _collect_overrides(host: Host) -> dict[str, tuple[Any, str]]:
     }
 
 
-def _apply_overrides(
-    values: dict[str, Any],
-    sources: dict[str, str],
-    overrides: Mapping[str, tuple[Any, str]],
-    packages: list[str],
-) -> set[str]:
-    done: set[str] = set()
+def _checked_overrides(
+    overrides: Mapping[str, tuple[Any, str]], packages: list[str]
+) -> dict[str, tuple[Any, str]]:
+    """Each override's value as its key's check gives it, with where it was set; a
+    RecipeError naming the var for a key that is not a recipe value or a bad value."""
+    done: dict[str, tuple[Any, str]] = {}
     for key, (value, source) in overrides.items():
         if key in ("name", "drivers"):
             raise RecipeError(
@@ -377,11 +366,9 @@ def _apply_overrides(
             extra = f" (did you mean recipe.{hint[0]}?)" if hint else ""
             raise RecipeError(f"{source}: recipe.{key} is not a recipe value{extra}")
         try:
-            values[key] = check(value)
+            done[key] = (check(value), source)
         except _Bad as e:
             raise RecipeError(f"{source}: recipe.{key}: {e}") from None
-        sources[key] = source
-        done.add(key)
     return done
 
 
@@ -393,7 +380,7 @@ def check_overrides(recipes: Mapping[str, Recipe], host: Host) -> None:
     the chosen recipe)."""
     packages = sorted({p.name for r in recipes.values() for p in r.packages})
     try:
-        _apply_overrides({}, {}, _collect_overrides(host), packages)
+        _checked_overrides(_collect_overrides(host), packages)
     except RecipeError as e:
         raise RecipeError(f"host {host.name}: {e}") from None
 
@@ -440,9 +427,14 @@ def _fail(values: Mapping[str, Any], sources: Mapping[str, str], key: str, probl
 
 
 def _check_resolved(
-    resolved: ResolvedRecipe, driver: str | None, driver_src: str, arch: str | None
-) -> None:
-    values, sources = resolved.values, resolved.sources
+    values: Mapping[str, Any],
+    sources: Mapping[str, str],
+    driver: str | None,
+    driver_src: str,
+    arch: str | None,
+) -> list[str]:
+    """Refuse values the target cannot use (one RecipeError naming the key); the notes."""
+    notes: list[str] = []
     version = values["cuda.version"]
     need = drv.min_driver(version)
     if driver is not None and not drv.toolkit_can_run(version, driver):
@@ -463,64 +455,34 @@ def _check_resolved(
     if arch is not None and not _arch_admitted(arch, values["arch"]):
         _fail(values, sources, "arch", f"does not include the target arch {arch}")
     if values["cuda.method"] == "runfile" and not values["cuda.sha256"]:
-        resolved.notes.append(
+        notes.append(
             f"cuda.sha256 is unknown: {values['cuda.runfile']} will not be verified "
             "(set recipe.cuda.sha256)"
         )
-    for name in resolved.package_names():
-        _check_package(resolved, name)
+    return notes
 
 
-def _check_package(resolved: ResolvedRecipe, name: str) -> None:
-    values, sources = resolved.values, resolved.sources
-    base = f"packages.{name}."
-    kind = values[base + "source.kind"]
-    required, optional = SOURCE_KINDS[kind]
-    for k in required:
-        if base + "source." + k not in values:
-            _fail(values, sources, base + "source.kind", f"a {kind} source needs source.{k}")
-    for k in _SOURCE_KEYS - required - optional - {"kind"}:
-        values.pop(f"{base}source.{k}", None)  # left over from the recipe's other kind
-        sources.pop(f"{base}source.{k}", None)
-    patches_dir = resolved.recipe.patches_dir
-    for p in values[base + "patches"]:
-        if not (patches_dir / p).is_file():
-            _fail(values, sources, base + "patches", f"patch file {patches_dir / p} does not exist")
-    problems: list[str] = []
-    spec = values[base + "torch"]
-    torch_version = values["torch.version"]
-    if spec and not SpecifierSet(spec).contains(torch_version, prereleases=True):
-        problems.append(
-            f"torch {torch_version} ({sources['torch.version']}) is outside its torch '{spec}'"
+def _split_overrides(
+    checked: Mapping[str, tuple[Any, str]], packages: list[str]
+) -> tuple[dict[str, Any], dict[str, dict[str, tuple[Any, str]]]]:
+    """The checked overrides as the top-level flat values and, per package, its own
+    (`PackageOverrides`: applied to the entry its torch picks)."""
+    top: dict[str, Any] = {}
+    per_package: dict[str, dict[str, tuple[Any, str]]] = {}
+    for key, pair in checked.items():
+        name = next(
+            (
+                n
+                for n in sorted(packages, key=len, reverse=True)
+                if key.startswith(f"packages.{n}.")
+            ),
+            None,
         )
-    if values[base + "needs_cuda_torch"] and values["torch.cuda"] == "cpu":
-        problems.append("a CPU torch cannot build CUDAExtension code (CUDA_HOME is None)")
-    if kind == "git" and not values.get(base + "source.ref"):
-        problems.append(f"source.ref is not pinned (set recipe.{base}source.ref)")
-    problems += _arch_knob_problems(resolved, base, registry.descriptor(name))
-    if problems:
-        resolved.problems[name] = problems
-
-
-def _arch_knob_problems(resolved: ResolvedRecipe, base: str, desc: PackageDescriptor) -> list[str]:
-    """A package whose build silently drops arch values it does not know (its descriptor's
-    `arch_value_problem`): refuse before any build, naming the value and where it came from."""
-    if desc.arch_value_problem is None or desc.arch_value is None:
-        return []
-    values, sources = resolved.values, resolved.sources
-    key = base + "knobs." + desc.arch_knob
-    if key in values:
-        value, where = str(values[key]), sources.get(key, "?")
-        if desc.arch_knob not in where:
-            where = f"{key} in {where}"
-    else:
-        try:
-            value = desc.arch_value(knobs.parse_arch_list(values["arch"]))
-        except RecipeError as exc:
-            return [str(exc)]
-        where = f"derived from arch {values['arch']} ({sources.get('arch', '?')})"
-    problem = desc.arch_value_problem(values[base + "version"], value)
-    return [f"{problem} ({where})"] if problem else []
+        if name is None:
+            top[key] = pair
+        else:
+            per_package.setdefault(name, {})[key[len(f"packages.{name}.") :]] = pair
+    return top, per_package
 
 
 def resolve_for_host(
@@ -577,11 +539,12 @@ def _resolve(
     # so recipe.packages.<name>.* applies to the entry that torch gets.
     torch_override = overrides.get("torch.version")
     torch_version = str(torch_override[0]) if torch_override else sel.recipe.torch.version
-    specs = sel.recipe.packages_for(torch_version)
-    values, sources = _base_values(sel, specs)
-    packages = [p.name for p in specs]
-    overridden = _apply_overrides(values, sources, overrides, packages)
-    _derive(values, sources, overridden)
+    names = [p.name for p in sel.recipe.packages_for(torch_version)]
+    top, per_package = _split_overrides(_checked_overrides(overrides, names), names)
+    values, sources = _base_values(sel)
+    for key, (value, source) in top.items():
+        values[key], sources[key] = value, source
+    _derive(values, sources, set(top))
     values["recipe"] = sel.recipe.name
     sources["recipe"] = sel.reason
     if target.arch is None:  # a forced recipe, nothing naming an arch: the recipe's first
@@ -592,25 +555,27 @@ def _resolve(
         values["target.driver"], sources["target.driver"] = driver, driver_src
     if target.cc is not None:
         values["target.arch"], sources["target.arch"] = target.cc, target.source
-    resolved = ResolvedRecipe(sel.recipe, sel, values, sources, specs=specs)
-    _check_resolved(resolved, driver, driver_src, sel.arch)
-    resolved.view = Resolved.from_flat(
-        values, resolved.package_names(), Target(driver, driver_src if driver else "", target)
+    notes = _check_resolved(values, sources, driver, driver_src, sel.arch)
+    no_packages = Resolved.from_flat(
+        values, MappingProxyType({}), Target(driver, driver_src if driver else "", target)
+    )
+    per_torch = packages_for_torch(
+        sel.recipe, no_packages.torch, no_packages.arch, sources, per_package
     )
     gpu = _facts_gpu(facts)
     if driver_src == _FACTS_DRIVER and gpu.get("module") == "proprietary":
-        resolved.notes.append(
+        notes.append(
             "the host runs NVIDIA's proprietary kernel modules: SM120 GPUs need the open ones"
         )
     installed = gpu.get("driver_version")
     if installed and driver is not None and driver_src != _FACTS_DRIVER:
         if str(installed).strip() != driver:
-            resolved.notes.append(
+            notes.append(
                 f"target driver {driver} ({driver_src}) differs from the installed {installed}"
             )
     caps = gpu_capabilities(facts)
     if target.kind in ("flag", "host var") and caps and target.arch not in caps:
-        resolved.notes.append(
+        notes.append(
             f"target arch {target.cc} ({target.source}) is not the GPU's "
             f"({', '.join(c.cc_text for c in caps)}): the stack, smoke and preflight are for "
             f"{target.cc}; pass --arch {caps[0].cc_text} to judge this GPU"
@@ -622,8 +587,18 @@ def _resolve(
         except ValueError:
             norm = None
         if norm is not None and not _arch_admitted(norm, values["arch"]):
-            resolved.notes.append(
+            notes.append(
                 f"GPU {g.get('index')} ({g.get('name')}, {norm}) is not in arch "
                 f"{values['arch']}: kernels built here will not run on it"
             )
+    resolved = ResolvedRecipe(
+        sel.recipe,
+        sel,
+        dataclasses.replace(no_packages, packages=per_torch.values),
+        {**sources, **per_torch.sources},
+        problems=per_torch.problems,
+        notes=notes,
+        specs=per_torch.specs,
+        overrides=per_package,
+    )
     return resolved
