@@ -15,6 +15,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from ..engines import engine_named
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
@@ -36,7 +37,8 @@ from .stack import env_path as stack_env_path
 PROBE_TIMEOUT = 900.0
 
 
-#: engine name (preflight/engines.py) -> (its probe request, its verdicts).
+#: An engine's verdicts (sm120kit/engines.py `Engine.verdicts`) -> (its probe request, its
+#: verdicts): sglang's own, and the table judge every other engine's launch is read by.
 ENGINE_CHECKS: dict[str, tuple[Any, Any]] = {
     "sglang": (
         probe_request,
@@ -44,7 +46,7 @@ ENGINE_CHECKS: dict[str, tuple[Any, Any]] = {
             launch, facts, doc, cc, label, catalogues(), strict=strict
         ),
     ),
-    "vllm": (
+    "tables": (
         vllm_checks.probe_request,
         lambda launch, facts, doc, cc, label, strict: vllm_checks.judge(
             launch, facts, doc, cc, label, strict=strict
@@ -127,7 +129,7 @@ def run_preflight(
         # sglang's own resolution runs in the env; on a host without a GPU it is shown `cc`.
         gpus = (facts.get("gpu") or {}).get("gpus") or []
         memory = min((g.get("memory_mib") or 0 for g in gpus), default=0) or None
-        ask, verdict_of = ENGINE_CHECKS.get(launch.engine, ENGINE_CHECKS["sglang"])
+        ask, verdict_of = ENGINE_CHECKS[engine_named(launch.engine).verdicts]
         request = ask(launch, py, cc, resolve=True, memory_mib=memory)
         if model_config is not None:
             request["resolve"]["model_config"] = dict(model_config)

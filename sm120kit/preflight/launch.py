@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines import ENGINES, SGLANG, Engine, engine_named, engine_of
 from ..errors import Sm120Error
-from .engines import ENGINES, SGLANG, Engine, engine_named, engine_of
 
 DEFAULT_PORT = SGLANG.default_port
 DEFAULT_HOST = SGLANG.default_host

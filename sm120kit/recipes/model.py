@@ -11,8 +11,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .. import drivers as drv
+from .. import engines
 from ..errors import RecipeError
-from ..packages import engines
 from ..stack.lock import Lock, StackSpec
 from .checks import _arch_admitted, _display, _torch_admits, normalize_arch
 from .resolved import CudaValues, PackageValues, Resolved, StackValues, Target, TorchValues

@@ -92,10 +92,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .. import drivers as drv
+from .. import engines
 from ..builds import knobs
 from ..errors import RecipeError
 from ..inventory.host import Host
-from ..packages import engines, registry
+from ..packages import registry
 from ..packages.base import PackageDescriptor
 from .checks import (
     _INDEX_CUDA_RE,

@@ -471,7 +471,7 @@ def _resolve(
     elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
     request = dict(request)
-    # The engine's resolver (request "resolver", preflight/engines.py); sglang's by default.
+    # The engine's resolver (request "resolver", sm120kit/engines.py); sglang's by default.
     source = RESOLVERS.get(str(request.pop("resolver", None) or "server_args"), SERVER_ARGS_SRC)
     idle = float(request.pop("warm", 0) or 0)
     fingerprint = request.pop("fingerprint", None)

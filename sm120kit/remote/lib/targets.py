@@ -59,7 +59,7 @@ IMPORT_TOP_SRC = target_source("import_top")
 SERVER_ARGS_SRC = target_source("server_args")
 #: vLLM's in-env resolver (its parser, engine config and attention backend selector).
 VLLM_ARGS_SRC = target_source("vllm_args")
-#: The in-env resolver per engine (sm120kit/preflight/engines.py Engine.resolver).
+#: The in-env resolver per engine (sm120kit/engines.py Engine.resolver).
 RESOLVERS = {"server_args": SERVER_ARGS_SRC, "vllm_args": VLLM_ARGS_SRC}
 #: The warm resolution server (lib/warm.py): server_args.py's functions, then its loop.
 RESOLVE_SERVER_SRC = (
