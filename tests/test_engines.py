@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from sm120kit import engines
 from sm120kit.errors import RecipeError
 from sm120kit.inventory.host import Host
-from sm120kit import engines
 from sm120kit.packages import stack as serving
 from sm120kit.recipes.select import load_recipes, resolve_for_host
 from sm120kit.remote.lib.jit_toolchain import RULES, check_jit

@@ -15,15 +15,16 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from ..engines import engine_named
+from ..engines import check_name, engine_named
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
 from ..packages.stack import catalogues
 from ..preflight import vllm_checks
-from ..preflight.launch import Launch
+from ..preflight.launch import Launch, check_engine, for_engine
 from ..preflight.verdicts import judge, probe_request
 from ..python_choice import serving_lock
+from ..recipes.select import host_engine
 from ..recipes.target_arch import TargetArch
 from ..remote.lib.cudaarch import parse_cc
 from ..remote.preflight_probe import read_config
@@ -105,6 +106,24 @@ def model_config_doc(path: str | None, launch: Launch) -> dict[str, Any] | None:
     return doc
 
 
+def host_launch(ctx: HostContext, opts: PlanOptions, launch: Launch) -> Launch:
+    """`launch` as this host's engine reads it: a bare ARGS launch is the engine of
+    ``--engine``, else of the host's ``stack`` var, else the default (sglang); a launch naming
+    its launcher is that launcher's engine. HostFailed (one line naming where the engine was
+    chosen) for a name no engine has."""
+    if not launch.bare:
+        return launch
+    name, where = host_engine(ctx.host, opts.engine)
+    try:
+        engine = check_name(name, where) or engine_named(None)
+    except Sm120Error as exc:
+        raise HostFailed(str(exc)) from None
+    try:
+        return for_engine(launch, engine.name)
+    except Sm120Error as exc:
+        raise HostFailed(f"{exc} (read as {engine.name}'s, {where})") from None
+
+
 def run_preflight(
     ctx: HostContext,
     opts: PlanOptions,
@@ -118,9 +137,10 @@ def run_preflight(
     """Judge `launch` on this host; record it (``preflight``, ``launch``, ``python``) and fail
     the host with one ``check: reason`` per failed check (with `strict`, also per unknown one).
     `model_config`: a hub model's config.json (``--model-config``) for sglang's resolution.
-    Returns the verdict, whose ``python`` is the serving env's interpreter as the host
+    A bare ARGS launch is first read as the host's engine's (`host_launch`). Returns the verdict, whose ``python`` is the serving env's interpreter as the host
     resolved it."""
     facts = gather(ctx)
+    launch = host_launch(ctx, opts, launch)
     py, label = serving_python(ctx, opts, python)
     with ctx.step("preflight") as step:
         ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
@@ -197,6 +217,7 @@ def preflight_op(
     hub model's config.json on the controller, read once before any host is touched.
     """
     check_flags(python, arch)
+    check_engine(launch, opts.engine)
     config = model_config_doc(model_config, launch)
 
     def run(ctx: HostContext) -> None:

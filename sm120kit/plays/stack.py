@@ -33,6 +33,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from .. import engines
 from ..errors import ConnectionLost, HostFailed, RecipeError, one_line
 from ..ops.pyenv import choose_python, ensure_env
 from ..ops.stack_files import UV, UV_INDEXES, index_problems, obtain_release, tag_problems
@@ -135,6 +136,7 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
             **{k: f"{lock.path.name} (lock torch)" for k in extra},
         },
     )
+    own = engines.for_top(resolved.recipe.stack.top) if resolved.recipe.stack else None
     again = resolve_for_host(
         {resolved.recipe.name: resolved.recipe},
         host,
@@ -142,6 +144,7 @@ def build_state(state: ProvisionState, lock: Lock, name: str) -> ProvisionState:
         driver=resolved.target.driver,
         arch=resolved.target.arch.cc,
         forced=resolved.recipe.name,  # the recipe this host already got
+        engine=own.name if own is not None else None,  # and its engine (flag or var)
     )
     built = ProvisionState(host, state.facts, again, flags=state.flags, wanted=[name])
     built.toolkit = state.toolkit
