@@ -42,15 +42,18 @@ def _session(c: Any, f: dict[str, Any], **kw: Any) -> cli.Session:
 
 
 def _plan_options(c, f, packages=None, **flags):
+    from sm120kit.engines import check_name
     from sm120kit.plays.plan import PlanOptions
     from sm120kit.runner.run_flags import RunFlags
     from sm120kit.validate import check_recipe_flags
 
     driver, arch, recipe = f["driver"], f["arch"], f["recipe"]
+    check_name(f.get("engine"), "--engine")  # before any host is touched
     opts = PlanOptions(
         driver=driver,
         arch=arch,
         recipe=recipe,
+        engine=f.get("engine"),
         packages=packages,
         recipes_dir=cli.settings(c).get("recipes_dir"),
         flags=RunFlags.from_mapping(flags),
@@ -107,7 +110,17 @@ def recipes(c, **f):
     cli.finish(s, s.run("recipes", plan.recipes_op(opts)), report.render_recipes)
 
 
-@task(*COMMON, *RECIPE, "explain", "package", "stack", "no_stack", "verbose", "no_system_python")
+@task(
+    *COMMON,
+    *RECIPE,
+    "explain",
+    "package",
+    "stack",
+    "no_stack",
+    "engine",
+    "verbose",
+    "no_system_python",
+)
 def plan(c, **f):
     """Check mode: per host the recipe, then every step as ok / would change, with its commands
     (with --package: the dry run of `invoke build --package P`, its steps only)."""
@@ -143,6 +156,7 @@ def plan(c, **f):
     "recheck",
     "stack",
     "no_stack",
+    "engine",
     "verbose",
     "no_system_python",
 )
@@ -236,7 +250,7 @@ package_builds = [
 ]
 
 
-@task(*COMMON, "package", "python", "arch", "driver", "recipe")
+@task(*COMMON, "package", "python", "arch", "driver", "recipe", "engine")
 def smoke(c, **f):
     """Check installed kernel packages: import order, undefined symbols, arch coverage, loader."""
     from sm120kit.output import checks
@@ -260,6 +274,7 @@ def smoke(c, **f):
     "python",
     "strict",
     "model_config",
+    "engine",
     *RECIPE,
     name="serve-check",
 )
@@ -281,8 +296,8 @@ def serve_check(c, **f):
                 "--pid / --process-match name a server started by other means; with a launch "
                 "the launched server is watched"
             )
-        parsed = launch.parse_launch(words)
-        opts = _plan_options(c, f)
+        opts = _plan_options(c, f)  # --engine checked first
+        parsed = launch.parse_launch(words, default=f["engine"])
         s = _session(c, f)
         op = serve_launch.serve_launch_op(
             opts,
@@ -295,8 +310,10 @@ def serve_check(c, **f):
         )
         cli.finish(s, s.run("serve-check", op), checks.render_serve_launch)
         return
-    if f["strict"] or f["model_config"]:
-        raise cli.Sm120Error("--strict / --model-config judge a launch: give one after --")
+    if f["strict"] or f["model_config"] or f["engine"]:
+        raise cli.Sm120Error(
+            "--strict / --model-config / --engine judge a launch: give one after --"
+        )
     s = _session(c, f)
     op = serve_ops.serve_check_op(
         f["url"], float(f["timeout"]), pid=f["pid"] or None, process_match=f["process_match"]
@@ -304,7 +321,7 @@ def serve_check(c, **f):
     cli.finish(s, s.run("serve-check", op), checks.render_serve)
 
 
-@task(*COMMON, "python", "launch", "strict", "model_config", "stop_warm", *RECIPE)
+@task(*COMMON, "python", "launch", "strict", "model_config", "stop_warm", "engine", *RECIPE)
 def preflight(c, **f):
     """Judge an SGLang launch on each host before it runs: backends' code for the GPU, known-bad
     combinations, TP vs GPUs, GPU memory held, port, model path. Launch words after --."""
@@ -318,8 +335,8 @@ def preflight(c, **f):
         cli.finish(s, s.run("preflight.stop-warm", op), checks.render_stop_warm)
         return
     words = launch.launch_words(f["launch"])
-    parsed = launch.parse_launch(words)
-    opts = _plan_options(c, f)
+    opts = _plan_options(c, f)  # --engine checked first
+    parsed = launch.parse_launch(words, default=f["engine"])
     s = _session(c, f)
     op = preflight_check.preflight_op(
         opts,

@@ -12,6 +12,7 @@ servers its host started when it is done.
 
     python bench/preflight.py --env /path/to/env/bin/python [--baseline /work/main] [-n 5]
         [--work /tmp/pf-bench] [-- ARGS...]
+    python bench/preflight.py --env VLLM_ENV_PY --baseline /work/main -n 3 -- vllm serve MODEL
 
 ARGS default to ``--model-path tests/fixtures/models/deepseek-v32-dsa`` (a DSA model: the
 longest resolution of the recorded configs).
@@ -41,7 +42,13 @@ def run_once(repo: Path, env: dict[str, str], inventory: Path, python: str, args
     """One real `invoke preflight` from checkout `repo`: (wall seconds, exit, summary)."""
     argv = [sys.executable, "-m", "invoke", "--search-root", str(repo), "preflight", "-H", "pf"]
     argv += ["-i", str(inventory), "--python", python, "--json", "--"]
-    argv += ["python", "-m", "sglang.launch_server", *args]
+    # ARGS that start with a launcher word (``vllm serve M ...``) are given as they are: any
+    # engine's launch (sm120kit/engines.py); bare ARGS are sglang's.
+    argv += (
+        args
+        if args and not args[0].startswith("-")
+        else ["python", "-m", "sglang.launch_server", *args]
+    )
     t0 = time.perf_counter()
     done = subprocess.run(
         argv, cwd=repo, env=dict(env, PYTHONPATH=str(repo)), capture_output=True, text=True

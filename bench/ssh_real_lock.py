@@ -46,7 +46,7 @@ HOSTS = [("s1", "127.0.0.61", "nogpu"), ("s2", "127.0.0.62", "nogpu")]
 def write_inventory(fleet: Fleet, driver: str, arch: str, stack: str | None = None) -> Path:
     """The fleet's inventory as a new user writes it: address, port, user, key, work_root and
     the simulated GPU's target; no interpreter, no package vars; with `stack` the group's
-    engine (``stack: vllm``, sm120kit/packages/engines.py)."""
+    engine (``stack: vllm``, sm120kit/engines.py)."""
     hosts: dict[str, Any] = {}
     for h in fleet.hosts:
         hosts[h.name] = {

@@ -1,4 +1,4 @@
-"""The serving engine as data (sm120kit/packages/engines.py): a stack line offers engines, a
+"""The serving engine as data (sm120kit/engines.py): a stack line offers engines, a
 host or group picks one with the inventory var ``stack``, the smoke probe checks the engine
 its env holds. Table tests from the shipped recipes, locks and the vLLM catalogue (read from
 the released wheels by lock.draft); the triton rule runs the machine's real nvcc 13.0 as the
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from sm120kit import engines
 from sm120kit.errors import RecipeError
 from sm120kit.inventory.host import Host
-from sm120kit.packages import engines
 from sm120kit.packages import stack as serving
 from sm120kit.recipes.select import load_recipes, resolve_for_host
 from sm120kit.remote.lib.jit_toolchain import RULES, check_jit
@@ -52,13 +52,13 @@ def test_a_stack_top_names_its_engine(top: str, engine: str | None) -> None:
 def test_every_engine_is_a_descriptor_whose_compiled_modules_smoke_checks() -> None:
     """Each engine's top-level distribution is a serving descriptor or pure Python, and each
     of its own JIT rules is one the hosts' library has."""
-    for e in engines.ENGINES:
-        assert e.launch and e.module and e.source
+    for e in engines.ENGINES.values():
+        assert e.modules and e.module and e.source
         for rule, source in e.jit.values():
             assert rule in RULES and source
     assert "vllm" in serving.discover_names()
     args = serving.probe_knowledge(())
-    assert [e["top"] for e in args["engines"]] == [e.distribution for e in engines.ENGINES]
+    assert [e["top"] for e in args["engines"]] == [e.distribution for e in engines.ENGINES.values()]
     assert args["top"] == engines.DEFAULT == "sglang"
 
 

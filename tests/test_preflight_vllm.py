@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.preflight.engines import ENGINES, engine_of
+from sm120kit.engines import ENGINES, engine_of
 from sm120kit.preflight.launch import parse_launch, server_args
 from sm120kit.preflight.vllm_checks import (
     QUANT_MIN_CAPABILITY,

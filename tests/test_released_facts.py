@@ -38,7 +38,7 @@ CITED_RULES = {
     "packages/sgl_kernel_cmake.py": "sgl-kernel's CMake targets per source version",
     "packages/flash_attn.py": "flash-attn's setup.py arch handling per source version",
     # Each engine's launch modules and JIT rules, each citing the released files it was read from.
-    "packages/engines.py": "the serving engines' descriptors, cited",
+    "engines.py": "the serving engines' descriptors, cited",
 }
 
 

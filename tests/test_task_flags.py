@@ -27,20 +27,23 @@ EXPECTED: dict[str, set[str]] = {
     "recipes": COMMON | RECIPE,
     "plan": COMMON
     | RECIPE
-    | {"explain", "package", "stack", "no-stack", "verbose", "no-system-python"},
+    | {"explain", "package", "stack", "no-stack", "engine", "verbose", "no-system-python"},
     "provision": COMMON
     | RECIPE
     | {"break-lock", "max-jobs", "nvcc-threads", "rebuild", "recheck", "stack", "no-stack"}
-    | {"verbose", "no-system-python"},
+    | {"engine", "verbose", "no-system-python"},
     "install-cuda": COMMON | RECIPE | {"break-lock"},
     "build": BUILD | {"package"},
     "build-sgl-kernel": BUILD,
     "build-flash-attn": BUILD,
-    "smoke": COMMON | RECIPE | {"package", "python"},
+    "smoke": COMMON | RECIPE | {"package", "python", "engine"},
     "serve-check": COMMON
     | RECIPE
-    | {"url", "timeout", "pid", "process-match", "launch", "python", "strict", "model-config"},
-    "preflight": COMMON | RECIPE | {"python", "launch", "strict", "model-config", "stop-warm"},
+    | {"url", "timeout", "pid", "process-match", "launch", "python", "strict", "model-config"}
+    | {"engine"},
+    "preflight": COMMON
+    | RECIPE
+    | {"python", "launch", "strict", "model-config", "stop-warm", "engine"},
     "cache.key": COMMON | RECIPE | {"package"},
     "cache.list": {"json", "store"},
     "cache.verify": {"json", "store"},
@@ -108,6 +111,8 @@ HELP = {
     "deliberately patched mirror still claims the same commit)",
     "stack": "install the recipe's serving stack even where host var provision_stack is false "
     "(the stack is the default)",
+    "engine": "the serving engine (sglang, vllm): its stack and its launches, over host/group var "
+    "stack",
     "no-stack": "leave the serving stack alone: build only the packages named (--package, vars)",
     "no-system-python": "never install the distribution's Python as root for the stack (as host "
     "var allow_system_python: false): a host without a locked Python is refused instead",

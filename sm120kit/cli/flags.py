@@ -72,6 +72,10 @@ FLAGS: dict[str, Flag] = {
         "install the recipe's serving stack even where host var provision_stack is false "
         "(the stack is the default)",
     ),
+    "engine": Flag(
+        None,
+        "the serving engine (sglang, vllm): its stack and its launches, over host/group var stack",
+    ),
     "no_stack": Flag(
         False, "leave the serving stack alone: build only the packages named (--package, vars)"
     ),

@@ -16,7 +16,7 @@ from .base import PackageDescriptor
 DESCRIPTORS = (
     # vLLM's own compiled modules (vllm/_C, _moe_C, vllm_flash_attn/_vllm_fa2_C, ...): their
     # device code is the catalogue's (locks/vllm-0.33.0/catalogue.toml); the engine itself is
-    # packages/engines.py's.
+    # sm120kit/engines.py's.
     PackageDescriptor("vllm", serving=True),
     # Their modules' device code (FlashMLA has no 12.0 code; DeepEP keeps sm_120 only as
     # relocatable device code) is the catalogue's, read from the wheels.

@@ -17,11 +17,12 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from .. import engines
 from ..errors import RecipeError
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import Catalogue, load_beside
 from ..stack.lock import load_lock
-from . import engines, registry
+from . import registry
 from .base import LoaderChoice
 
 #: The shipped lock directories, each with its generated catalogue.toml (docs/catalogue.md).

@@ -29,6 +29,8 @@ class PlanOptions:
     driver: str | None = None
     arch: str | None = None
     recipe: str | None = None
+    #: ``--engine``: the serving engine, over the hosts' ``stack`` var (sm120kit/engines.py)
+    engine: str | None = None
     recipes_dir: str | None = None
     packages: list[str] | None = None  # None: the host's provision_packages, else the recipe's
     flags: RunFlags = field(default_factory=RunFlags)
@@ -63,6 +65,7 @@ def prepare(ctx: HostContext, opts: PlanOptions) -> ProvisionState:
             driver=opts.driver,
             arch=opts.arch,
             forced=opts.recipe,
+            engine=opts.engine,
         )
         step.message = f"{resolved.recipe.name}: {resolved.selection.reason}"
     state = ProvisionState(

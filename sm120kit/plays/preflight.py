@@ -15,14 +15,16 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from ..engines import check_name, engine_named
 from ..errors import HostFailed, RecipeError, Sm120Error
 from ..facts import gather
 from ..inventory.host import Host
 from ..packages.stack import catalogues
 from ..preflight import vllm_checks
-from ..preflight.launch import Launch
+from ..preflight.launch import Launch, check_engine, for_engine
 from ..preflight.verdicts import judge, probe_request
 from ..python_choice import serving_lock
+from ..recipes.select import host_engine
 from ..recipes.target_arch import TargetArch
 from ..remote.lib.cudaarch import parse_cc
 from ..remote.preflight_probe import read_config
@@ -36,7 +38,8 @@ from .stack import env_path as stack_env_path
 PROBE_TIMEOUT = 900.0
 
 
-#: engine name (preflight/engines.py) -> (its probe request, its verdicts).
+#: An engine's verdicts (sm120kit/engines.py `Engine.verdicts`) -> (its probe request, its
+#: verdicts): sglang's own, and the table judge every other engine's launch is read by.
 ENGINE_CHECKS: dict[str, tuple[Any, Any]] = {
     "sglang": (
         probe_request,
@@ -44,7 +47,7 @@ ENGINE_CHECKS: dict[str, tuple[Any, Any]] = {
             launch, facts, doc, cc, label, catalogues(), strict=strict
         ),
     ),
-    "vllm": (
+    "tables": (
         vllm_checks.probe_request,
         lambda launch, facts, doc, cc, label, strict: vllm_checks.judge(
             launch, facts, doc, cc, label, strict=strict
@@ -103,6 +106,24 @@ def model_config_doc(path: str | None, launch: Launch) -> dict[str, Any] | None:
     return doc
 
 
+def host_launch(ctx: HostContext, opts: PlanOptions, launch: Launch) -> Launch:
+    """`launch` as this host's engine reads it: a bare ARGS launch is the engine of
+    ``--engine``, else of the host's ``stack`` var, else the default (sglang); a launch naming
+    its launcher is that launcher's engine. HostFailed (one line naming where the engine was
+    chosen) for a name no engine has."""
+    if not launch.bare:
+        return launch
+    name, where = host_engine(ctx.host, opts.engine)
+    try:
+        engine = check_name(name, where) or engine_named(None)
+    except Sm120Error as exc:
+        raise HostFailed(str(exc)) from None
+    try:
+        return for_engine(launch, engine.name)
+    except Sm120Error as exc:
+        raise HostFailed(f"{exc} (read as {engine.name}'s, {where})") from None
+
+
 def run_preflight(
     ctx: HostContext,
     opts: PlanOptions,
@@ -116,9 +137,10 @@ def run_preflight(
     """Judge `launch` on this host; record it (``preflight``, ``launch``, ``python``) and fail
     the host with one ``check: reason`` per failed check (with `strict`, also per unknown one).
     `model_config`: a hub model's config.json (``--model-config``) for sglang's resolution.
-    Returns the verdict, whose ``python`` is the serving env's interpreter as the host
+    A bare ARGS launch is first read as the host's engine's (`host_launch`). Returns the verdict, whose ``python`` is the serving env's interpreter as the host
     resolved it."""
     facts = gather(ctx)
+    launch = host_launch(ctx, opts, launch)
     py, label = serving_python(ctx, opts, python)
     with ctx.step("preflight") as step:
         ctx.runner.progress.step(ctx.host.name, "preflight", "reading the serving env")
@@ -127,7 +149,7 @@ def run_preflight(
         # sglang's own resolution runs in the env; on a host without a GPU it is shown `cc`.
         gpus = (facts.get("gpu") or {}).get("gpus") or []
         memory = min((g.get("memory_mib") or 0 for g in gpus), default=0) or None
-        ask, verdict_of = ENGINE_CHECKS.get(launch.engine, ENGINE_CHECKS["sglang"])
+        ask, verdict_of = ENGINE_CHECKS[engine_named(launch.engine).verdicts]
         request = ask(launch, py, cc, resolve=True, memory_mib=memory)
         if model_config is not None:
             request["resolve"]["model_config"] = dict(model_config)
@@ -195,6 +217,7 @@ def preflight_op(
     hub model's config.json on the controller, read once before any host is touched.
     """
     check_flags(python, arch)
+    check_engine(launch, opts.engine)
     config = model_config_doc(model_config, launch)
 
     def run(ctx: HostContext) -> None:

@@ -1,8 +1,11 @@
 """`serve-check --launch`: preflight a launch, start it on each host, then watch it as serve-check.
 
-Per host: the preflight verdicts (sm120kit/plays/preflight.py: a failed check fails the
-host and nothing starts); then `remote/serve_launch.py` starts the server detached with the
-serving env's interpreter (``<env python> -m sglang.launch_server ARGS``), its output in
+Per host: the launch as the host's engine reads it (a bare ARGS launch: ``--engine``, else the
+host's ``stack`` var), the preflight verdicts (sm120kit/plays/preflight.py: a failed check
+fails the host and nothing starts); then `remote/serve_launch.py` starts the server detached
+with the serving env's interpreter and the engine's `Engine.serve_argv` (``<env python> -m
+sglang.launch_server ARGS``, ``<env python> -m vllm.entrypoints.cli.main serve ARGS``), its
+output in
 ``<work_root>/logs/serve-<port>-<time>.log``; then serve-check polls the launch's own URL
 (``--host``/``--port``; 0.0.0.0 and :: are polled on loopback) with the new pid as the server
 process. Anything but ready fails the host with the verdict, and the log's tail is kept. A
@@ -16,12 +19,13 @@ import time
 from typing import Any
 
 from .. import serve
+from ..engines import engine_named
 from ..errors import HostFailed
 from ..paths import HostPaths
-from ..preflight.launch import Launch, server_args
+from ..preflight.launch import Launch, check_engine, server_args
 from ..runner.pool import HostContext, HostOp
 from .plan import PlanOptions
-from .preflight import check_flags, model_config_doc, run_preflight
+from .preflight import check_flags, host_launch, model_config_doc, run_preflight
 
 #: Bytes of the server's log kept when it is not ready.
 LOG_TAIL_BYTES = 4000
@@ -40,8 +44,10 @@ def launch_url(launch: Launch) -> str:
 
 
 def server_argv(python: str, launch: Launch) -> list[str]:
-    """The env's interpreter running sglang's launcher with the launch's own arguments."""
-    return [python, "-m", "sglang.launch_server", *server_args(list(launch.words))]
+    """The env's interpreter running the launch's engine's launcher (`Engine.serve_argv`) with
+    the launch's own arguments."""
+    engine = engine_named(launch.engine)
+    return [python, *engine.serve_argv, *server_args(list(launch.words), engine.name)]
 
 
 def serve_launch_op(
@@ -57,18 +63,20 @@ def serve_launch_op(
     """Preflight `launch` (`strict`, `model_config`: as `preflight_op`), start it, wait up to
     `timeout` seconds for it to be ready."""
     check_flags(python, arch)
+    check_engine(launch, opts.engine)
     config = model_config_doc(model_config, launch)
-    url = launch_url(launch)
-    serve.check_arguments(url, timeout)
+    serve.check_arguments(launch_url(launch), timeout)
 
     def run(ctx: HostContext) -> None:
-        verdict = run_preflight(ctx, opts, launch, python, arch, strict=strict, model_config=config)
+        own = host_launch(ctx, opts, launch)  # a bare ARGS launch: this host's engine's
+        url = launch_url(own)
+        verdict = run_preflight(ctx, opts, own, python, arch, strict=strict, model_config=config)
         facts = ctx.facts or {}
         log = posixpath.join(
             HostPaths(facts.get("work_root") or ctx.host.work_root).logs,
-            f"serve-{launch.port}-{time.strftime('%Y%m%d-%H%M%S')}.log",
+            f"serve-{own.port}-{time.strftime('%Y%m%d-%H%M%S')}.log",
         )
-        argv = server_argv(verdict["python"], launch)
+        argv = server_argv(verdict["python"], own)
         with ctx.step("launch") as step:
             started = ctx.script("serve_launch", {"argv": argv, "log": log}, timeout=60)
             if not started.get("started"):

@@ -3,7 +3,8 @@ other word is kept and ignored). The engines and their option tables: engines.py
 
 Accepted shapes: ``python -m sglang.launch_server ARGS``, ``sglang serve ARGS``,
 ``vllm serve [MODEL] ARGS``, ``python -m vllm.entrypoints.openai.api_server ARGS`` or bare
-``ARGS`` (the default engine's). Option names and defaults are sglang 0.5.23's (sglang/srt/arg_groups/fields/*.py:
+``ARGS`` (the host's engine's: ``--engine``, else its ``stack`` var, else sglang;
+`for_engine` reads it again per host). Option names and defaults are sglang 0.5.23's (sglang/srt/arg_groups/fields/*.py:
 ``--tp-size`` alias ``--tensor-parallel-size``, ``--port`` 30000, ``--host`` 127.0.0.1;
 argparse also accepts unambiguous prefixes such as ``--tp``).
 """
@@ -15,8 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines import ENGINES, SGLANG, Engine, engine_named, engine_of
 from ..errors import Sm120Error
-from .engines import ENGINES, SGLANG, Engine, engine_named, engine_of
 
 DEFAULT_PORT = SGLANG.default_port
 DEFAULT_HOST = SGLANG.default_host
@@ -51,8 +52,11 @@ class Launch:
     base_gpu_id: int = 0
     gpu_id_step: int = 1
     given: set[str] = field(default_factory=set)
-    #: the engine the launch starts (engines.ENGINES).
+    #: the engine the launch starts (sm120kit/engines.py ENGINES).
     engine: str = SGLANG.name
+    #: no launcher word (bare ARGS): the engine is the host's (--engine, var ``stack``), so
+    #: the launch is read again per host (`for_engine`).
+    bare: bool = False
 
     def gpus_needed(self) -> int:
         """GPUs one node needs: tp x pp, times dp unless DP attention runs inside the TP group."""
@@ -160,7 +164,11 @@ def parse_launch(words: list[str], default: str | None = None) -> Launch:
         )
     engine, args = _split(list(words), default)
     launch = Launch(
-        words=list(words), engine=engine.name, port=engine.default_port, host=engine.default_host
+        words=list(words),
+        engine=engine.name,
+        port=engine.default_port,
+        host=engine.default_host,
+        bare=engine_of(list(words)) is None,
     )
     i = 0
     while i < len(args):
@@ -183,6 +191,24 @@ def parse_launch(words: list[str], default: str | None = None) -> Launch:
         i += 1
     _check(launch)
     return launch
+
+
+def for_engine(launch: Launch, engine: str) -> Launch:
+    """`launch` as `engine` reads it: a bare ARGS launch read again with that engine's parser
+    (a host whose engine is not the one the controller assumed); a launch that names its
+    launcher is its launcher's engine, returned as it is."""
+    if not launch.bare or launch.engine == engine:
+        return launch
+    return parse_launch(launch.words, default=engine)
+
+
+def check_engine(launch: Launch, engine: str | None) -> None:
+    """Refuse ``--engine`` naming another engine than the launch's own launcher (one line)."""
+    if engine and not launch.bare and launch.engine != engine:
+        raise Sm120Error(
+            f"--engine {engine}: the launch {' '.join(launch.words[:3])!r}... is "
+            f"{launch.engine}'s; give its ARGS alone, or drop --engine"
+        )
 
 
 def _convert(name: str, value: str, kind: type) -> Any:

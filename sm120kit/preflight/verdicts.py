@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..engines import SGLANG, Engine
 from ..errors import one_line
 from ..remote.lib.cudaarch import arch_verdict, cc_text
 from ..stack.catalogue import Catalogue
@@ -139,30 +140,39 @@ def probe_request(
 # ------------------------------------------------------------------------- sglang's answer
 
 
-def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
-    """What sglang's own resolution said: {"by", "backends", "error", "reason", "gpu"}.
+def resolution(probe: Mapping[str, Any], engine: Engine = SGLANG) -> dict[str, Any]:
+    """What the engine's own resolution said (every engine's, one shape): {"by", "backends",
+    "error", "reason", "gpu", "driver", "after", "version", "model_source"}.
 
-    `by` is what the verdict names as its source: "sglang X ServerArgs" when it ran, else
-    "the tool's rules (sglang's resolution could not run: why)".
+    `by` is what the verdict names as its source: "sglang X ServerArgs" (the engine, its
+    version, `Engine.resolver_by`) when it ran, else "the tool's rules (sglang's resolution
+    could not run: why)" ("tables" for a table-judged engine). `backends` is None when it did
+    not run, else what it answered ({} for none).
     """
+    tool = "rules" if engine.verdicts == "sglang" else "tables"
     doc = probe.get("resolved")
     if not doc:
-        return {"by": "the tool's rules (sglang's resolution was not asked)", "backends": None}
+        return {
+            "by": f"the tool's {tool} ({engine.title}'s resolution was not asked)",
+            "backends": None,
+            "after": [],
+        }
     if not doc.get("ran"):
         why = doc.get("reason") or "no reason given"
         return {
-            "by": f"the tool's rules (sglang's resolution could not run: {why})",
+            "by": f"the tool's {tool} ({engine.title}'s resolution could not run: {why})",
             "backends": None,
             "reason": why,
+            "after": [],
         }
     case = (doc.get("cases") or [{}])[0]
     return {
-        "by": f"sglang {doc.get('version')} ServerArgs",
+        "by": f"{engine.name} {doc.get('version')} {engine.resolver_by}",
         "backends": case.get("backends") or {},
         "error": case.get("error"),
         "gpu": doc.get("gpu"),
         "driver": doc.get("driver"),
-        "after": case.get("after"),
+        "after": case.get("after") or [],
         "version": doc.get("version"),
         "model_source": doc.get("model_source"),
     }

@@ -1,20 +1,22 @@
-"""vLLM preflight as data: what vLLM 0.33.0's own code says about a device capability, and the
-verdicts of a vLLM launch from it and from vLLM's own resolution in the env
-(remote/lib/in_target/vllm_args.py).
+"""The table judge: the verdicts of a launch of a table-judged engine (`Engine.verdicts ==
+"tables"`, sm120kit/engines.py) from its own resolution in the env and its capability tables
+(`Tables`, one per engine in `TABLES`); and vLLM's tables, what vLLM 0.33.0's own code says about
+a device capability (its resolver: remote/lib/in_target/vllm_args.py).
 
-Every fact below is read from the released wheel vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl
+Every vLLM fact below is read from the released wheel vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl
 (paths inside it, lines of that release); docs/preflight.md "vLLM" lists them. A third engine
-adds its Engine (engines.py) and tables like these; `judge_engine` is the same for every one.
+adds its Engine (sm120kit/engines.py) and a `Tables` here; the functions are the same for every
+one (an engine without tables gets every backend and method "unknown").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines import VLLM, Engine, engine_named
 from ..remote.lib.cudaarch import cc_text
-from .engines import VLLM
 from .host import (
     CC,
     Check,
@@ -27,6 +29,7 @@ from .host import (
 )
 from .launch import Launch, server_args
 from .sglang_checks import overall
+from .verdicts import WARM_IDLE_S, resolution
 
 VERSION = "0.33.0"
 _B = "vllm/v1/attention/backends/"
@@ -160,9 +163,52 @@ QUANT_CHECK_SOURCE = "vllm/config/vllm.py:929-935"
 #: --attention-backend (vllm/engine/arg_utils.py:1114) or --attention-config's backend.
 RETIRED_ENV = "VLLM_ATTENTION_BACKEND"
 
-DISTRIBUTIONS = ("vllm", "torch", "flashinfer-python", "triton", "transformers")
 RESOLVE_TIMEOUT = 300.0
 FAKE_MEMORY_MIB = 32 * 1024
+
+
+@dataclass(frozen=True)
+class Tables:
+    """One table-judged engine's capability tables, as its own code writes them."""
+
+    #: the engine release the tables were read from
+    version: str
+    #: the engine as its project writes it, and its distribution (a verdict's words)
+    title: str = "the engine"
+    project: str = "engine"
+    #: backend name -> which capabilities it accepts
+    attention: Mapping[str, VllmBackend] = field(default_factory=dict)
+    #: "mla"/"mha" -> what the engine tries, in order, with no backend given, on a 12.x GPU
+    default_order_12: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    priority_source: str = ""
+    #: quantization method -> (minimum capability major*10+minor, its source)
+    quant: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    quant_check_source: str = ""
+    #: the engine's own refusal of a method below its minimum ({method}, {need}, {have})
+    quant_refusal: str = "{method} needs capability {need}, this GPU is {have}"
+
+
+VLLM_TABLES = Tables(
+    version=VERSION,
+    title="vLLM",
+    project="vllm",
+    attention=VLLM_ATTENTION,
+    default_order_12=DEFAULT_ORDER_12,
+    priority_source=PRIORITY_SOURCE,
+    quant=QUANT_MIN_CAPABILITY,
+    quant_check_source=QUANT_CHECK_SOURCE,
+    # VllmConfig._get_quantization_config's ValueError (vllm/config/vllm.py:929-935)
+    quant_refusal="The quantization method {method} is not supported for the current GPU. "
+    "Minimum capability: {need}. Current capability: {have}.",
+)
+
+#: engine name -> its tables (`register` a third engine's here, beside its Engine).
+TABLES: dict[str, Tables] = {VLLM.name: VLLM_TABLES}
+
+
+def tables_of(engine: Engine) -> Tables:
+    """The engine's tables; empty ones (every backend "unknown") for an engine without."""
+    return TABLES.get(engine.name) or Tables(version="?", title=engine.title, project=engine.name)
 
 
 def probe_request(
@@ -172,11 +218,12 @@ def probe_request(
     resolve: bool = False,
     memory_mib: int | None = None,
 ) -> dict[str, Any]:
-    """The preflight probe's arguments for a vLLM launch; with `resolve`, vLLM's own resolution
-    runs in the env (remote/lib/in_target/vllm_args.py)."""
+    """The preflight probe's arguments for a table-judged engine's launch; with `resolve`, the
+    engine's own resolution runs in the env (its `Engine.resolver`), warm after the first."""
+    engine = engine_named(launch.engine)
     out: dict[str, Any] = {
         "python": python,
-        "dists": list(DISTRIBUTIONS),
+        "dists": list(engine.probe_dists or (engine.distribution,)),
         "modules": [],
         "port": launch.port,
         "host": launch.host,
@@ -185,42 +232,53 @@ def probe_request(
     if resolve:
         out["timeout"] = RESOLVE_TIMEOUT
         out["resolve"] = {
-            "cases": [server_args(launch.words, VLLM.name)],
+            "cases": [server_args(launch.words, engine.name)],
             "cc": list(cc) if cc else None,
             "memory_mib": memory_mib or FAKE_MEMORY_MIB,
-            "resolver": VLLM.resolver,
+            "resolver": engine.resolver,
+            "warm": WARM_IDLE_S,
         }
     return out
 
 
-def env_check(probe: Mapping[str, Any], python_source: str) -> Check:
-    """The env answers and holds vLLM."""
+def env_check(probe: Mapping[str, Any], python_source: str, engine: Engine = VLLM) -> Check:
+    """The env answers and holds the engine."""
     if probe.get("error"):
         return check("serving_env", "fail", f"{python_source}: {probe['error']}")
-    got = (probe.get("dists") or {}).get("vllm") or {}
+    got = (probe.get("dists") or {}).get(engine.distribution) or {}
     if not got.get("version"):
         return check(
             "serving_env",
             "fail",
-            f"{python_source} {probe.get('python')}: vllm is not installed in it",
+            f"{python_source} {probe.get('python')}: {engine.distribution} is not installed in it",
             None,
-            "invoke provision with the host's stack: vllm, or --python PATH of a vLLM env",
+            f"invoke provision with the host's stack: {engine.name} (or --engine {engine.name}), "
+            f"or --python PATH of a {engine.title} env",
         )
-    return check("serving_env", "pass", f"{python_source}: vllm {got['version']}", got)
+    return check(
+        "serving_env", "pass", f"{python_source}: {engine.distribution} {got['version']}", got
+    )
 
 
-def backend_check(name: str | None, cc: CC | None, chosen_by: str) -> Check:
-    """An attention backend against its supports_compute_capability (the table above)."""
+def backend_check(
+    name: str | None, cc: CC | None, chosen_by: str, tables: Tables = VLLM_TABLES
+) -> Check:
+    """An attention backend against its supports_compute_capability (the engine's table)."""
     if not name or name == "None":
         return check("attention_backend", "skip", "no backend named or resolved")
-    entry = VLLM_ATTENTION.get(name.upper())
+    entry = tables.attention.get(name.upper())
+    title, project = tables.title, tables.project
     if entry is None or cc is None:
-        why = "no target arch" if cc is None else f"vLLM {VERSION}'s table here has no {name}"
+        why = (
+            "no target arch"
+            if cc is None
+            else f"{title} {tables.version}'s table here has no {name}"
+        )
         return check("attention_backend", "unknown", f"{name} ({chosen_by}): {why}")
     evidence = {
         "backend": entry.name,
         "rule": entry.rule,
-        "source": f"vllm {VERSION} {entry.source}",
+        "source": f"{project} {tables.version} {entry.source}",
     }
     if entry.accepts(cc):
         return check(
@@ -229,32 +287,45 @@ def backend_check(name: str | None, cc: CC | None, chosen_by: str) -> Check:
             f"{entry.name} ({chosen_by}) accepts {cc_text(cc)}: {entry.rule} ({entry.source})",
             evidence,
         )
-    order = DEFAULT_ORDER_12["mla" if "MLA" in entry.name else "mha"] if cc[0] == 12 else ()
-    valid = [n for n in order if n in VLLM_ATTENTION and VLLM_ATTENTION[n].accepts(cc)]
-    fix = "drop --attention-backend (vLLM then picks by " + PRIORITY_SOURCE + ")"
+    order = (
+        tables.default_order_12.get("mla" if "MLA" in entry.name else "mha", ())
+        if cc[0] == 12
+        else ()
+    )
+    valid = [n for n in order if n in tables.attention and tables.attention[n].accepts(cc)]
+    fix = "drop --attention-backend (" + title + " then picks by " + tables.priority_source + ")"
     if valid:
         fix += " or give one of: " + ", ".join(valid)
     return check(
         "attention_backend",
         "fail",
-        f"{entry.name} ({chosen_by}) has no code for {cc_text(cc)}: vLLM {VERSION} "
+        f"{entry.name} ({chosen_by}) has no code for {cc_text(cc)}: {title} {tables.version} "
         f"supports_compute_capability is {entry.rule} ({entry.source})",
         evidence,
         fix,
     )
 
 
-def quantization_check(method: str | None, cc: CC | None) -> Check:
-    """--quantization against its get_min_capability, as VllmConfig checks it."""
+def quantization_check(method: str | None, cc: CC | None, tables: Tables = VLLM_TABLES) -> Check:
+    """--quantization against its get_min_capability, as the engine's config checks it."""
     if not method or method == "None":
         return check("quantization", "skip", "no quantization method")
-    entry = QUANT_MIN_CAPABILITY.get(method)
+    entry = tables.quant.get(method)
+    title, project = tables.title, tables.project
     if entry is None or cc is None:
-        why = "no target arch" if cc is None else f"vLLM {VERSION}'s table here has no {method}"
+        why = (
+            "no target arch"
+            if cc is None
+            else f"{title} {tables.version}'s table here has no {method}"
+        )
         return check("quantization", "unknown", f"{method}: {why}")
     need, source = entry
     have = cc[0] * 10 + cc[1]
-    evidence = {"method": method, "min_capability": need, "source": f"vllm {VERSION} {source}"}
+    evidence = {
+        "method": method,
+        "min_capability": need,
+        "source": f"{project} {tables.version} {source}",
+    }
     if have >= need:
         return check(
             "quantization",
@@ -262,58 +333,36 @@ def quantization_check(method: str | None, cc: CC | None) -> Check:
             f"{method}: minimum capability {need} <= {have} ({source})",
             evidence,
         )
+    words = tables.quant_refusal.format(method=method, need=need, have=have)
     return check(
         "quantization",
         "fail",
-        f"The quantization method {method} is not supported for the current GPU. Minimum "
-        f"capability: {need}. Current capability: {have}. (vLLM {VERSION} {QUANT_CHECK_SOURCE}, "
-        f"minimum from {source})",
+        f"{words} ({title} {tables.version} {tables.quant_check_source}, minimum from {source})",
         evidence,
         "a checkpoint in a method whose minimum capability is at most " + str(have),
     )
 
 
-def resolution(probe: Mapping[str, Any]) -> dict[str, Any]:
-    """What vLLM's own resolution said: {"by", "backends", "error", "reason", "gpu"}."""
-    doc = probe.get("resolved")
-    if not doc:
-        return {"by": "the tool's tables (vLLM's resolution was not asked)", "backends": None}
-    if not doc.get("ran"):
-        why = doc.get("reason") or "no reason given"
-        return {
-            "by": f"the tool's tables (vLLM's resolution could not run: {why})",
-            "backends": None,
-            "reason": why,
-        }
-    case = (doc.get("cases") or [{}])[0]
-    return {
-        "by": f"vllm {doc.get('version')} engine config and attention selector",
-        "backends": case.get("backends") or None,
-        "error": case.get("error"),
-        "after": case.get("after") or [],
-        "gpu": doc.get("gpu"),
-        "driver": doc.get("driver"),
-    }
-
-
-def resolution_check(res: Mapping[str, Any]) -> Check:
-    """vLLM's answer as a check (fail: vLLM itself refuses the launch, its words quoted)."""
+def resolution_check(res: Mapping[str, Any], engine: Engine = VLLM) -> Check:
+    """The engine's answer as a check (fail: the engine itself refuses the launch, its words
+    quoted)."""
+    name = f"{engine.name}_resolution"
     if res.get("error"):
         return check(
-            "vllm_resolution",
+            name,
             "fail",
             f"resolved by: {res['by']}: {res['error']}",
             {"gpu": res.get("gpu")},
-            "fix what vLLM names",
+            f"fix what {engine.title} names",
         )
     stopped = [a for a in res.get("after") or [] if a.get("status") == "stopped"]
-    if res.get("backends") is None:
+    if not res.get("backends"):
         status = "unknown" if stopped else "skip"
         detail = f": {stopped[0]['detail']}" if stopped else ""
-        return check("vllm_resolution", status, f"resolved by: {res['by']}{detail}")
+        return check(name, status, f"resolved by: {res['by']}{detail}")
     chosen = ", ".join(f"{k}={v}" for k, v in sorted(res["backends"].items()))
     return check(
-        "vllm_resolution",
+        name,
         "pass",
         f"resolved by: {res['by']} ({res.get('gpu')}): {chosen}",
         {"backends": res["backends"], "gpu": res.get("gpu"), "driver": res.get("driver")},
@@ -328,16 +377,21 @@ def judge(
     python_source: str = "serving env",
     strict: bool = False,
 ) -> dict[str, Any]:
-    """Every preflight verdict of a vLLM launch on one host (the shape verdicts.judge returns)."""
-    res = resolution(probe)
+    """Every preflight verdict of a table-judged engine's launch on one host (the shape
+    verdicts.judge returns)."""
+    engine = engine_named(launch.engine)
+    tables = tables_of(engine)
+    res = resolution(probe, engine)
     backends = res.get("backends") or {}
-    checks = [env_check(probe, python_source), resolution_check(res)]
+    checks = [env_check(probe, python_source, engine), resolution_check(res, engine)]
     chosen_by = res["by"] if backends.get("attention_backend") else "--attention-backend"
     name = backends.get("attention_backend") or launch.attention_backend
     if res.get("error") and launch.attention_backend:
         name, chosen_by = launch.attention_backend, "--attention-backend"
-    checks.append(backend_check(name, cc, chosen_by))
-    checks.append(quantization_check(backends.get("quantization") or launch.quantization, cc))
+    checks.append(backend_check(name, cc, chosen_by, tables))
+    checks.append(
+        quantization_check(backends.get("quantization") or launch.quantization, cc, tables)
+    )
     checks += [
         gpu_count_check(launch, facts),
         gpu_memory_check(launch, facts),
@@ -351,7 +405,7 @@ def judge(
         "verdict": summary["verdict"],
         "unknown": summary["unknown"],
         "arch": cc_text(cc) if cc else None,
-        "engine": VLLM.name,
+        "engine": engine.name,
         "attention": {"backend": name, "how": chosen_by},
         "resolved_by": res["by"],
         "resolved": res.get("backends"),

@@ -12,9 +12,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .. import drivers as drv
+from .. import engines
 from ..builds import knobs
 from ..errors import RecipeError
-from ..packages import engines, registry
+from ..packages import registry
 from ..packages.base import PackageDescriptor
 from ..stack.lock import Lock, StackSpec
 from .checks import (

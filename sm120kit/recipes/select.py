@@ -95,9 +95,9 @@ from typing import Any
 from packaging.version import Version
 
 from .. import drivers as drv
+from .. import engines
 from ..errors import RecipeError
 from ..inventory.host import Host
-from ..packages import engines
 from .checks import (
     _INDEX_CUDA_RE,
     _PER_VERSION,
@@ -485,6 +485,17 @@ def _split_overrides(
     return top, per_package
 
 
+def host_engine(host: Host, flag: str | None = None) -> tuple[str | None, str]:
+    """(the engine chosen for `host`, where it was chosen): ``--engine`` (`flag`) first, then
+    the host or group var ``stack``; (None, "") when neither names one."""
+    if flag not in (None, ""):
+        return str(flag), "--engine"
+    chosen = host.vars.get(engines.STACK_VAR)
+    if chosen in (None, ""):
+        return None, ""
+    return str(chosen), _var_source(host, engines.STACK_VAR)
+
+
 def resolve_for_host(
     recipes: Mapping[str, Recipe],
     host: Host,
@@ -493,14 +504,16 @@ def resolve_for_host(
     driver: str | None = None,
     arch: str | None = None,
     forced: str | None = None,
+    engine: str | None = None,
 ) -> ResolvedRecipe:
     """Select the recipe for `host` and apply its ``recipe.*`` inventory overrides.
 
-    `driver`/`arch`/`forced` are the ``--driver``/``--arch``/``--recipe`` flags. Raises
-    RecipeError (prefixed with the host name) when no recipe fits or an override is invalid.
+    `driver`/`arch`/`forced`/`engine` are the ``--driver``/``--arch``/``--recipe``/``--engine``
+    flags (`engine` wins over the host's ``stack`` var). Raises RecipeError (prefixed with the
+    host name) when no recipe fits or an override is invalid.
     """
     try:
-        return _resolve(recipes, host, facts, driver, arch, forced)
+        return _resolve(recipes, host, facts, driver, arch, forced, engine)
     except RecipeError as e:
         raise RecipeError(f"host {host.name}: {e}") from None
 
@@ -512,6 +525,7 @@ def _resolve(
     driver_flag: str | None,
     arch_flag: str | None,
     forced: str | None,
+    engine_flag: str | None = None,
 ) -> ResolvedRecipe:
     overrides = _collect_overrides(host)  # refuse a malformed scheme before anything else
     driver, driver_src = _target_driver(host, facts, driver_flag)
@@ -529,12 +543,11 @@ def _resolve(
             f"{TARGET_DRIVER_VAR} and {TARGET_ARCH_VAR} to cross-build on a box without a GPU"
         )
     sel = select_recipe(recipes, driver=driver, arch=arch, forced=forced)
-    # The engine a host or group chose (inventory var `stack: vllm`): the recipe's variant
-    # whose [stack] is that engine's line of the shared stacks.
-    chosen = host.vars.get(engines.STACK_VAR)
-    if chosen not in (None, ""):
-        where = _var_source(host, engines.STACK_VAR)
-        sel = dataclasses.replace(sel, recipe=sel.recipe.for_engine(str(chosen), where))
+    # The engine a run (--engine) or a host or group (inventory var `stack: vllm`) chose: the
+    # recipe's variant whose [stack] is that engine's line of the shared stacks.
+    chosen, where = host_engine(host, engine_flag)
+    if chosen is not None:
+        sel = dataclasses.replace(sel, recipe=sel.recipe.for_engine(chosen, where))
     # The torch in force picks each package's entry before any package value is overridden,
     # so recipe.packages.<name>.* applies to the entry that torch gets.
     torch_override = overrides.get("torch.version")

@@ -32,7 +32,7 @@ Arguments (one JSON document, argv[1])::
      "jit": {"flashinfer-python": {"rule": "flashinfer", "source": ...}, ...},  # JIT rules
      "top": "sglang",                       # import it (driver stub without a GPU), its pins
      "engines": [{"top": "vllm", "module": "vllm", "jit": {...}}, ...]}  # optional: the
-                                            # first installed is the top (packages/engines.py)
+                                            # first installed is the top (sm120kit/engines.py)
 
 Checks per distribution: import order (after ``import torch`` and alone), undefined symbols
 (dlopen RTLD_NOW after torch, plus a static ELF read with the loader's search rules; every

@@ -53,7 +53,6 @@ from sm120kit.remote.lib.fatbin import device_targets
 from sm120kit.remote.lib.targets import (
     INSPECT_SRC,
     RESOLVERS,
-    SERVER_ARGS_SRC,
     resolve_python,
     run_target,
 )
@@ -471,14 +470,17 @@ def _resolve(
     elif model.get("form") != "hf" or not model.get("config"):
         return {"ran": False, "reason": "the model path has no readable config.json"}
     request = dict(request)
-    # The engine's resolver (request "resolver", preflight/engines.py); sglang's by default.
-    source = RESOLVERS.get(str(request.pop("resolver", None) or "server_args"), SERVER_ARGS_SRC)
+    # The engine's resolver (request "resolver", sm120kit/engines.py); sglang's by default.
+    resolver = str(request.pop("resolver", None) or "server_args")
+    source = RESOLVERS.get(resolver)
+    if source is None:
+        return {"ran": False, "reason": "no in-env resolver %r on this host's library" % resolver}
     idle = float(request.pop("warm", 0) or 0)
     fingerprint = request.pop("fingerprint", None)
     timeout = float(args.get("timeout") or 120)
-    if idle > 0 and source is SERVER_ARGS_SRC:
-        # the warm server keeps sglang's imports; other engines run a fresh interpreter
-        doc = warm_resolve(python, request, site, fingerprint, idle, timeout)
+    if idle > 0:
+        # the warm server keeps the engine's imports (one server per env and resolver)
+        doc = warm_resolve(python, request, site, fingerprint, idle, timeout, resolver)
         if doc is not None:
             return doc
     env, stub_dir, driver = driver_env(site)
@@ -522,25 +524,27 @@ def warm_resolve(
     fingerprint: Any,
     idle: float,
     timeout: float,
+    resolver: str = "server_args",
 ) -> dict[str, Any] | None:
-    """The answer of the warm server for this env (lib/warm.py), starting one when none
-    listens; None when no server could answer (the caller runs a fresh interpreter)."""
+    """The answer of the warm server for this env and resolver (lib/warm.py), starting one
+    when none listens; None when no server could answer (the caller runs a fresh
+    interpreter)."""
     where = warm.socket_dir()
     if where is None:
         return None
     gpu = [request.get("cc"), request.get("memory_mib"), has_driver()]
-    path = os.path.join(where, warm.server_key(python, site, fingerprint, gpu))
+    path = os.path.join(where, warm.server_key(python, site, fingerprint, gpu, resolver))
     if len(path.encode()) > warm.MAX_SOCKET_PATH:
         return None
     doc = warm.ask(path, request, timeout) if os.path.exists(path) else None
-    how = "a child of the warm resolution server (sglang imported before)"
+    how = "a child of the warm resolution server (the engine imported before)"
     if doc is None:
         try:
             os.unlink(path)  # a server gone (killed, host rebooted /tmp kept): its stale name
         except OSError:
             pass
         env, stub_dir, driver = driver_env(site)
-        if not warm.start(python, path, request, env, stub_dir, driver, idle, timeout):
+        if not warm.start(python, path, request, env, stub_dir, driver, idle, timeout, resolver):
             if stub_dir:
                 shutil.rmtree(stub_dir, ignore_errors=True)
             return None

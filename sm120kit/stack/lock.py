@@ -73,8 +73,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .. import engines
 from ..errors import RecipeError
-from ..packages import engines
 from ..remote.lib.download import shown
 from ..remote.lib.obtain import url_problem
 from .catalogue import FILE_NAME, load_beside
@@ -194,7 +194,7 @@ class StackSpec:
     #: The chosen lock file (the recipe's preferred Python), relative to the repo; set on load.
     lock: str = ""
     #: Engine name -> the shared stack line a host choosing it gets (``stack: vllm``):
-    #: the engines this stack's recipes offer besides their own (`sm120kit.packages.engines`).
+    #: the engines this stack's recipes offer besides their own (`sm120kit.engines`).
     engines: dict[str, str] = field(default_factory=dict)
 
 

@@ -50,7 +50,7 @@ The lookup rules, each read from the package's released source:
   ``ptxas-blackwell`` for capability >= 10.0, else ``ptxas``; ``triton/knobs.py``
   ``env_nvidia_tool``: ``$TRITON_PTXAS_BLACKWELL_PATH`` / ``$TRITON_PTXAS_PATH``, else (also
   when that one does not run) the wheel's own ``triton/backends/nvidia/bin/<tool>``. No nvcc
-  or CUDA headers (vLLM's engine table, ``sm120kit/packages/engines.py``, names it).
+  or CUDA headers (vLLM's engine table, ``sm120kit/engines.py``, names it).
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8. The probe runs
 it in its own process, whose environment (PATH, CUDA_HOME, ...) is the one the target

@@ -19,8 +19,17 @@ from sm120kit.remote.lib.names import PROVENANCE_FILE
 
 MARK = "@@SM120KIT-SMOKE@@"
 
-#: The scripts in ``in_target/`` (listed so the hosts' bundle carries their text).
+#: The in-env resolvers, one per engine (sm120kit/engines.py `Engine.resolver`): each
+#: ``in_target/<name>.py`` defines ``_setup(args)`` (the imports, once) and ``_run_cases(out,
+#: args)`` (one request) and runs them unless ``_SERVE`` is set (resolve_server.py then serves
+#: requests from one warm interpreter). A third engine's resolver is one more name here and
+#: in `__bundle__`.
+RESOLVER_NAMES = ("server_args", "vllm_args")
+
+#: The scripts in ``in_target/`` (listed, as literals, so the hosts' bundle carries their text).
 __bundle__ = (
+    "sm120kit.remote.lib.in_target.server_args",
+    "sm120kit.remote.lib.in_target.vllm_args",
     "sm120kit.remote.lib.in_target.prelude",
     "sm120kit.remote.lib.in_target.inspect_env",
     "sm120kit.remote.lib.in_target.torch_info",
@@ -28,8 +37,6 @@ __bundle__ = (
     "sm120kit.remote.lib.in_target.loader_eval",
     "sm120kit.remote.lib.in_target.gpu_op",
     "sm120kit.remote.lib.in_target.import_top",
-    "sm120kit.remote.lib.in_target.server_args",
-    "sm120kit.remote.lib.in_target.vllm_args",
     "sm120kit.remote.lib.in_target.fork_server",
     "sm120kit.remote.lib.in_target.resolve_server",
 )
@@ -57,17 +64,16 @@ LOADER_SRC = target_source("loader_eval")
 GPU_SRC = target_source("gpu_op")
 IMPORT_TOP_SRC = target_source("import_top")
 SERVER_ARGS_SRC = target_source("server_args")
-#: vLLM's in-env resolver (its parser, engine config and attention backend selector).
-VLLM_ARGS_SRC = target_source("vllm_args")
-#: The in-env resolver per engine (sm120kit/preflight/engines.py Engine.resolver).
-RESOLVERS = {"server_args": SERVER_ARGS_SRC, "vllm_args": VLLM_ARGS_SRC}
-#: The warm resolution server (lib/warm.py): server_args.py's functions, then its loop.
-RESOLVE_SERVER_SRC = (
-    "MARK = %r\nPROVENANCE_FILE = %r\n_SERVE = True\n" % (MARK, PROVENANCE_FILE)
+#: The in-env resolver per engine, by `Engine.resolver` name.
+RESOLVERS = {name: target_source(name) for name in RESOLVER_NAMES}
+#: The warm resolution server per resolver (lib/warm.py): its functions, then the loop.
+RESOLVE_SERVERS = {
+    name: "MARK = %r\nPROVENANCE_FILE = %r\n_SERVE = True\n" % (MARK, PROVENANCE_FILE)
     + _text("prelude")
-    + _text("server_args")
+    + _text(name)
     + _text("resolve_server")
-)
+    for name in RESOLVER_NAMES
+}
 
 DEFAULT_GPU_OPS = {
     # The bundled sample kernel: add one to a CUDA tensor through its torch op.

@@ -1,11 +1,12 @@
-"""Preflight's warm resolution server: sglang imported once in the serving env, each launch
-resolved and checked in a child forked from it (``in_target/resolve_server.py``).
+"""Preflight's warm resolution server: the engine (sglang, vLLM: its in-env resolver,
+``targets.RESOLVE_SERVERS``) imported once in the serving env, each launch resolved and checked
+in a child forked from it (``in_target/resolve_server.py``).
 
 The server is keyed by everything its imported state depends on: the interpreter, the env's
 installed distributions (names, versions, the site-packages directory's mtime, which any
 install or removal changes), the GPU it presents (capability, memory), whether the host has a
-driver, the process environment (SSH_* and shell bookkeeping left out) and the server's own
-source. Another key is another server. It listens on ``<tmp>/sm120kit-preflight-<uid>/<key>``,
+driver, the process environment (SSH_* and shell bookkeeping left out), the engine's resolver
+and the server's own source. Another key is another server. It listens on ``<tmp>/sm120kit-preflight-<uid>/<key>``,
 a directory only this user may enter (checked before use), and exits after ``idle`` seconds
 without a request. Whatever fails here (no socket, a dead server, a slow start) is answered
 None: the caller then runs a fresh interpreter, as without a server.
@@ -25,7 +26,7 @@ import tempfile
 import time
 from typing import Any
 
-from sm120kit.remote.lib.targets import RESOLVE_SERVER_SRC
+from sm120kit.remote.lib.targets import RESOLVE_SERVERS
 
 #: Longest unix socket path Linux binds (sun_path is 108 bytes, NUL included), less the
 #: ``.<pid>`` suffix a server binds first: a longer TMPDIR means no warm server.
@@ -54,8 +55,11 @@ def socket_dir() -> str | None:
     return path
 
 
-def server_key(python: str, site: str | None, fingerprint: Any, gpu: Any) -> str:
-    """The key of the server for this env, GPU and environment (see the module doc)."""
+def server_key(
+    python: str, site: str | None, fingerprint: Any, gpu: Any, resolver: str = "server_args"
+) -> str:
+    """The key of the server for this env, GPU, environment and engine's resolver (see the
+    module doc)."""
     try:
         site_mtime = os.stat(site).st_mtime_ns if site else None
     except OSError:
@@ -74,7 +78,8 @@ def server_key(python: str, site: str | None, fingerprint: Any, gpu: Any) -> str
         gpu,
         sorted(env.items()),
         os.environ.get("LD_LIBRARY_PATH"),
-        hashlib.sha256(RESOLVE_SERVER_SRC.encode()).hexdigest(),
+        resolver,
+        hashlib.sha256(RESOLVE_SERVERS[resolver].encode()).hexdigest(),
     ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -111,6 +116,7 @@ def start(
     driver: str,
     idle: float,
     timeout: float,
+    resolver: str = "server_args",
 ) -> bool:
     """Start a server for `path` (detached, in its own session: the SSH channel closing does not
     end it) and wait up to `timeout` s for it to listen. It owns `stub_dir` (removes it at its
@@ -127,7 +133,7 @@ def start(
     try:
         with open(path + ".log", "w") as log:
             proc = subprocess.Popen(
-                [python, "-c", RESOLVE_SERVER_SRC, json.dumps(server_args)],
+                [python, "-c", RESOLVE_SERVERS[resolver], json.dumps(server_args)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

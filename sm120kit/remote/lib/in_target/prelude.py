@@ -40,3 +40,24 @@ def _fake_gpu(major, minor, memory_mib=None):
     c.get_device_properties = lambda *a, **k: props
     c.get_device_name = lambda *a, **k: props.name
     c.mem_get_info = lambda *a, **k: (total, total)
+
+
+def _present_gpu(args, engine):
+    """The GPU a resolver's engine sees, as (what it is, whether it is faked): the host's own
+    when torch.cuda has one, else, with args["cc"], one faked GPU of that capability and
+    args["memory_mib"] (_fake_gpu), else none. `engine` names who sees it, in the words."""
+    import torch
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        major, minor = torch.cuda.get_device_capability(0)
+        return "the host's GPU: %s (%d.%d)" % (name, major, minor), False
+    if not args.get("cc"):
+        return "no GPU and no target arch: %s sees no CUDA device" % engine, False
+    major, minor = args["cc"][0], args["cc"][1]
+    _fake_gpu(major, minor, args.get("memory_mib"))
+    return (
+        "no GPU: torch.cuda faked as one GPU of capability %d.%d, %s MiB"
+        % (major, minor, args.get("memory_mib") or 1024),
+        True,
+    )

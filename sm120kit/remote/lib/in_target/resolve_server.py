@@ -1,11 +1,13 @@
-# Runs inside the serving env's interpreter (python -c), after prelude.py and server_args.py
-# (with _SERVE set, so that file only defines _setup, _run_cases): a warm resolution server.
+# Runs inside the serving env's interpreter (python -c), after prelude.py and the engine's
+# resolver (server_args.py, vllm_args.py: targets.RESOLVE_SERVERS; with _SERVE set, so that
+# file only defines _setup, _run_cases): a warm resolution server.
 #
-# sglang's import is most of a preflight (torch, sglang, its resolution pipeline: ~10 s of CPU
-# on a 2-core host). This interpreter imports them once (_setup, with the GPU faked as
+# The engine's import is most of a preflight (torch, sglang and its resolution pipeline: ~10 s
+# of CPU on a 2-core host; vLLM's engine args and configs more). This interpreter imports them
+# once (_setup, with the GPU faked as
 # ARGS["cc"] / ARGS["memory_mib"] when there is none), then listens on the unix socket
 # ARGS["socket"] (in a 0700 directory of this user's): per connection one JSON line, the
-# server_args request ({"cases", "fields", ...}); a child forked from this interpreter runs
+# resolver's request ({"cases", ...}); a child forked from this interpreter runs
 # it (_run_cases) and writes back one JSON line, the answer a fresh interpreter gives. What a
 # child does (a published context, a GPU wall, the modules it imports) dies with it. No hang:
 # a child is killed by SIGALRM after ARGS["timeout"] s; the server exits after ARGS["idle"] s

@@ -1,5 +1,5 @@
 # Runs inside the serving env's interpreter (python -c), after prelude.py: ARGS, _err, _emit,
-# _fake_gpu come from there (sm120kit.remote.lib.targets.target_source). resolve_server.py may
+# _present_gpu come from there (sm120kit.remote.lib.targets.target_source). resolve_server.py may
 # follow it (then _SERVE is set and this file only defines functions).
 #
 # Asks sglang which backends a launch gets: its own parser and resolution, as `sglang serve`
@@ -39,23 +39,9 @@ def _setup(args):
     """Import torch and sglang's ServerArgs (faking the GPU first when there is none)."""
     out = {"ran": False, "reason": None, "version": None, "gpu": None, "cases": []}
     try:
-        import torch
-
-        if not torch.cuda.is_available():
-            if args.get("cc"):
-                _fake_gpu(args["cc"][0], args["cc"][1], args.get("memory_mib"))
-                out["gpu"] = "no GPU: torch.cuda faked as one GPU of capability %d.%d, %s MiB" % (
-                    args["cc"][0],
-                    args["cc"][1],
-                    args.get("memory_mib") or 1024,
-                )
-                out["faked"] = True
-            else:
-                out["gpu"] = "no GPU and no target arch: sglang sees no CUDA device"
-        else:
-            out["gpu"] = "the host's GPU: %s (%d.%d)" % (
-                (torch.cuda.get_device_name(0),) + tuple(torch.cuda.get_device_capability(0))
-            )
+        out["gpu"], faked = _present_gpu(args, "sglang")
+        if faked:
+            out["faked"] = True
         import logging
 
         logging.disable(logging.CRITICAL)

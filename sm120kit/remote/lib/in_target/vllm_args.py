@@ -1,5 +1,6 @@
 # Runs inside the vLLM env's interpreter (python -c), after prelude.py: ARGS, _err, _emit,
-# _fake_gpu come from there (sm120kit.remote.lib.targets.target_source).
+# _present_gpu come from there (sm120kit.remote.lib.targets.target_source). resolve_server.py
+# may follow it (then _SERVE is set and this file only defines functions: the warm server).
 #
 # Asks vLLM which attention backend and quantization a launch gets: its own parser, engine
 # config and backend selector, as `vllm serve` runs them (vllm 0.33.0:
@@ -9,7 +10,7 @@
 # v1/attention/selector.py get_attn_backend, which asks the platform's get_attn_backend_cls:
 # the --attention-backend given, validated for the device capability, else the first valid one
 # of platforms/cuda.py _get_backend_priorities (l.84-185)). Without a GPU, torch.cuda answers as
-# one GPU of ARGS["cc"] (_fake_gpu) and vLLM's platform is set to its NonNvmlCudaPlatform (which
+# one GPU of ARGS["cc"] (_present_gpu) and vLLM's platform is set to its NonNvmlCudaPlatform (which
 # reads the capability from torch.cuda, platforms/cuda.py l.1007-1012): NVML, which vLLM's own
 # platform detection asks, has no GPU to answer for. Then torch.cuda's lazy init is walled off:
 # nothing in a resolution runs on a GPU; a step that reaches one is reported "stopped".
@@ -51,23 +52,9 @@ def _setup(args):
     try:
         import torch
 
-        faked = False
-        if not torch.cuda.is_available():
-            if args.get("cc"):
-                _fake_gpu(args["cc"][0], args["cc"][1], args.get("memory_mib"))
-                faked = True
-                out["gpu"] = "no GPU: torch.cuda faked as one GPU of capability %d.%d, %s MiB" % (
-                    args["cc"][0],
-                    args["cc"][1],
-                    args.get("memory_mib") or 1024,
-                )
-                out["faked"] = True
-            else:
-                out["gpu"] = "no GPU and no target arch: vLLM sees no CUDA device"
-        else:
-            out["gpu"] = "the host's GPU: %s (%d.%d)" % (
-                (torch.cuda.get_device_name(0),) + tuple(torch.cuda.get_device_capability(0))
-            )
+        out["gpu"], faked = _present_gpu(args, "vLLM")
+        if faked:
+            out["faked"] = True
         import logging
 
         logging.disable(logging.CRITICAL)
@@ -191,7 +178,8 @@ def _run_cases(out, args):
     return out
 
 
-_out = _setup(ARGS)
-if _out["ran"]:
-    _run_cases(_out, ARGS)
-_emit(_out)
+if not globals().get("_SERVE"):
+    _out = _setup(ARGS)
+    if _out["ran"]:
+        _run_cases(_out, ARGS)
+    _emit(_out)
