@@ -35,8 +35,9 @@ def parse_constraint(text: object, where: str = "--constraint") -> str:
     try:
         req = Requirement(value)
     except InvalidRequirement as exc:
+        said = " ".join(str(exc).split())  # packaging's message marks the column on 3 lines
         raise RecipeError(
-            f"{where} {text!r}: not a requirement ({exc}); expected NAME and a version range "
+            f"{where} {text!r}: not a requirement ({said}); expected NAME and a version range "
             "like cuda-python>=13"
         ) from None
     if req.url:
