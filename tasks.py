@@ -461,12 +461,13 @@ sources = Collection("sources", sources_fetch, sources_list)
     "out",
     "platform",
     "index",
+    "constraint",
     "lock_python",
     "driver",
     "arch",
     "json",
     name="draft",
-    iterable=["index"],
+    iterable=["index", "constraint"],
 )
 def lock_draft(c, **f):
     """Draft --top's locks with uv, one per Python, and the recipe's [stack] edit."""

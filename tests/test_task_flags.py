@@ -54,6 +54,7 @@ EXPECTED: dict[str, set[str]] = {
     "sources.list": {"json"},
     "lock.draft": {
         "top",
+        "constraint",
         "recipe",
         "out",
         "platform",
@@ -70,6 +71,7 @@ EXPECTED: dict[str, set[str]] = {
 #: The help text of each flag, as `invoke --help TASK` showed it before the flags were
 #: declared once (sources.fetch words --package its own way).
 HELP = {
+    "constraint": "a version range the resolver must keep to, e.g. 'cuda-python>=13'; give it more than once for more; kept with the locks in their directory's constraints.txt",
     "strict": "fail the host when a check is unknown (a backend whose support for the GPU cannot be read, a hub model whose config is not at hand), not only warn",
     "stop-warm": "stop the host's warm resolution server(s) (sglang kept imported between "
     "preflights) and judge nothing; says 'no warm server' when none runs",
@@ -134,7 +136,7 @@ HELP_OVERRIDES = {
 #: fractional numbers (invoke names no float kind), nothing for on/off flags.
 INT_FLAGS = {"forks", "max-jobs", "nvcc-threads", "pid", "keep"}
 #: Flags that may be given more than once (invoke's help shows them without a kind).
-LIST_FLAGS = {"index"}
+LIST_FLAGS = {"index", "constraint"}
 BOOL_FLAGS = {
     "json",
     "stop-warm",

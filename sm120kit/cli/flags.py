@@ -96,6 +96,11 @@ FLAGS: dict[str, Flag] = {
         "an index to resolve from, e.g. https://pypi.org/simple (default); give it more than "
         "once for more (a wheel stub's own index); the recipe's [stack] indexes are added",
     ),
+    "constraint": Flag(
+        None,
+        "a version range the resolver must keep to, e.g. 'cuda-python>=13'; give it more than "
+        "once for more; kept with the locks in their directory's constraints.txt",
+    ),
     "lock_python": Flag(
         None,
         "Python X.Y to lock for, comma-separated (default: every X.Y the release has wheels for)",

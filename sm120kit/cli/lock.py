@@ -5,6 +5,7 @@ output.stack prints)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +20,23 @@ from ..recipes.select import default_recipes_dir, load_recipes
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import FILE_NAME, Catalogue, carry_when, load_beside, save
 from ..stack.catalogue_read import lock_entries, lock_entries_by_file, make_catalogue
+from ..stack.constraints import merged, parse_constraint, read_beside, write_beside
 from ..stack.convert import convert_lock
 from ..stack.draft import (
     Target,
+    cached_copy,
     default_lock_name,
     finish_lock,
     index_list,
+    obtain,
     release_cache,
     resolve_python,
     review,
     stack_table,
 )
-from ..stack.lock import Lock, dump_lock, locks_root
+from ..stack.lock import Lock, LockEntry, dump_lock, locks_root
 from ..stack.resolve import check_index, parse_pin, parse_python, python_versions, uv_platform
+from ..stack.wheel_owners import check_entries, noted
 from ..stack.write import change_line, check_writable, write_lock
 from .core import settings
 
@@ -88,6 +93,9 @@ def draft_command(c: Any, **f: Any) -> None:
     if f.get("out"):  # before any index is asked: a draft that cannot be written is not run
         given_out = Path(f["out"])
         check_writable(given_out if given_out.is_absolute() else root / given_out, "--out")
+    raw_given = f.get("constraint") or []
+    flagged = [raw_given] if isinstance(raw_given, str) else list(raw_given)
+    given_constraints = [parse_constraint(c, "--constraint") for c in flagged]
     for index in indexes:
         check_index(index, top.split("==")[0])  # a dead index is a connection problem, named
     pythons, asked = _pythons(f, recipe, top, indexes)
@@ -101,6 +109,9 @@ def draft_command(c: Any, **f: Any) -> None:
         name = f.get("out") or default_lock_name(top, py, platform)
         outs[py] = Path(name) if os.path.isabs(name) else root / name
         check_writable(outs[py], "--out" if f.get("out") else "the lock")
+    lock_dir = outs[pythons[0]].parent
+    # The directory's kept constraints and the flags': a re-draft resolves from the same inputs.
+    constraints = merged(read_beside(lock_dir), given_constraints)
     driver = f.get("driver") or (recipe_floor(recipe.drivers) if recipe else None)
     arch = f.get("arch") or (recipe.arch[0] if recipe else None)
     quiet = bool(f.get("json"))
@@ -108,7 +119,7 @@ def draft_command(c: Any, **f: Any) -> None:
     resolved, skipped = [], []
     for py in pythons:
         try:
-            resolved.append(resolve_python(top, py, platform, indexes))
+            resolved.append(resolve_python(top, py, platform, indexes, None, constraints))
         except RecipeError as exc:
             if asked or _is_connection(str(exc)):
                 raise
@@ -117,6 +128,18 @@ def draft_command(c: Any, **f: Any) -> None:
         raise RecipeError(skipped[0].split(": ", 1)[1] if skipped else f"{top}: nothing to lock")
     seen: dict[str, Any] = {}
     cache = release_cache()
+    # Every Python's closure is judged before anything is read for the catalogue or written:
+    # a package two wheels write with different bytes refuses the draft (wheel_owners).
+    benign = {
+        item.python: check_entries(
+            item.entries,
+            python=item.python,
+            platform=platform,
+            indexes=indexes,
+            fetch=_fetcher(cache, progress),
+        )
+        for item in resolved
+    }
     # The catalogue first, from every wheel resolved (pure ones too: cubin sets, "nothing to
     # check"): verification reads its facts (modules without code for the arch, loaders); it
     # is written after the locks.
@@ -124,7 +147,6 @@ def draft_command(c: Any, **f: Any) -> None:
     # A directory's catalogue covers every lock in it: the locks of other Pythons kept there
     # (a --lock-python 3.11 redraft beside a cp312 lock) add their wheels, each file once,
     # taken in lock file name order as `lock.catalogue` takes them (the same bytes).
-    lock_dir = outs[pythons[0]].parent
     by_lock = {outs[item.python].name: list(item.entries) for item in resolved}
     for name, entries in lock_entries_by_file(lock_dir, skip=set(by_lock)).items():
         by_lock.setdefault(name, entries)
@@ -142,6 +164,7 @@ def draft_command(c: Any, **f: Any) -> None:
         lock = finish_lock(
             top, item, platform=platform, target=target, cache=cache, progress=progress, seen=seen
         )
+        lock = noted(lock, benign[item.python])
         out = outs[item.python]
         header = [
             f"Lock of {top} for Python {item.python} on {platform}: drafted by `invoke lock.draft"
@@ -151,6 +174,7 @@ def draft_command(c: Any, **f: Any) -> None:
         changes = write_lock(out, dump_lock(lock, header), lock)
         docs.append(_lock_doc(lock, out, recipe, changes))
     catalogue = save_catalogue(lock_dir, cat, cat_seconds, len(every))
+    kept = write_beside(lock_dir, constraints)
     reason = f"{top} for {recipe.name}" if recipe else top
     first = docs[0]
     rel = (
@@ -168,12 +192,24 @@ def draft_command(c: Any, **f: Any) -> None:
         "stack": stack_table(lock, rel, reason, _shared_stack(recipe), _stack_torch_index(recipe)),
         "recipe": recipe.name if recipe else None,
         "catalogue": catalogue,
+        "constraints": {"file": kept, "given": list(constraints)},
         # Preflight's hand-written rules checked against this release (issue 32).
         "rules": [
             f.line() for f in recheck_rules({e.name: e.version for e in lock.packages}, cat, arches)
         ],
     }
     show_document(doc, quiet, _draft_report)
+
+
+def _fetcher(cache: Path, progress: Any) -> Callable[[LockEntry], Path]:
+    """`obtain` into `cache`, saying each file that is downloaded (not already there)."""
+
+    def fetch(entry: LockEntry) -> Path:
+        if progress and cached_copy(entry, cache) is None:
+            progress(f"{entry.name} {entry.version}: {entry.filename}")
+        return obtain(entry, cache)
+
+    return fetch
 
 
 def _shared_stack(recipe: Any) -> str | None:
@@ -306,6 +342,13 @@ def _draft_report(console: Any, doc: dict[str, Any]) -> None:
         console.print(f"skipped {line}", markup=False, highlight=False)
     if doc.get("catalogue"):
         _catalogue_report(console, doc["catalogue"])
+    kept = doc.get("constraints") or {}
+    if kept.get("given"):
+        console.print(
+            f"constraints ({kept['file']} constraints.txt): {', '.join(kept['given'])}",
+            markup=False,
+            highlight=False,
+        )
     for line in doc.get("rules") or []:
         console.print(f"review preflight {line}", markup=False, highlight=False)
     for i, one in enumerate(doc["locks"]):

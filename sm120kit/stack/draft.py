@@ -48,6 +48,7 @@ from .resolve import (
     resolve_missing,
     split_pylock,
 )
+from .wheel_owners import check_entries, noted
 
 _MANYLINUX = re.compile(r"^manylinux_2_(\d+)_(x86_64|aarch64)$")
 #: Distributions whose pinned version names the CUDA of a torch build (torch's METADATA).
@@ -188,22 +189,29 @@ class Resolved:
     python: str
     entries: list[LockEntry]
     resolver: str
+    constraints: tuple[str, ...] = ()
 
 
 def resolve_python(
-    top: str, python: str, platform: str, indexes: list[str], pylock: dict[str, Any] | None = None
+    top: str,
+    python: str,
+    platform: str,
+    indexes: list[str],
+    pylock: dict[str, Any] | None = None,
+    constraints: tuple[str, ...] = (),
 ) -> Resolved:
-    """uv's resolution of `top` for one Python, one wheel per distribution (a wheel stub's
-    from its index when that index is given); RecipeError (one line) when it cannot be
-    locked. `pylock`: uv's document already made (tests), instead of running uv."""
+    """uv's resolution of `top` for one Python under `constraints`, one wheel per
+    distribution (a wheel stub's from its index when that index is given); RecipeError (one
+    line) when it cannot be locked. `pylock`: uv's document already made (tests), instead
+    of running uv."""
     resolver = "given"
     if pylock is None:
-        pylock, resolver = compile_pylock(top, python, platform, indexes)
+        pylock, resolver = compile_pylock(top, python, platform, indexes, constraints)
     wheels, missing = split_pylock(pylock, python, platform)
     wheels += resolve_missing(missing, python, platform, indexes)
     if not wheels:
         raise RecipeError(f"uv resolved {top} for Python {python} to nothing: nothing to lock")
-    return Resolved(python, entries_from_wheels(wheels), resolver)
+    return Resolved(python, entries_from_wheels(wheels), resolver, constraints)
 
 
 def finish_lock(
@@ -249,6 +257,7 @@ def finish_lock(
         packages=tuple(done),
         target={"driver": target.driver, "arch": target.arch} if target else {},
         indexes=tuple(_indexes(done)),
+        constraints=resolved.constraints,
     )
 
 
@@ -267,20 +276,31 @@ def draft_lock(
     pylock: dict[str, Any] | None = None,
     index: str | None = None,
     indexes: list[str] | tuple[str, ...] = (),
+    constraints: tuple[str, ...] = (),
 ) -> Lock:
-    """Resolve `top` for one Python with uv, obtain and read each platform-specific wheel,
-    return the lock (not yet written)."""
+    """Resolve `top` for one Python with uv under `constraints`, refuse a closure whose
+    wheels write one file with different bytes (`wheel_owners.check_entries`), obtain and
+    read each platform-specific wheel, return the lock (not yet written)."""
     top = parse_pin(top)
     where = index_list(index, indexes)
-    resolved = resolve_python(top, python, platform, where, pylock)
-    return finish_lock(
+    resolved = resolve_python(top, python, platform, where, pylock, constraints)
+    cache = cache or release_cache()
+    benign = check_entries(
+        resolved.entries,
+        python=python,
+        platform=platform,
+        indexes=where,
+        fetch=lambda e: obtain(e, cache),
+    )
+    lock = finish_lock(
         top,
         resolved,
         platform=platform,
         target=target,
-        cache=cache or release_cache(),
+        cache=cache,
         progress=progress,
     )
+    return noted(lock, benign)
 
 
 def _indexes(entries: list[LockEntry]) -> list[str]:

@@ -78,6 +78,7 @@ from ..errors import RecipeError
 from ..remote.lib.download import shown
 from ..remote.lib.obtain import url_problem
 from .catalogue import FILE_NAME, load_beside
+from .constraints import parse_constraint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,7 +87,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 FROM = ("release", "build")
 _LOCK_REQUIRED = {"top", "python", "platform", "resolver", "drafted"}
-_LOCK_OPTIONAL = {"torch", "torch_cuda", "target", "indexes"}
+_LOCK_OPTIONAL = {"torch", "torch_cuda", "target", "indexes", "constraints"}
 _TOP_REQUIRED = {"lock-version", "created-by", "requires-python", "packages"}
 _TOP_OPTIONAL = {"environments", "extras", "dependency-groups", "default-groups", "tool"}
 _PKG_REQUIRED = {"name", "version", "wheels"}
@@ -158,6 +159,8 @@ class Lock:
     packages: tuple[LockEntry, ...]
     target: dict[str, str] = field(default_factory=dict)
     indexes: tuple[str, ...] = ()
+    #: The resolver's constraints beyond the closure's metadata (`stack.constraints`).
+    constraints: tuple[str, ...] = ()
 
     @property
     def top_name(self) -> str:
@@ -312,6 +315,15 @@ def _head(w: _Where, data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(indexes, list) or not all(isinstance(x, str) for x in indexes):
         raise w.error(f"{p}.indexes", "expected a list of index URLs")
     vals["target"], vals["indexes"] = dict(target), tuple(indexes)
+    constraints = head.get("constraints", [])
+    if not isinstance(constraints, list) or not all(isinstance(x, str) for x in constraints):
+        raise w.error(f"{p}.constraints", 'expected a list of requirements like "cuda-python>=13"')
+    for item in constraints:
+        try:
+            parse_constraint(item, "")
+        except RecipeError as exc:
+            raise w.error(f"{p}.constraints", str(exc).strip()) from None
+    vals["constraints"] = tuple(constraints)
     return vals
 
 
@@ -678,6 +690,8 @@ def dump_lock(lock: Lock, header: list[str]) -> str:
         fields["target"] = dict(lock.target)
     if lock.indexes:
         fields["indexes"] = list(lock.indexes)
+    if lock.constraints:
+        fields["constraints"] = list(lock.constraints)
     lines += [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
     for entry in sorted(lock.packages, key=lambda e: e.key):
         wheel: dict[str, Any] = {"name": entry.filename, "url": entry.url}

@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,6 +42,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
 from ..remote.lib.download import redact_text
+from .constraints import FILE_NAME as CONSTRAINTS_FILE
+from .constraints import uv_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -212,10 +215,15 @@ def split_pylock(
     return wheels, missing
 
 
-def uv_argv(top: str, python: str, platform: str, indexes: list[str]) -> list[str]:
+def uv_argv(
+    top: str, python: str, platform: str, indexes: list[str], constraints: str | None = None
+) -> list[str]:
     """``python -m uv pip compile`` for `top` on (`python`, `platform`), from `indexes` (the
-    first is the default index, the rest extra ones), without uv's managed Pythons."""
+    first is the default index, the rest extra ones), without uv's managed Pythons;
+    `constraints`: a constraints file (uv's ``-c``)."""
     argv = [sys.executable, "-m", "uv", "pip", "compile", "-", "--format", "pylock.toml"]
+    if constraints:
+        argv += ["-c", constraints]
     argv += ["--python-version", python, "--python-platform", uv_platform(platform)]
     argv += ["--no-header", "--quiet", "--no-python-downloads"]
     if indexes:
@@ -258,12 +266,17 @@ def check_index(index: str, name: str, timeout: float = 20.0) -> None:
 
 
 def compile_pylock(
-    top: str, python: str, platform: str, indexes: list[str]
+    top: str, python: str, platform: str, indexes: list[str], constraints: tuple[str, ...] = ()
 ) -> tuple[dict[str, Any], str]:
-    """uv's PEP 751 lock of `top` for (`python`, `platform`), parsed, and the resolver line."""
-    argv = uv_argv(top, python, platform, indexes)
+    """uv's PEP 751 lock of `top` for (`python`, `platform`), parsed, and the resolver line
+    (`constraints`, `sm120kit.stack.constraints`: shown as the file kept beside the lock)."""
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
-    proc = subprocess.run(argv, input=top + "\n", capture_output=True, text=True, env=env)
+    with tempfile.TemporaryDirectory(prefix="draft-constraints-") as tmp:
+        given = uv_file(constraints, tmp) if constraints else None
+        argv = uv_argv(top, python, platform, indexes, given)
+        proc = subprocess.run(argv, input=top + "\n", capture_output=True, text=True, env=env)
+    if given:  # the temporary path means nothing in a lock: name the file it was made from
+        argv[argv.index(given)] = CONSTRAINTS_FILE
     if proc.returncode != 0:
         where = ", ".join(indexes) or PYPI
         conn = _connection_line(proc.stderr)
@@ -271,7 +284,10 @@ def compile_pylock(
             raise RecipeError(f"uv cannot reach the index ({where}) for {top}: {conn}")
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
         tail = " ".join(lines)[-400:] or f"exit {proc.returncode}"
-        raise RecipeError(f"uv cannot resolve {top} for Python {python} on {platform}: {tail}")
+        held = f" (constraints: {', '.join(constraints)})" if constraints else ""
+        raise RecipeError(
+            f"uv cannot resolve {top}{held} for Python {python} on {platform}: {tail}"
+        )
     try:
         doc = tomllib.loads(proc.stdout)
     except tomllib.TOMLDecodeError as exc:

@@ -102,6 +102,7 @@ def _same(old: Lock, new: Lock) -> bool:
         old.torch_cuda,
         old.target,
         old.indexes,
+        old.constraints,
     ) == (
         new.packages,
         new.top,
@@ -111,6 +112,7 @@ def _same(old: Lock, new: Lock) -> bool:
         new.torch_cuda,
         new.target,
         new.indexes,
+        new.constraints,
     )
 
 

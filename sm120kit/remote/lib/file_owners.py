@@ -41,16 +41,38 @@ def records(site: str) -> dict[str, list[tuple[str, str]]]:
     return owners
 
 
+def differing(owners: dict[str, list[tuple[str, str]]]) -> dict[str, list[str]]:
+    """Path -> the distributions (sorted) of every path that two or more of them claim with
+    different hashes; the same bytes under one path (a namespace package's ``__init__.py``)
+    are not a clash. One rule for an installed env (smoke) and a lock's wheels (lock.draft,
+    `sm120kit.stack.wheel_owners`)."""
+    return {
+        rel: sorted({d for d, _h in claims})
+        for rel, claims in sorted(owners.items())
+        if len({h for _d, h in claims}) >= 2
+    }
+
+
+def mixes_a_package(path: str) -> bool:
+    """Whether a clash at `path` (relative to site-packages) mixes two releases of a package:
+    a path inside a package directory (cuda/bindings/ above: the import fails or runs the
+    wrong one), where one of a top-level single-file module only is a wheel shipping a stray
+    build script (flashinfer-python 0.7.2.post1 and torch-c-dlpack-ext 0.1.5 both install a
+    top-level ``build_backend.py``: their RECORDs), which no import of either reaches. The one
+    classifier: smoke fails the first and warns on the second; lock.draft refuses the first
+    and lists the second for review."""
+    return "/" in path.replace(os.sep, "/")
+
+
 def clashes(site: str) -> list[dict[str, Any]]:
     """Every path of `site` two or more distributions claim with different hashes: the
     claimants and which one's bytes are on disk now (None: none of theirs)."""
+    owners = records(site)
     out = []
-    for rel, claims in sorted(records(site).items()):
-        if len({h for _d, h in claims}) < 2:
-            continue
+    for rel, dists in differing(owners).items():
         now = record_digest(os.path.join(site, rel))
-        winner = next((d for d, h in claims if h == now), None)
-        out.append({"path": rel, "claimed_by": sorted({d for d, _h in claims}), "on_disk": winner})
+        winner = next((d for d, h in owners[rel] if h == now), None)
+        out.append({"path": rel, "claimed_by": dists, "on_disk": winner})
     return out
 
 
@@ -74,11 +96,7 @@ def check(sites: list[str]) -> dict[str, Any]:
             f"{' and '.join(dists)} both install {len(items)} file(s) with different contents "
             f"(e.g. {items[0]['path']}; on disk now: {', '.join(winners)})"
         )
-    # A clash inside a package directory mixes two releases of that package (cuda/bindings/
-    # above: the import fails or runs the wrong one); one of top-level single-file modules
-    # only is a wheel that ships a stray build script (flashinfer-python 0.7.2 and
-    # torch-c-dlpack-ext 0.1.5 both install a top-level build_backend.py), said, not failed.
-    packaged = any("/" in item["path"] for item in found)
+    packaged = any(mixes_a_package(item["path"]) for item in found)
     return {
         "check": "file_owners",
         "status": "fail" if packaged else "warn",
