@@ -496,7 +496,12 @@ def _check_package(resolved: ResolvedRecipe, name: str) -> None:
     if values[base + "needs_cuda_torch"] and values["torch.cuda"] == "cpu":
         problems.append("a CPU torch cannot build CUDAExtension code (CUDA_HOME is None)")
     if kind == "git" and not values.get(base + "source.ref"):
-        problems.append(f"source.ref is not pinned (set recipe.{base}source.ref)")
+        # The one line says what to pass: a version string can name several commits of a
+        # repository, so no commit is guessed for it.
+        problems.append(
+            f"source.ref is not pinned: which commit of {values[base + 'source.url']} to build "
+            f"is not known; pass it as the inventory var recipe.{base}source.ref (host or group)"
+        )
     problems += _arch_knob_problems(resolved, base, registry.descriptor(name))
     if problems:
         resolved.problems[name] = problems
