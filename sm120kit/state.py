@@ -29,7 +29,8 @@ class Toolkit:
     nvcc_version: str | None  # e.g. "13.0.88"
     cuda_home: str
     nvcc: str
-    source: str  # system | work_root | CUDA_HOME | PATH
+    source: str  # system | work_root | CUDA_HOME | PATH | planned (check mode: not there yet)
+    method: str = ""  # a planned toolkit's install method (runfile | pip | apt)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,6 +32,7 @@ import pytest
 
 from sm120kit.builds import cmake_defines
 from sm120kit.builds.knobs import resolve_knobs
+from sm120kit.builds.patching import load_patch
 from sm120kit.packages import sgl_kernel_cmake as sglkernel
 from sm120kit.recipes.select import load_recipes
 from sm120kit.remote import cmake_probe, script_bundle
@@ -163,8 +164,18 @@ def tool_defines(trees: Path, knob_overrides: dict[str, Any], tmp: Path) -> dict
     recipe = load_recipes()["r570"]  # sgl-kernel 0.3.21 is r570/r575's (torch 2.9.1)
     pkg = next(p for p in recipe.packages if p.name == "sgl-kernel")
     facts = {"cpu": {"count": 2}, "memory": {"available_bytes": 24 * 1024**3}}
+    # The options the entry's patches add (0002: SGL_KERNEL_ONLY_ARCHS), as the build passes.
+    added = frozenset().union(
+        *(load_patch(recipe.patches_dir / n).options_added for n in pkg.patches)
+    )
     knobs = resolve_knobs(
-        "sgl-kernel", "sgl-kernel", recipe.arch, facts, {**pkg.knobs, **knob_overrides}
+        "sgl-kernel",
+        "sgl-kernel",
+        recipe.arch,
+        facts,
+        {**pkg.knobs, **knob_overrides},
+        patch_options=added,
+        patch_version=pkg.version,
     )
     defines = cmake_defines.defines_from_pip_args(knobs.pip_args)
     dirs = [(d["name"], str(trees / d["dir"])) for d in pkg.dependencies]

@@ -70,7 +70,9 @@ def test_what_the_derived_entry_is_and_the_one_problem_it_names() -> None:
     assert res.values[base + "source.url"] == "https://github.com/sgl-project/sglang"
     assert res.values[base + "source.subdir"] == "python/sglang/kernels/aot"
     assert res.problems["sgl-kernel"] == [
-        "source.ref is not pinned (set recipe.packages.sgl-kernel.source.ref)"
+        "source.ref is not pinned: which commit of https://github.com/sgl-project/sglang to "
+        "build is not known; pass it as the inventory var "
+        "recipe.packages.sgl-kernel.source.ref (host or group)"
     ]
     pinned = Host(
         "box",

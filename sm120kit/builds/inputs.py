@@ -18,6 +18,7 @@ from ..toolchain.toolkit_spec import choose_compiler
 from . import compile_cache
 from .cmake_defines import fetchcontent_defines
 from .knobs import Knobs, resolve_knobs
+from .patching import for_package
 
 
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
@@ -46,8 +47,19 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
                 if where == "flag"
                 else state.host.var_sources.get("nvcc_threads", where)
             )
+    pkg = state.resolved.packages[name]
+    chosen, _skipped = for_package(
+        state.resolved.recipe.patches_dir, pkg.patches, pkg.version, state.resolved.torch.version
+    )
     return resolve_knobs(
-        name, desc.kind, state.arch_list, state.facts.json, overrides, sources=sources
+        name,
+        desc.kind,
+        state.arch_list,
+        state.facts.json,
+        overrides,
+        sources=sources,
+        patch_options=frozenset().union(*(p.options_added for p in chosen)),
+        patch_version=pkg.version,
     )
 
 

@@ -52,6 +52,8 @@ def resolve_knobs(
     *,
     sources: dict[str, str] | None = None,
     version: str | None = None,
+    patch_options: frozenset[str] | None = None,
+    patch_version: str = "",
 ) -> Knobs:
     """Translate one arch list and a host's facts into `package`'s build settings, as the
     descriptor of build `kind` (`sm120kit.packages`) says.
@@ -64,7 +66,8 @@ def resolve_knobs(
     any other upper-case key is taken as an env var. `sources` names where each override came
     from, for the explain text. `version` (the package's) lets a descriptor that checks its
     arch knob's values (`PackageDescriptor.arch_value_problem`) refuse a value that release
-    would drop: RecipeError.
+    would drop: RecipeError. `patch_options` (with `patch_version`, the version they were
+    selected for) are the build options the entry's patches add (`KnobRequest`).
     """
     desc = registry.for_kind(kind)
     if desc is None:
@@ -96,7 +99,18 @@ def resolve_knobs(
 
     switches = {s: _switch(raw_switches.get(s), s, package) for s in desc.switches}
     request = KnobRequest(
-        package, archs, cpus, mem_bytes, gb, mem_what, given, origin, switches, overrides
+        package,
+        archs,
+        cpus,
+        mem_bytes,
+        gb,
+        mem_what,
+        given,
+        origin,
+        switches,
+        overrides,
+        patch_options,
+        patch_version,
     )
     knobs = Knobs()
     assert desc.knobs is not None  # for_kind answers only descriptors that build

@@ -21,6 +21,7 @@ not apply stops the build with the rejected hunk, tree unchanged.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,11 @@ DOES_NOT_APPLY = "does not apply"
 
 _HEADER = re.compile(r"^#\s*([A-Za-z][A-Za-z0-9-]*)\s*:\s*(.*?)\s*$")
 _FILE = re.compile(r"^\+\+\+ (?:[^/\s]+/)?(\S+)")
+#: An added CMake line that declares a cache variable: ``set(X ... CACHE ...)`` or ``option(X``.
+_CMAKE_OPTION = re.compile(
+    r"^\+\s*(?:set\(\s*([A-Za-z_][A-Za-z0-9_]*)\s.*\bCACHE\b|option\(\s*([A-Za-z_][A-Za-z0-9_]*))",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,19 @@ class Patch:
     @property
     def fixes(self) -> str:
         return self.header.get("Fixes", "")
+
+    @property
+    def options_added(self) -> frozenset[str]:
+        """CMake cache variables the diff's added lines declare (``set(X "" CACHE ...)``,
+        ``option(X ...)``): a build option that exists only in a tree with this patch."""
+        found: set[str] = set()
+        for line in self.text.splitlines():
+            if line.startswith("+++"):
+                continue
+            m = _CMAKE_OPTION.match(line)
+            if m:
+                found.add(m[1] or m[2])
+        return frozenset(found)
 
 
 def parse_header(text: str) -> dict[str, str]:
@@ -173,6 +192,14 @@ def select(
         else:
             chosen.append(patch)
     return chosen, skipped
+
+
+def for_package(
+    patches_dir: Path, names: Iterable[str], version: str, torch: str | None
+) -> tuple[list[Patch], list[tuple[Patch, str]]]:
+    """The recipe entry's patches (`names`, under `patches_dir`) split by `select` for the
+    package `version` and the recipe's `torch`."""
+    return select([load_patch(patches_dir / n) for n in names], version, torch=torch)
 
 
 def torch_admitted(patch: Patch, torch: str | None) -> bool:

@@ -17,10 +17,9 @@ from typing import Any
 from ..builds.patching import (
     Patch,
     check_and_apply,
-    load_patch,
+    for_package,
     patch_step,
     run_patch_steps,
-    select,
 )
 from ..builds.source_store import Source
 from ..cache.key import patch_digests
@@ -45,9 +44,9 @@ def package_patches(state: ProvisionState, name: str) -> tuple[list[Patch], list
     """The recipe's patches that apply to this version and the recipe's torch, and a note per
     skipped one."""
     pkg = state.resolved.packages[name]
-    patches_dir = state.resolved.recipe.patches_dir
-    loaded = [load_patch(patches_dir / f) for f in pkg.patches]
-    chosen, skipped = select(loaded, pkg.version, torch=state.resolved.torch.version)
+    chosen, skipped = for_package(
+        state.resolved.recipe.patches_dir, pkg.patches, pkg.version, state.resolved.torch.version
+    )
     return chosen, [f"{p.name} skipped: {why}" for p, why in skipped]
 
 

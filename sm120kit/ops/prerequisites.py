@@ -4,6 +4,7 @@ the host allows it (libnuma's headers for mscclpp); the configure rules themselv
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from ..builds.cmake_config import cccl_cxx_flags, driver_link_dir, numa_hint, numa_steps
@@ -65,6 +66,12 @@ def ensure_prerequisites(
                 numa_planned = step.status == "changed"  # check mode: "would install"
             if not numa_planned and not (doc.get("numa_header") and doc.get("numa_library")):
                 missing.append(numa_hint(name))
+        tk = state.toolkit
+        if cuda_home and not doc.get("cuda_driver") and tk is not None and tk.method == "runfile":
+            # Check mode, the toolkit not installed yet: NVIDIA's runfile toolkit installs the
+            # stub that the real run's probe then finds (the default's second place).
+            doc["cuda_driver"] = posixpath.join(cuda_home, "lib64", "stubs", "libcuda.so")
+            doc["cuda_driver_planned"] = True
         if cuda_home and not doc.get("cuda_driver"):
             missing.append(
                 f"a libcuda.so for CUDA::cuda_driver (none in {cuda_home}/lib64/stubs or the "
@@ -106,7 +113,10 @@ def ensure_prerequisites(
             )
         if numa_planned:
             return doc  # keeps the step's "would install ..." message
-        found = [str(doc.get("numa_header")), str(doc.get("cuda_driver") or "toolkit not yet")]
+        driver = str(doc.get("cuda_driver") or "toolkit not yet")
+        if doc.get("cuda_driver_planned"):
+            driver += " (installed with the planned runfile toolkit)"
+        found = [str(doc.get("numa_header")), driver]
         message = "libnuma: {}; libcuda: {}".format(*found)
         step.message = ("installed libnuma; " + message) if step.status == "changed" else message
         return doc

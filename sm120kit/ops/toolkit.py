@@ -131,6 +131,7 @@ def planned_toolkit(spec: ToolkitSpec) -> Toolkit:
         cuda_home=spec.prefix,
         nvcc=posixpath.join(spec.prefix, "bin", "nvcc"),
         source="planned",
+        method=spec.method,
     )
 
 

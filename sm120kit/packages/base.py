@@ -114,7 +114,10 @@ def plan_parallelism(
 class KnobRequest:
     """What a descriptor's knob function gets: the package, its arch list, the host's size and
     the run's overrides (`given` pops a positive integer override, `origin` says where an
-    override came from, `switches` holds the descriptor's boolean knobs, None when unset)."""
+    override came from, `switches` holds the descriptor's boolean knobs, None when unset).
+    `patch_options`: the build options (CMake cache variables) the entry's patches for this
+    version add (`Patch.options_added`), so a descriptor sets such a define only where a
+    patch makes the tree read it; None when the caller does not know the patches."""
 
     package: str
     archs: list[Arch]
@@ -126,6 +129,8 @@ class KnobRequest:
     origin: Callable[[str], str]
     switches: Mapping[str, bool | None]
     overrides: dict[str, Any]
+    patch_options: frozenset[str] | None = None
+    patch_version: str = ""  # the package version `patch_options` was found for
 
 
 #: Fills a Knobs from a request (env vars, CMake defines, explain-only notes).

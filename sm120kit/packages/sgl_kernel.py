@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import RecipeError
 from ..remote.lib.arch import Arch
 from .base import (
     ATEN_CUDA,
@@ -24,6 +25,10 @@ from .base import (
 from .sgl_kernel_cmake import predict_targets
 
 NAME = "sgl-kernel"
+
+#: The SM-only build's CMake option, and the patch that adds it (docs/sgl-kernel.md).
+ONLY_ARCHS = "SGL_KERNEL_ONLY_ARCHS"
+SM_ONLY_PATCH = "patches/sgl-kernel/0002-cmake-sm-only-build.patch"
 
 #: The PyPI name from 0.4.0 on; sgl-kernel itself stops at 0.3.21. The import package is still
 #: ``sgl_kernel`` (the sglang-kernel 0.4.10 wheel's top_level).
@@ -83,10 +88,31 @@ def sgl_kernel_knobs(knobs: Knobs, req: KnobRequest) -> None:
         why = "default for an arch list of 12.x only"
     else:
         why = f"knob sm120_only = {str(sm_only).lower()}"
-    if sm_only:
+    # SGL_KERNEL_ONLY_ARCHS is this tool's option, added by the SM-only patch: no upstream
+    # CMakeLists.txt reads it (not sgl-kernel/ at c86ca128, 0.3.21; not
+    # python/sglang/kernels/aot/ at sglang d9632eb7, the newest 0.4.x tree read), so without
+    # the patch the define would claim an SM-only build while upstream builds every target.
+    unpatched = req.patch_options is not None and ONLY_ARCHS not in req.patch_options
+    if sm_only and unpatched:
+        release = f"sgl-kernel {req.patch_version}".strip()
+        if req.switches.get("sm120_only"):
+            raise RecipeError(
+                f"package {req.package}: knob sm120_only = true needs a patch that adds "
+                f"{ONLY_ARCHS} ({SM_ONLY_PATCH}, written for 0.3.21's CMakeLists.txt); "
+                f"{release}'s recipe entry lists none, so its CMake would build every target"
+            )
+        knobs.note(
+            "-Ccmake.define." + ONLY_ARCHS,
+            "(not set)",
+            f"upstream's full build: no patch of {release}'s recipe entry adds {ONLY_ARCHS} "
+            f"({SM_ONLY_PATCH} does, for 0.3.21's CMakeLists.txt) and upstream's CMake has no "
+            "such option",
+        )
+        sm_only = False
+    elif sm_only:
         only = sm_only_archs(archs)
         knobs.define(
-            "SGL_KERNEL_ONLY_ARCHS",
+            ONLY_ARCHS,
             only,
             f"SM-only build ({why}; patch 0002-cmake-sm-only-build): every target gets "
             f"-gencode=arch=compute_X,code=sm_X for {only} only; common_ops is built once (the "
@@ -94,7 +120,7 @@ def sgl_kernel_knobs(knobs: Knobs, req: KnobRequest) -> None:
         )
     else:
         knobs.note(
-            "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS",
+            "-Ccmake.define." + ONLY_ARCHS,
             "(not set)",
             f"upstream's full build ({why}): common_ops twice, FA3 and FlashMLA, every gencode",
         )

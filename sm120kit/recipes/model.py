@@ -434,7 +434,12 @@ def _package_problems(
     if pkg.needs_cuda_torch and torch.is_cpu:
         problems.append("a CPU torch cannot build CUDAExtension code (CUDA_HOME is None)")
     if pkg.source["kind"] == "git" and not pkg.source.get("ref"):
-        problems.append(f"source.ref is not pinned (set recipe.{base}source.ref)")
+        # The one line says what to pass: a version string can name several commits of a
+        # repository, so no commit is guessed for it.
+        problems.append(
+            f"source.ref is not pinned: which commit of {pkg.source.get('url')} to build "
+            f"is not known; pass it as the inventory var recipe.{base}source.ref (host or group)"
+        )
     return problems + _arch_knob_problems(pkg, arch, sources, registry.descriptor(pkg.name))
 
 
