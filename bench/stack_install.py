@@ -221,6 +221,20 @@ def tool(
     return out
 
 
+def where_time(t: dict[str, Any]) -> str:
+    """One line of a stack step's host timings: every file checked, installed, compiled, and
+    each file of many modules (`stream_install.FEEDER`): when it was ready, its batch's start
+    and end (what decides when the compile workers have all their work)."""
+    feeders = "; ".join(
+        f"{name} ({modules}) ready {ready} s, batch {began}-{ended} s"
+        for name, modules, ready, began, ended in t.get("stage_feeders") or []
+    )
+    return (
+        f"checked {t.get('check_s')} s, installed {t.get('installed_s')} s, compiled "
+        f"{t.get('stage_s')} s, {t.get('stage_batches')} uv batches; {feeders or 'no feeders'}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lock", type=Path, required=True)
@@ -287,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             + f"  {loads}"
         )
+    print()
+    print("where the stack step's time went (host seconds from the stage's start):")
+    for i, r in enumerate(rows):
+        print(f"  round {i}: {where_time(r['tool']['first'].get('host_timings') or {})}")
     uv_s = sum(r["uv"]["wall_s"] for r in rows)
     uvc_s = sum(r["uv-compile"]["wall_s"] for r in rows)
     stack_s = sum(r["tool"]["first"]["stack_s"] for r in rows)

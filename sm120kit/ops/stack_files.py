@@ -234,6 +234,8 @@ def _row(entry: LockEntry, dest: str) -> dict[str, Any]:
         "sha256": entry.sha256,
         "compiled": entry.compiled,
         "dest": dest,
+        # the lock's size: a big file is fetched in ranges over several connections
+        "size": entry.size or 0,
     }
 
 

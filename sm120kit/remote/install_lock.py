@@ -441,6 +441,10 @@ def apply(args):
             stage_batches=installer.batches,
             stage_uv_s=round(installer.uv_s, 3),
             stage_uv_runs=[[round(b[0] - began, 1)] + b[1:] for b in installer.log],
+            # when each file of many modules was ready, and its batch's start and end
+            stage_feeders=[
+                [f[0], f[1]] + [round(t - began, 1) for t in f[2:]] for f in installer.feeders
+            ],
             compiled=compiled,
             compile_busy_s=round(compiler.busy_s, 3),
         )

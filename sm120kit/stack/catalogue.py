@@ -106,12 +106,15 @@ class ModuleFacts:
 
 @dataclass(frozen=True)
 class WheelFacts:
-    """One wheel file read: its version, file name, sha256 and modules."""
+    """One wheel file read: its version, file name, sha256 and modules; `py_files`: how many
+    ``.py`` files it holds (what a host's install byte-compiles: the stack's fetch and batches
+    take the files that feed the compile workers first), None when not read."""
 
     version: str
     filename: str
     sha256: str
     modules: tuple[ModuleFacts, ...] = ()
+    py_files: int | None = None
 
 
 @dataclass(frozen=True)
@@ -559,6 +562,8 @@ def dump(cat: Catalogue, header: list[str]) -> str:
                 f"filename = {_value(wheel.filename)}",
                 f"sha256 = {_value(wheel.sha256)}",
             ]
+            if wheel.py_files is not None:
+                lines.append(f"py_files = {wheel.py_files}")
             if wheel.modules:
                 lines.append("modules = [")
                 lines += [f"  {_value(_module_doc(m))}," for m in wheel.modules]
@@ -628,7 +633,10 @@ def parse(doc: dict[str, Any], source: str = "") -> Catalogue:
             if not all(isinstance(w.get(k), str) for k in ("version", "filename", "sha256")):
                 raise _bad(where, "a wheel needs version, filename and sha256")
             mods = tuple(_module(m, f"{where} {w['filename']}") for m in w.get("modules") or [])
-            wheels.append(WheelFacts(w["version"], w["filename"], w["sha256"], mods))
+            py = w.get("py_files")
+            if py is not None and (not isinstance(py, int) or isinstance(py, bool) or py < 0):
+                raise _bad(f"{where} {w['filename']}", f"py_files: expected a count, got {py!r}")
+            wheels.append(WheelFacts(w["version"], w["filename"], w["sha256"], mods, py))
         ld = rel.get("loader")
         loader = None
         if isinstance(ld, dict):

@@ -324,10 +324,11 @@ def read_wheel(path: Path, entry: LockEntry, targets: tuple[str, ...]) -> Read:
     dist = norm(entry.name)
     with zipfile.ZipFile(path) as zf:
         modules = _modules(zf, dist, entry.version, targets)
+        py = sum(1 for n in zf.namelist() if n.endswith(".py"))
         release = ReleaseFacts(
             distribution=dist,
             versions=(entry.version,),
-            wheels=(WheelFacts(entry.version, entry.filename, entry.sha256, tuple(modules)),),
+            wheels=(WheelFacts(entry.version, entry.filename, entry.sha256, tuple(modules), py),),
             cuda_requires=cuda_requires(_metadata(zf)),
             loader=read_loader(zf),
             jit_lookup=jit_lookup(zf),

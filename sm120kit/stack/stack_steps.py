@@ -63,6 +63,7 @@ class StackFile:
             "sha256": self.sha256,
             "compiled": self.compiled,
             "dest": self.dest,
+            "size": self.size,
         }
 
 

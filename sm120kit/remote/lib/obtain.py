@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from sm120kit.remote.lib.download import DownloadFailed, download, redact_text
 from sm120kit.remote.lib.download import shown as redact
 from sm120kit.remote.lib.files import remove, sha256_file
+from sm120kit.remote.lib.ranges import download_ranges, parts_for
 
 #: Schemes a locked file may be fetched with. ``file`` only under a ``file://`` index the lock
 #: names: a lock must never make the controller hand its own files to a host.
@@ -81,6 +82,15 @@ def allowed(url, indexes):
     return url_problem(url, indexes) is None
 
 
+def _download(entry, part, timeout):
+    """The entry's URL into `part`; its sha256. A big file (the lock's ``size``: `parts_for`)
+    over several connections, each range written in place (lib/ranges.py); else one stream."""
+    size = entry.get("size") or 0
+    if parts_for(size) > 1 and entry["url"].startswith(("http://", "https://")):
+        return download_ranges(entry["url"], part, size, timeout=timeout)
+    return download(entry["url"], part, "", timeout=timeout)
+
+
 def obtain(entry, timeout, indexes):
     """The entry's file at its dest with the lock's sha256. Returns (error line or None, bytes
     downloaded, corrupt): a file already there with other bytes is removed and `corrupt`."""
@@ -99,7 +109,7 @@ def obtain(entry, timeout, indexes):
         # (or another process fetching the same file) writes its own part file, never this one.
         part = "%s.%d-%d.part" % (dest, os.getpid(), threading.get_ident())
         try:
-            got = download(entry["url"], part, "", timeout=timeout)
+            got = _download(entry, part, timeout)
         except DownloadFailed as exc:
             return "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc))), 0, False
         fetched = os.path.getsize(part)

@@ -312,7 +312,7 @@ def py_files(path):
 
 
 def _size(entry):
-    if "size" in entry:
+    if entry.get("size"):
         return entry["size"]
     try:
         return os.path.getsize(entry["dest"])
@@ -330,12 +330,26 @@ def light(entry):
     return "modules" in entry and entry["modules"] < LIGHT * _size(entry) / float(1 << 20)
 
 
+def alone(entry):
+    """Whether an entry goes in a batch of its own: bigger than `BATCH_BYTES` and not `light`.
+    Its unpack alone takes seconds, and every other file in its batch only holds its modules
+    back from the workers (the real lock's torch, 555 MB and 2,438 modules, went in a batch of
+    54 files and 763 MB that took 12.4 s)."""
+    return _size(entry) > BATCH_BYTES and not light(entry)
+
+
+#: Files with at least this many modules are named in the step's timings (`Installer.feeders`:
+#: when each was ready, when its batch began and ended).
+FEEDER = 1000
+
+
 def take_batch(pending, backlog=0):
     """The entries of `pending` that make the next batch: the densest first (most modules per
     byte: what keeps the compile workers busy soonest), at least one (a bigger file goes
     alone). While the workers have fewer than `BACKLOG` modules queued (`backlog`), at most
-    `BATCH_FILES` files and `BATCH_BYTES`; after, any number of files up to `BUSY_BYTES`. When
-    every pending file is `light`, all of them at once. Ties keep the order of arrival."""
+    `BATCH_FILES` files and `BATCH_BYTES`; after, any number of files up to `BUSY_BYTES`. A
+    file that goes `alone` ends the batch before it, or is the batch. When every pending file
+    is `light`, all of them at once. Ties keep the order of arrival."""
     if pending and all(light(e) for e in pending):
         return list(pending)
     order = sorted(pending, key=density, reverse=True)
@@ -345,8 +359,10 @@ def take_batch(pending, backlog=0):
     total = 0
     for n, entry in enumerate(order):
         size = _size(entry)
-        if n and (n >= files or total + size > budget):
+        if n and (n >= files or total + size > budget or alone(entry)):
             return order[:n]
+        if alone(entry):
+            return order[:1]
         total += size
     return order
 
@@ -371,10 +387,12 @@ class Installer(threading.Thread):
         self.proc = None
         # [began, seconds, files, MB, modules] of each uv run (the step's timings show them)
         self.log = []
+        # [name, modules, ready, batch began, batch ended] of each file of `FEEDER` modules
+        self.feeders = []
 
     def add(self, entry):
         # Counted here, once, from the zip's directory: the batches take the densest first.
-        entry = dict(entry, modules=py_files(entry["dest"]), size=_size(entry))
+        entry = dict(entry, modules=py_files(entry["dest"]), size=_size(entry), ready=time.time())
         with self.cond:
             self.pending.append(entry)
             self.cond.notify()
@@ -410,9 +428,11 @@ class Installer(threading.Thread):
         self.uv_s += time.time() - began
         mb = sum(e.get("size", 0) for e in batch) / 1e6
         modules = sum(e.get("modules", 0) for e in batch)
-        self.log.append(
-            [round(began, 1), round(time.time() - began, 1), len(batch), round(mb), modules]
-        )
+        ended = time.time()
+        self.log.append([round(began, 1), round(ended - began, 1), len(batch), round(mb), modules])
+        for e in batch:
+            if e.get("modules", 0) >= FEEDER:
+                self.feeders.append([e["name"], e["modules"], e.get("ready", began), began, ended])
         if self.proc.returncode != 0:
             self.error = "uv pip install: %s" % uv_sync.error_line(err, self.proc.returncode)
             return
