@@ -9,6 +9,7 @@ import os
 import threading
 from urllib.parse import urlsplit
 
+from sm120kit.remote.lib import growing
 from sm120kit.remote.lib.download import DownloadFailed, download, redact_text
 from sm120kit.remote.lib.download import shown as redact
 from sm120kit.remote.lib.files import remove, sha256_file
@@ -98,25 +99,33 @@ def obtain(entry, timeout, indexes):
         # One writer per temporary: a download still running after its connection was given up
         # (or another process fetching the same file) writes its own part file, never this one.
         part = "%s.%d-%d.part" % (dest, os.getpid(), threading.get_ident())
+        # This host's peer server may send the file on while it arrives (lib/growing.py).
+        grow = growing.begin(want, os.path.basename(dest), part, entry.get("size"))
+        placed = False
         try:
-            got = download(entry["url"], part, "", timeout=timeout)
-        except DownloadFailed as exc:
-            return "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc))), 0, False
-        fetched = os.path.getsize(part)
-        if got != want:
-            remove(part)  # never at its final name: a streaming install takes what is there
-            line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
-                entry["name"], entry["version"], got, want, redact(entry["url"]))  # fmt: skip
-            return line, fetched, False
-        try:
-            os.replace(part, dest)  # only checked bytes ever take the final name
-        except OSError as exc:
-            remove(part)
-            return (
-                "%s %s: cannot place %s: %s" % (entry["name"], entry["version"], dest, exc),
-                0,
-                False,
-            )
+            try:
+                got = download(entry["url"], part, "", timeout=timeout, grow=grow)
+            except DownloadFailed as exc:
+                line = "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc)))
+                return line, 0, False
+            fetched = os.path.getsize(part)
+            if got != want:
+                remove(part)  # never at its final name: a streaming install takes what is there
+                line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
+                    entry["name"], entry["version"], got, want, redact(entry["url"]))  # fmt: skip
+                return line, fetched, False
+            try:
+                os.replace(part, dest)  # only checked bytes ever take the final name
+            except OSError as exc:
+                remove(part)
+                return (
+                    "%s %s: cannot place %s: %s" % (entry["name"], entry["version"], dest, exc),
+                    0,
+                    False,
+                )
+            placed = True
+        finally:
+            grow.end(placed)
     elif entry.get("checked"):
         got = want  # arrived in this run, hashed as it arrived (fetch, or the stores' placing)
     else:
