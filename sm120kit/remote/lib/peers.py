@@ -100,6 +100,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Every byte of `entry`'s part file as it is written; the connection is cut (a
         short body for the taker, who then tries another holder) when the writer fails or
         stalls for `growing.IDLE_S`."""
+        # The part file is made once the download's first bytes are on their way.
+        entry.wait_past(0)
         fd = _open_file(entry.path)
         if fd < 0:  # renamed in (or removed) a moment ago
             fd = _open_file(path)
