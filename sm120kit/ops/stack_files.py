@@ -371,11 +371,13 @@ def obtain_release(
                     earlier = True
                     continue
                 break
+            got = None
             try:
                 got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)))
             finally:
                 peers.uploaded(peer, entry.size)
-            peers.placed(entry.sha256, ctx.host.name, got is not None and serves)
+                # Placed, or no longer offered as receiving it (this host's service died too).
+                peers.placed(entry.sha256, ctx.host.name, got is not None and serves)
             if got is not None:
                 return got
             failed.append(peer)  # cut short or other bytes: the next holder, then the stores
