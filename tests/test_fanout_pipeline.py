@@ -187,7 +187,8 @@ def _peer_part(root: Path) -> bool:
 
 def _pid_listening(address: str, port: int) -> int | None:
     """The process holding the listening socket (address, port): a host's peer server."""
-    want = "%s:%04X" % ("".join(f"{int(x):02X}" for x in reversed(address.split("."))), port)
+    hexed = "".join(f"{int(x):02X}" for x in reversed(address.split(".")))
+    want = f"{hexed}:{port:04X}"
     inode = ""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         cols = line.split()
