@@ -33,7 +33,7 @@ class Growing:
         self.path = path
         self.total = total
         self.written = 0
-        self.ok = None  # type: bool | None
+        self.ok = None  # None while arriving, then whether it took its final name
 
     def sized(self, total):
         """The final size, learnt from the response (the lock gave none)."""
