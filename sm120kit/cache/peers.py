@@ -168,6 +168,11 @@ class Peers:
                     holders.append(host)
             self._cond.notify_all()
 
+    def has_whole(self, sha256: str, host: str) -> bool:
+        """Whether `host` has the whole file (not still receiving it)."""
+        with self._cond:
+            return host in self._holders.get(sha256, ())
+
     def held_by(self, host: str) -> list[str]:
         """The sha256s `host` holds whole in this run (what the holder record keeps)."""
         with self._cond:

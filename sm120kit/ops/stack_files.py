@@ -274,12 +274,15 @@ def _serve(ctx: HostContext, peers: Peers, dest: str) -> bool:
 
 
 def _from_peer(
-    ctx: HostContext, entry: LockEntry, dest: str, peer: str, url: str
+    ctx: HostContext, entry: LockEntry, dest: str, peer: str, url: str, arriving: bool
 ) -> tuple[str, int] | None:
     """The file from peer `peer` (its URL `url`), host to host, its sha256 checked before it
     takes its name; None when refused (other bytes, a cut stream, no answer): the caller
     tries another holder, then the stores and the index."""
-    row = {**_row(entry, dest), "url": "", "mirrors": [f"{url}/{entry.sha256}/{entry.filename}"]}
+    mirror = f"{url}/{entry.sha256}/{entry.filename}"
+    if arriving:
+        mirror += "?arriving=1"  # the peer waits (bounded) for its own download to begin
+    row = {**_row(entry, dest), "url": "", "mirrors": [mirror]}
     doc = ctx.ask("fetch_release", {"entry": row, "indexes": []})
     for line in doc.get("refused") or []:
         ctx.log.warning("from peer %s: %s", peer, line)
@@ -373,7 +376,8 @@ def obtain_release(
                 break
             got = None
             try:
-                got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)))
+                arriving = not peers.has_whole(entry.sha256, peer)
+                got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)), arriving)
             finally:
                 peers.uploaded(peer, entry.size)
                 # Placed, or no longer offered as receiving it (this host's service died too).

@@ -57,7 +57,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        parts = self.path.split("?")[0].split("/")
+        path_part, _, query = self.path.partition("?")
+        parts = path_part.split("/")
         ok = (
             len(parts) == 4
             and parts[0] == ""
@@ -73,7 +74,10 @@ class _Handler(BaseHTTPRequestHandler):
         if fd < 0:
             # Not here yet: still arriving (sent on as it grows), or about to (the controller
             # names a host as a holder the moment its own download is asked for).
-            entry = growing.find(parts[2], parts[3], FIND_WAIT_S, lambda: os.path.isfile(path))
+            # Waited for only when the controller said so (``?arriving=1``): a file an earlier
+            # run's record names and that is gone since is a 404 at once.
+            wait = FIND_WAIT_S if query == "arriving=1" else 0.0
+            entry = growing.find(parts[2], parts[3], wait, lambda: os.path.isfile(path))
             if entry is not None:
                 self._send_growing(entry, path)
                 return
