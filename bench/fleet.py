@@ -138,6 +138,7 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     origins: dict[str, int] = {}
     data_s = step_s = 0.0
     each: list[float] = []
+    odd: list[dict[str, Any]] = []
     for name in names:
         stack = hosts[name]["stack"]
         step = next(s for s in hosts[name]["steps"] if s["name"] == "stack")
@@ -145,13 +146,20 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
         for where, k in (stack.get("files_from") or {}).items():
             key = "peer" if where.startswith("peer:") else where
             origins[key] = origins.get(key, 0) + k
+            if where.startswith("cache:"):
+                # A host of the run that took a file from a store while hosts held it: why.
+                odd.append({
+                    "host": name, "from": where, "files": k,
+                    "refetched": (stack.get("sync") or {}).get("refetched"),
+                    "cache_events": (hosts[name].get("cache_events") or [])[:10],
+                })  # fmt: skip
         each.append(round(float((stack.get("timings") or {}).get("check_s") or 0.0), 1))
         data_s = max(data_s, each[-1])
     shutil.rmtree(tmp / tag, ignore_errors=True)
     return {
         "hosts": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "data_s": round(data_s, 2),
         "stack_s": round(step_s, 2),
-        "files_from": origins, "data_each_s": each, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        "files_from": origins, "data_each_s": each, "store_takers": odd, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }  # fmt: skip
 
 
