@@ -2,7 +2,7 @@
 SSH hosts, side by side in one run (issue 46).
 
     python3 bench/fleet.py [--hosts 1,4,8] [--files 207] [--big-mb 512] [--rounds 1]
-                           [--link-mbps 400]
+                           [--link-mbps 400] [--later]
 
 The lock is synthetic, so that 8 hosts fit on this machine: `--files` small pure wheels (the
 real sglang 0.5.23 lock has 207 files and uv: the controller's work per host is per file, not
@@ -24,6 +24,11 @@ ways, as on a LAN where each host has its own NIC, so that bytes, not the 2 shar
 decide the data time: at 400 Mbit/s a 512 MB file takes 10.7 s on the link and about 2 s of
 CPU to hash and unpack. Without it the data time of 8 hosts measures mostly the CPU their
 hashing shares. The index and the controller (127.0.0.1) are not shaped: the internet's side.
+
+`--later`: a later run's new host (issue 46): one host provisions, then a new host alone
+takes the lock from the controller store relayed over SFTP (its inventory knows no earlier
+host: what main did) and another new host from the first host as its peer (the holder
+record, cache/holders.py); prints both hosts' controller CPU-s.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from sm120kit.cache.holders import RECORD  # noqa: E402
 from sm120kit.ops.stack_files import UV  # noqa: E402
 from sm120kit.stack.draft import draft_lock  # noqa: E402
 from sm120kit.stack.lock import dump_lock  # noqa: E402
@@ -115,6 +121,8 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     inv.write_text(yaml.safe_dump(doc))
     store = tmp / tag / "controller-store"
     run_env = {**env, "INVOKE_SM120KIT_CACHE_CONTROLLER": str(store)}
+    # No earlier run's holders either: each row measures its own hosts' fan-out.
+    (tmp / "runs" / RECORD).unlink(missing_ok=True)
     load0 = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -130,6 +138,7 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     origins: dict[str, int] = {}
     data_s = step_s = 0.0
     each: list[float] = []
+    odd: list[dict[str, Any]] = []
     for name in names:
         stack = hosts[name]["stack"]
         step = next(s for s in hosts[name]["steps"] if s["name"] == "stack")
@@ -137,14 +146,82 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
         for where, k in (stack.get("files_from") or {}).items():
             key = "peer" if where.startswith("peer:") else where
             origins[key] = origins.get(key, 0) + k
+            if where.startswith("cache:"):
+                # A host of the run that took a file from a store while hosts held it: why.
+                odd.append({
+                    "host": name, "from": where, "files": k,
+                    "refetched": (stack.get("sync") or {}).get("refetched"),
+                    "cache_events": (hosts[name].get("cache_events") or [])[:10],
+                })  # fmt: skip
         each.append(round(float((stack.get("timings") or {}).get("check_s") or 0.0), 1))
         data_s = max(data_s, each[-1])
     shutil.rmtree(tmp / tag, ignore_errors=True)
     return {
         "hosts": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "data_s": round(data_s, 2),
         "stack_s": round(step_s, 2),
-        "files_from": origins, "data_each_s": each, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        "files_from": origins, "data_each_s": each, "store_takers": odd, "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }  # fmt: skip
+
+
+def _one(
+    fleet: Any, tmp: Path, env: dict[str, str], name: str, known: list[str], store: Path
+) -> dict[str, Any]:
+    """One provision of host `name` alone, with `known` as the inventory's hosts, work roots
+    and controller store kept (a later run of the same fleet)."""
+    doc = yaml.safe_load(fleet.inventory.read_text())
+    doc["all"]["hosts"] = {n: doc["all"]["hosts"][n] for n in known}
+    for n in known:
+        doc["all"]["hosts"][n].update(
+            target_driver="580.95.05", target_arch="12.0", work_root=str(tmp / "later" / n)
+        )
+    inv = tmp / f"hosts-later-{name}.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    run_env = {**env, "INVOKE_SM120KIT_CACHE_CONTROLLER": str(store)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = run_invoke(["provision", "-H", name, "-i", str(inv), "--json"], run_env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"provision of {name} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    stack = json.loads(proc.stdout)["hosts"][name]["stack"]
+    origins: dict[str, int] = {}
+    for where, k in (stack.get("files_from") or {}).items():
+        key = "peer" if where.startswith("peer:") else where
+        origins[key] = origins.get(key, 0) + k
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {
+        "host": name, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "files_from": origins,
+        "data_s": round(float((stack.get("timings") or {}).get("check_s") or 0.0), 2),
+        "load": round(os.getloadavg()[0], 2),
+    }  # fmt: skip
+
+
+def later(fleet: Any, tmp: Path, env: dict[str, str]) -> int:
+    """``--later``: h00 provisions first (the controller store filled, the holder record
+    written); then a new host alone takes the lock **before** (h01: no earlier host in its
+    inventory, so the controller store relays every file over SFTP, as main did) and
+    **after** (h02: h00 in its inventory, started as its peer). Prints both hosts' controller
+    CPU-s side by side."""
+    store = tmp / "later" / "controller-store"
+    (tmp / "runs" / RECORD).unlink(missing_ok=True)
+    first = _one(fleet, tmp, env, "h00", ["h00"], store)
+    print(f"  first host: {first}", flush=True)
+    before = _one(fleet, tmp, env, "h01", ["h01"], store)
+    print(f"  before (store relays): {before}", flush=True)
+    after = _one(fleet, tmp, env, "h02", ["h00", "h02"], store)
+    print(f"  after (earlier host as peer): {after}", flush=True)
+    print("\nlater host      wall s  data s  controller CPU-s  files from  load")
+    for what, row in (("store relays", before), ("earlier peer", after)):
+        print(
+            f"{what:14s}  {row['wall_s']:6.1f}  {row['data_s']:6.1f}  {row['cpu_s']:16.2f}  "
+            f"{row['files_from']}  {row['load']}"
+        )
+    ratio = after["cpu_s"] / max(before["cpu_s"], 1e-9)
+    print(f"later host's controller CPU-s: {before['cpu_s']:.2f} before, {after['cpu_s']:.2f} "
+          f"after ({ratio:.2f}x)")  # fmt: skip
+    shutil.rmtree(tmp / "later", ignore_errors=True)
+    return 0
 
 
 def main() -> int:
@@ -159,9 +236,15 @@ def main() -> int:
         default=0.0,
         help="each host's own link rate, both ways (tc; 0: not shaped)",
     )
+    parser.add_argument(
+        "--later",
+        action="store_true",
+        help="a later run's new host: controller CPU-s with the store relaying vs an earlier"
+        " host as its peer (3 hosts)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    counts = [int(x) for x in args.hosts.split(",")]
+    counts = [3] if args.later else [int(x) for x in args.hosts.split(",")]
     with tempfile.TemporaryDirectory(prefix="sm120kit-fleet-bench-") as t:
         tmp = Path(t)
         files = tmp / "index"
@@ -189,6 +272,8 @@ def main() -> int:
                     fleet, tmp, INVOKE_SM120KIT_RECIPES_DIR=str(rec),
                     SM120KIT_RELEASE_CACHE=str(cache.parent),
                 )  # fmt: skip
+                if args.later:
+                    return later(fleet, tmp, env)
                 for r in range(args.rounds):
                     order = counts if r % 2 == 0 else list(reversed(counts))
                     for n in order:

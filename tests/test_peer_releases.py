@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sm120kit.cache.key import compute_key
-from sm120kit.cache.peers import BIG_FILE, Peers
+from sm120kit.cache.peers import Peers
 from sm120kit.cache.s3 import S3Store
 from sm120kit.cache.wheels import cache_for
 from sm120kit.inventory.host import Host
@@ -132,43 +132,6 @@ def test_a_mirror_url_names_the_lock_file_by_sha256(url: str, problem: str | Non
     assert (said is None) if problem is None else (said is not None and problem in said)
 
 
-def test_a_big_file_goes_from_each_holder_to_one_taker_at_a_time() -> None:
-    """The fan-out of a big file doubles: a holder uploading it is not given a second taker
-    (that taker waits for a free holder), and each taker that has it serves it in turn; small
-    files go from one holder to any number of takers at once."""
-    peers = Peers()
-    for i, name in enumerate("abcd"):
-        peers.serving(name, f"http://127.0.0.{2 + i}:1/t")
-    big = BIG_FILE
-    assert peers.claim("s", "a", size=big) is None
-    peers.placed("s", "a", True)
-    assert peers.claim("s", "b", size=big) == "a"
-    taken: list[str | None] = []
-    waiters = [
-        threading.Thread(target=lambda h=h: taken.append(peers.claim("s", h, size=big)))
-        for h in "cd"
-    ]
-    for w in waiters:
-        w.start()
-    waiters[0].join(0.3)
-    assert not taken  # a uploads to b: c and d wait, not share a's link three ways
-    assert [peers.claim("x", h, size=10) for h in "x"] == [None]  # a small file is not held up
-    peers.placed("x", "x", False)
-    peers.placed("s", "b", True)
-    peers.uploaded("a", big)
-    for w in waiters:
-        w.join(10)
-    assert sorted(str(t) for t in taken) == ["a", "b"]  # one from each holder
-    peers.uploaded("a", big)
-    peers.uploaded("b", big)
-    # Small files: one holder serves every taker at once.
-    peers.placed("y", "a", True)
-    assert [peers.claim("y", h, size=10) for h in "bcd"] == ["a", "a", "a"]
-    # After its wait a taker of a big file takes a busy holder rather than none.
-    assert peers.claim("s", "c", size=big) in {"a", "b"}
-    assert peers.claim("s", "d", size=big, wait_s=0) in {"a", "b"}
-
-
 def test_a_host_waits_for_the_download_in_flight_then_takes_it_from_that_peer() -> None:
     peers = Peers()
     peers.serving("a", "http://127.0.0.2:1/t")
@@ -183,6 +146,7 @@ def test_a_host_waits_for_the_download_in_flight_then_takes_it_from_that_peer() 
     waiter.join(10)
     assert taken == ["a"]
     peers.uploaded("a")
+    peers.placed("s", "b", False)  # b gave up (a taker is offered as a holder until it ends)
     peers.leave("a")
     assert peers.claim("s", "c") is None  # a left: c gets it another way
     assert peers.claim("t", "b", wait_s=0) is None

@@ -150,7 +150,9 @@ class WheelCache:
         return calls
 
     def close(self) -> None:
-        """Close the shared stores' connections (and the per-run handoff store)."""
+        """Close the shared stores' connections (and the per-run handoff store), and the
+        earlier runs' holders' peer servers started for this run."""
+        self.peers.close()
         self._stores.close()
 
 

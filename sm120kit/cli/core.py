@@ -272,6 +272,7 @@ def open_session(
     )
     runner = Runner(options, progress_for(err, enabled=True))
     runner.settings = conf
+    runner.shared.inventory = dict(inv.hosts)
     return Session(conf, inv, hosts, runner, json_output, out, err)
 
 

@@ -40,6 +40,14 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from ..cache.holders import (
+    EARLIER_PER_FILE,
+    Held,
+    earlier_holders,
+    read_record,
+    record,
+    record_path,
+)
 from ..cache.key import RELEASE_TAG, KeyInputs
 from ..cache.peers import Peers
 from ..cache.request import BuiltWheel
@@ -49,6 +57,7 @@ from ..remote.lib.download import DownloadFailed, download, shown
 from ..remote.lib.files import sha256_file
 from ..remote.lib.obtain import url_problem
 from ..runner.pool import HostContext
+from ..runner.results import HostResult
 from ..stack.draft import cached_copy, local_path
 from ..stack.index_auth import authed
 from ..stack.lock import LockEntry
@@ -234,7 +243,8 @@ def _row(entry: LockEntry, dest: str) -> dict[str, Any]:
         "sha256": entry.sha256,
         "compiled": entry.compiled,
         "dest": dest,
-        # the lock's size: a big file is fetched in ranges over several connections
+        # the lock's size: a big file is fetched in ranges over several connections, and the
+        # host serves a file on as it arrives, with this length
         "size": entry.size or 0,
     }
 
@@ -260,26 +270,76 @@ def _serve(ctx: HostContext, peers: Peers, dest: str) -> bool:
             return False
         address = str(doc["address"])
         host = f"[{address}]" if ":" in address else address
-        peers.serving(name, f"http://{host}:{int(doc['port'])}/{peers.token}")
+        peers.serving(name, f"http://{host}:{int(doc['port'])}/{peers.token}", root)
         ctx.log.info("serving releases to peers at %s:%s", address, doc["port"])
         return True
 
 
 def _from_peer(
-    ctx: HostContext, entry: LockEntry, dest: str, peer: str, url: str, indexes: tuple[str, ...]
-) -> tuple[str, int]:
+    ctx: HostContext, entry: LockEntry, dest: str, peer: str, url: str, arriving: bool
+) -> tuple[str, int] | None:
     """The file from peer `peer` (its URL `url`), host to host, its sha256 checked before it
-    takes its name; refused (other bytes, or no answer), it is downloaded from the lock's URL."""
-    row = {**_row(entry, dest), "mirrors": [f"{url}/{entry.sha256}/{entry.filename}"]}
-    doc = ctx.ask("fetch_release", {"entry": row, "indexes": [authed(i) for i in indexes]})
+    takes its name; None when refused (other bytes, a cut stream, no answer): the caller
+    tries another holder, then the stores and the index."""
+    mirror = f"{url}/{entry.sha256}/{entry.filename}"
+    if arriving:
+        mirror += "?arriving=1"  # the peer waits (bounded) for its own download to begin
+    row = {**_row(entry, dest), "url": "", "mirrors": [mirror]}
+    doc = ctx.ask("fetch_release", {"entry": row, "indexes": []})
     for line in doc.get("refused") or []:
         ctx.log.warning("from peer %s: %s", peer, line)
         ctx.result.data.setdefault("cache_events", []).append(f"peer {peer}: {line}")
-    if not doc.get("ok"):
-        raise HostFailed(f"{ctx.host.name}: {doc.get('error')}")
-    if doc.get("source") == "peer":
+    if doc.get("ok") and doc.get("source") == "peer":
         return f"peer:{peer}", 0
-    return "index", int(doc.get("downloaded") or 0)
+    return None
+
+
+def _serve_earlier(ctx: HostContext, peers: Peers, held: Held) -> bool:
+    """Start the peer server of `held.host`, a host of the inventory outside this run that
+    held files at the end of an earlier run (`cache/holders.py`), for this run's token;
+    its recorded files become holders. False when it cannot be reached (once per run)."""
+    with peers.start_lock(held.host):
+        if held.host in peers.earlier:
+            return peers.earlier[held.host] is not None
+        host = ctx.runner.shared.inventory.get(held.host)
+        other = None
+        try:
+            if host is None or host.is_local:
+                raise HostFailed(f"{held.host}: not a remote host of the inventory")
+            other = HostContext(host, ctx.runner, HostResult(host.name), ctx.log)
+            doc = other.ask(
+                "fetch_release", {"serve": {"root": held.releases, "token": peers.token}}
+            )
+            if not doc.get("ok"):
+                raise HostFailed(f"{held.host}: {doc.get('error')}")
+        except Exception as exc:  # noqa: BLE001 - a holder down costs only the store's relay
+            line = f"earlier holder {held.host} not started: {one_line(str(exc))}"
+            ctx.log.warning("%s", line)
+            ctx.result.data.setdefault("cache_events", []).append(line)
+            if other is not None:
+                other.close()
+            peers.earlier[held.host] = None
+            return False
+        address = str(doc["address"])
+        at = f"[{address}]" if ":" in address else address
+        peers.serving(held.host, f"http://{at}:{int(doc['port'])}/{peers.token}", held.releases)
+        for sha in held.sha256:
+            peers.placed(sha, held.host, True)
+        peers.earlier[held.host] = other
+        ctx.log.info("earlier holder %s serves at %s:%s", held.host, address, doc["port"])
+        return True
+
+
+def _earlier_holders(ctx: HostContext, peers: Peers, entry: LockEntry) -> bool:
+    """Whether a host of an earlier run that held `entry`'s file serves it to this run now
+    (its server started by `_serve_earlier`, at most `EARLIER_PER_FILE` tried per file)."""
+    runner = ctx.runner
+    held = runner.shared.once("holders", lambda: read_record(record_path(runner.options.run_root)))
+    known = frozenset(runner.shared.inventory)
+    started = False
+    for h in earlier_holders(held, entry.sha256, runner.host_names, known)[:EARLIER_PER_FILE]:
+        started = _serve_earlier(ctx, peers, h) or started
+    return started
 
 
 def obtain_release(
@@ -305,14 +365,28 @@ def obtain_release(
     cache = cache_for(ctx.runner)
     peers = cache.peers if target is None and not ctx.host.is_local else None
     if peers is not None:
-        peer = peers.claim(entry.sha256, ctx.host.name, size=entry.size)
-        if peer is not None:
+        # Serving before the first byte arrives: a taker is a holder from its first byte.
+        serves = _serve(ctx, peers, dest)
+        failed: list[str] = []
+        earlier = False
+        while True:
+            peer = peers.claim(entry.sha256, ctx.host.name, size=entry.size, avoid=failed)
+            if peer is None:
+                if not earlier and _earlier_holders(ctx, peers, entry):
+                    earlier = True
+                    continue
+                break
+            got = None
             try:
-                got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)), indexes)
+                arriving = not peers.has_whole(entry.sha256, peer)
+                got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)), arriving)
             finally:
                 peers.uploaded(peer, entry.size)
-            peers.placed(entry.sha256, ctx.host.name, _serve(ctx, peers, dest))
-            return got
+                # Placed, or no longer offered as receiving it (this host's service died too).
+                peers.placed(entry.sha256, ctx.host.name, got is not None and serves)
+            if got is not None:
+                return got
+            failed.append(peer)  # cut short or other bytes: the next holder, then the stores
     fetched: list[int] = []
 
     def download() -> BuiltWheel:
@@ -331,7 +405,10 @@ def obtain_release(
             )
             got = sum(int(n) for _, n in doc.get("downloaded") or [])
         else:
-            # Nothing to verify on arrival: the host's downloader, one process for the run.
+            # Nothing to verify on arrival: the host's downloader, one process for the run,
+            # which serves the file on to the hosts waiting for it as it arrives.
+            if peers is not None:
+                peers.receiving(entry.sha256, ctx.host.name)
             doc = ctx.ask("fetch_release", {"entry": row, "indexes": [authed(i) for i in indexes]})
             got = int(doc.get("downloaded") or 0)
         if not doc.get("ok"):
@@ -433,8 +510,18 @@ def leave_peers(ctx: HostContext) -> None:
     """This host's part of the run is over: no host is sent to it from now on, and the
     downloads in flight from it end first (bounded)."""
     wheel_cache = ctx.runner.wheel_cache
-    if wheel_cache is not None:
-        wheel_cache.peers.leave(ctx.host.name)
+    if wheel_cache is None:
+        return
+    peers = wheel_cache.peers
+    name = ctx.host.name
+    peers.leave(name)
+    held, root = peers.held_by(name), peers.root_of(name)
+    if held and root:
+        # For a later run's new hosts: this host serves these files then (cache/holders.py).
+        try:
+            record(record_path(ctx.runner.options.run_root), name, root, held)
+        except OSError as exc:
+            ctx.log.warning("holder record not written: %s", exc)
 
 
 __all__ = [

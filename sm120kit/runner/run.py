@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..cache.wheels import WheelCache
+    from ..inventory.host import Host
 
 
 @dataclass
@@ -27,6 +28,9 @@ class Run:
     settings: dict[str, Any] = field(default_factory=dict)
     #: The wheel cache of this run, once a build asked for it.
     wheel_cache: WheelCache | None = None
+    #: Every host of the inventory, by name (not only the run's): an earlier run's host that
+    #: holds released files serves them to this run's hosts (cache/holders.py).
+    inventory: dict[str, Host] = field(default_factory=dict)
     #: Guards the creation of run-wide services (the wheel cache).
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _values: dict[str, tuple[str, Any]] = field(default_factory=dict, repr=False)

@@ -129,9 +129,11 @@ def redact_text(text):
     return text
 
 
-def download(url, dest, sha256="", timeout=60, direct=False):
+def download(url, dest, sha256="", timeout=60, direct=False, grow=None):
     """Fetch `url` to `dest`, checking `sha256` when given; the hex digest it had (`direct`:
-    past any proxy, `direct_opener`).
+    past any proxy, `direct_opener`). `grow` (a `lib/growing.Growing` of `dest`): told each
+    block once it is in the file, and the response's length, so this host's peer server can
+    send the file on while it arrives (the caller ends it).
 
     `dest` is removed on any failure. The file exists before the request goes out, so a run
     killed at any point leaves it for the caller's cleanup (callers name it as a part file).
@@ -144,6 +146,8 @@ def download(url, dest, sha256="", timeout=60, direct=False):
         chosen = direct_opener() if direct else opener()
         with open(dest, "wb") as out, chosen.open(request_of(url), timeout=timeout) as resp:
             expected = resp.headers.get("Content-Length")
+            if grow is not None and expected is not None:
+                grow.sized(int(expected))
             total = 0
             while True:
                 block = resp.read(CHUNK)
@@ -152,6 +156,9 @@ def download(url, dest, sha256="", timeout=60, direct=False):
                 total += len(block)
                 digest.update(block)
                 out.write(block)
+                if grow is not None:
+                    out.flush()  # in the file before a reader is told it is there
+                    grow.wrote(len(block))
         # http.client's read(n) returns b"" when the server hangs up early instead of raising:
         # a dropped connection must not pass for a short file.
         if expected is not None and total != int(expected):

@@ -9,6 +9,7 @@ import os
 import threading
 from urllib.parse import urlsplit
 
+from sm120kit.remote.lib import growing
 from sm120kit.remote.lib.download import DownloadFailed, download, redact_text
 from sm120kit.remote.lib.download import shown as redact
 from sm120kit.remote.lib.files import remove, sha256_file
@@ -82,13 +83,19 @@ def allowed(url, indexes):
     return url_problem(url, indexes) is None
 
 
-def _download(entry, part, timeout):
+def _download(entry, part, timeout, grow):
     """The entry's URL into `part`; its sha256. A big file (the lock's ``size``: `parts_for`)
-    over several connections, each range written in place (lib/ranges.py); else one stream."""
+    over several connections, each range written in place (lib/ranges.py); else one stream,
+    which this host's peer server may send on while it arrives (`grow`)."""
+    if _splits(entry):
+        return download_ranges(entry["url"], part, entry["size"], timeout=timeout)
+    return download(entry["url"], part, "", timeout=timeout, grow=grow)
+
+
+def _splits(entry):
+    """Whether the entry's file is fetched in ranges (big, over HTTP)."""
     size = entry.get("size") or 0
-    if parts_for(size) > 1 and entry["url"].startswith(("http://", "https://")):
-        return download_ranges(entry["url"], part, size, timeout=timeout)
-    return download(entry["url"], part, "", timeout=timeout)
+    return parts_for(size) > 1 and entry["url"].startswith(("http://", "https://"))
 
 
 def obtain(entry, timeout, indexes):
@@ -108,25 +115,36 @@ def obtain(entry, timeout, indexes):
         # One writer per temporary: a download still running after its connection was given up
         # (or another process fetching the same file) writes its own part file, never this one.
         part = "%s.%d-%d.part" % (dest, os.getpid(), threading.get_ident())
+        # This host's peer server may send the file on while it arrives (lib/growing.py).
+        # A range-split file has no growing prefix: peers take it once placed.
+        grow = None if _splits(entry) else growing.begin(
+            want, os.path.basename(dest), part, entry.get("size"))  # fmt: skip
+        placed = False
         try:
-            got = _download(entry, part, timeout)
-        except DownloadFailed as exc:
-            return "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc))), 0, False
-        fetched = os.path.getsize(part)
-        if got != want:
-            remove(part)  # never at its final name: a streaming install takes what is there
-            line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
-                entry["name"], entry["version"], got, want, redact(entry["url"]))  # fmt: skip
-            return line, fetched, False
-        try:
-            os.replace(part, dest)  # only checked bytes ever take the final name
-        except OSError as exc:
-            remove(part)
-            return (
-                "%s %s: cannot place %s: %s" % (entry["name"], entry["version"], dest, exc),
-                0,
-                False,
-            )
+            try:
+                got = _download(entry, part, timeout, grow)
+            except DownloadFailed as exc:
+                line = "%s %s: %s" % (entry["name"], entry["version"], redact_text(str(exc)))
+                return line, 0, False
+            fetched = os.path.getsize(part)
+            if got != want:
+                remove(part)  # never at its final name: a streaming install takes what is there
+                line = "%s %s: sha256 %s differs from the lock's %s (%s)" % (
+                    entry["name"], entry["version"], got, want, redact(entry["url"]))  # fmt: skip
+                return line, fetched, False
+            try:
+                os.replace(part, dest)  # only checked bytes ever take the final name
+            except OSError as exc:
+                remove(part)
+                return (
+                    "%s %s: cannot place %s: %s" % (entry["name"], entry["version"], dest, exc),
+                    0,
+                    False,
+                )
+            placed = True
+        finally:
+            if grow is not None:
+                grow.end(placed)
     elif entry.get("checked"):
         got = want  # arrived in this run, hashed as it arrived (fetch, or the stores' placing)
     else:

@@ -12,6 +12,12 @@ root (no symlink followed), binds to the address the controller's SSH connection
 service (its stdin: the host's part of the run). The bytes are public released files; what
 the taker installs is what the lock's sha256 says, whoever served it.
 
+A file still arriving here (from the index or from another peer: `lib/growing.py`) is served
+while it arrives, every byte written so far and then the next as they come (bounded), with
+the final size as its length when known: the pipelined fan-out, where each taker is a holder
+from its first byte. A writer that fails cuts its readers short; their takers see a short or
+wrong file, refuse it by its sha256 and try another holder.
+
 Stdlib only, Python >= 3.8.
 """
 
@@ -24,12 +30,17 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from sm120kit.remote.lib import growing
 from sm120kit.remote.lib.download import DownloadFailed, download, redact_text
 from sm120kit.remote.lib.files import remove
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 #: A released file's name: one path component, no hidden or partial file.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+#: The longest a request waits for a file that is neither here nor arriving yet (this host's
+#: own download of it is queued behind others).
+FIND_WAIT_S = 60.0
 
 _SERVER = []  # type: list[ThreadingHTTPServer]
 _STARTING = threading.Lock()
@@ -46,7 +57,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        parts = self.path.split("?")[0].split("/")
+        path_part, _, query = self.path.partition("?")
+        parts = path_part.split("/")
         ok = (
             len(parts) == 4
             and parts[0] == ""
@@ -54,24 +66,32 @@ class _Handler(BaseHTTPRequestHandler):
             and _SHA.match(parts[2]) is not None
             and _name_ok(parts[3])
         )
-        fd = -1
-        if ok:
-            path = os.path.join(self.server.root, parts[2], parts[3])
-            try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-            except OSError:
-                fd = -1
+        if not ok:
+            self.send_error(404)
+            return
+        path = os.path.join(self.server.root, parts[2], parts[3])
+        fd = _open_file(path)
+        if fd < 0:
+            # Not here yet: still arriving (sent on as it grows), or about to (the controller
+            # names a host as a holder the moment its own download is asked for).
+            # Waited for only when the controller said so (``?arriving=1``): a file an earlier
+            # run's record names and that is gone since is a 404 at once.
+            wait = FIND_WAIT_S if query == "arriving=1" else 0.0
+            entry = growing.find(parts[2], parts[3], wait, lambda: os.path.isfile(path))
+            if entry is not None:
+                self._send_growing(entry, path)
+                return
+            fd = _open_file(path)
         if fd < 0:
             self.send_error(404)
             return
+        self._send_whole(fd)
+
+    def _send_whole(self, fd):
         with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                self.send_error(404)
-                return
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(info.st_size))
+            self.send_header("Content-Length", str(os.fstat(f.fileno()).st_size))
             self.end_headers()
             self.wfile.flush()
             try:
@@ -79,6 +99,53 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.sendfile(f)
             except OSError:
                 pass  # the taker went away; it checks what it got anyway
+
+    def _send_growing(self, entry, path):
+        """Every byte of `entry`'s part file as it is written; the connection is cut (a
+        short body for the taker, who then tries another holder) when the writer fails or
+        stalls for `growing.IDLE_S`."""
+        # The part file is made once the download's first bytes are on their way.
+        entry.wait_past(0)
+        fd = _open_file(entry.path)
+        if fd < 0:  # renamed in (or removed) a moment ago
+            fd = _open_file(path)
+            if fd < 0:
+                self.send_error(404)
+            else:
+                self._send_whole(fd)
+            return
+        with os.fdopen(fd, "rb") as f:
+            total = entry.wait_sized()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            if total is not None:
+                self.send_header("Content-Length", str(total))
+            self.end_headers()
+            self.wfile.flush()
+            offset = 0
+            try:
+                while True:
+                    written, total, ended = entry.wait_past(offset)
+                    if written > offset:
+                        offset += self.connection.sendfile(f, offset, written - offset)
+                        continue
+                    if not (ended and (total is None or offset >= total)):
+                        self.close_connection = True  # failed or stalled: cut short
+                    return
+            except OSError:
+                return  # the taker went away
+
+
+def _open_file(path):
+    """A read-only descriptor of the regular file at `path` (no symlink followed), or -1."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return -1
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return -1
+    return fd
 
 
 class _V6Server(ThreadingHTTPServer):
@@ -163,21 +230,33 @@ def from_mirrors(entry, timeout):
         if parent and not os.path.isdir(parent):
             os.makedirs(parent, exist_ok=True)
         part = "%s.%d-%d.peer.part" % (dest, os.getpid(), threading.get_ident())
+        # A taker is a holder too from its first byte: its own takers chain on (growing.py).
+        grow = growing.begin(want, os.path.basename(dest), part, entry.get("size"))
+        placed = False
         try:
-            got = download(url, part, "", timeout=timeout, direct=not store)
-        except DownloadFailed as exc:
-            refusals.append(redact_text(str(exc)))
-            continue
-        size = os.path.getsize(part)
-        if got != want:
-            remove(part)
-            refusals.append("%s: sha256 %s differs from the lock's %s; refused" % (url, got, want))
-            continue
-        try:
-            os.replace(part, dest)
-        except OSError as exc:
-            remove(part)
-            refusals.append("cannot place %s: %s" % (dest, exc))
-            continue
-        return True, size, refusals
+            placed, size, line = _one_mirror(url, part, dest, want, store, timeout, grow)
+        finally:
+            grow.end(placed)
+        if placed:
+            return True, size, refusals
+        refusals.append(line)
     return False, 0, refusals
+
+
+def _one_mirror(url, part, dest, want, store, timeout, grow):
+    """(placed, bytes, refusal line) of one mirror's download into `part`."""
+    try:
+        got = download(url, part, "", timeout=timeout, direct=not store, grow=grow)
+    except DownloadFailed as exc:
+        return False, 0, redact_text(str(exc))
+    size = os.path.getsize(part)
+    if got != want:
+        remove(part)
+        return False, 0, "%s: sha256 %s differs from the lock's %s; refused" % (
+            redact_text(url), got, want)  # fmt: skip
+    try:
+        os.replace(part, dest)
+    except OSError as exc:
+        remove(part)
+        return False, 0, "cannot place %s: %s" % (dest, exc)
+    return True, size, None
