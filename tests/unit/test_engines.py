@@ -1,0 +1,192 @@
+"""The serving engine as data (sm120kit/packages/engines.py): a stack line offers engines, a
+host or group picks one with the inventory var ``stack``, the smoke probe checks the engine
+its env holds. Table tests from the shipped recipes, locks and the vLLM catalogue (read from
+the released wheels by lock.draft); the triton rule runs the machine's real nvcc 13.0 as the
+ptxas it finds (``--version`` prints the same release line). The tests at the end need the
+real vLLM env (SM120KIT_VLLM_ENV=<its python>, provisioned by bench/ssh_real_lock.py
+--stack vllm) and are skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sm120kit.errors import RecipeError
+from sm120kit.inventory.host import Host
+from sm120kit.packages import engines
+from sm120kit.packages import stack as serving
+from sm120kit.recipes.select import load_recipes, resolve_for_host
+from sm120kit.remote.lib.jit_toolchain import RULES, check_jit
+from sm120kit.stack.catalogue import load_beside
+from tests.conftest import invoke_env, json_of, run_invoke
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_ENV = os.environ.get("SM120KIT_VLLM_ENV", "")
+
+
+def _facts(driver: str, cap: str) -> dict[str, Any]:
+    return {"gpu": {"driver_version": driver, "gpus": [{"compute_cap": cap}]}}
+
+
+@pytest.fixture(scope="module")
+def recipes() -> dict[str, Any]:
+    return load_recipes()
+
+
+@pytest.mark.parametrize(
+    ("top", "engine"),
+    [("sglang==0.5.23", "sglang"), ("vllm==0.33.0", "vllm"), ("SGLang==0.5.9", "sglang"),
+     ("vllm[audio]==0.33.0", "vllm"), ("torch==2.14.0", None)],
+)  # fmt: skip
+def test_a_stack_top_names_its_engine(top: str, engine: str | None) -> None:
+    found = engines.for_top(top)
+    assert (found.name if found else None) == engine
+
+
+def test_every_engine_is_a_descriptor_whose_compiled_modules_smoke_checks() -> None:
+    """Each engine's top-level distribution is a serving descriptor or pure Python, and each
+    of its own JIT rules is one the hosts' library has."""
+    for e in engines.ENGINES:
+        assert e.launch and e.module and e.source
+        for rule, source in e.jit.values():
+            assert rule in RULES and source
+    assert "vllm" in serving.discover_names()
+    args = serving.probe_knowledge(())
+    assert [e["top"] for e in args["engines"]] == [e.distribution for e in engines.ENGINES]
+    assert args["top"] == engines.DEFAULT == "sglang"
+
+
+@pytest.mark.parametrize("name", ["r580", "r590", "r595"])
+def test_a_cu13_recipe_offers_vllm_with_its_locks_torch(recipes: dict[str, Any], name: str) -> None:
+    recipe = recipes[name]
+    if recipe.stack is None or recipe.stack.top != "sglang==0.5.23":
+        pytest.skip(f"{name} does not use the cu13 line")
+    assert recipe.for_engine(None) is recipe and recipe.for_engine("sglang") is recipe
+    vllm = recipe.for_engine("vllm")
+    assert vllm.stack.top == "vllm==0.33.0"
+    assert vllm.lock is not None and (vllm.torch.version, vllm.lock.torch) == ("2.14.0", "2.14.0")
+    assert vllm.torch_from == "recipes/shared/stacks.toml (stack cu13-vllm)"
+    # sgl-kernel is derived from sglang's lock only.
+    assert "sgl-kernel" in {p.name for p in recipe.packages}
+    assert "sgl-kernel" not in {p.name for p in vllm.packages}
+
+
+@pytest.mark.parametrize(
+    ("value", "picked"), [("vllm", "vllm==0.33.0"), ("sglang", "sglang==0.5.23"), ("", "sglang==0.5.23")]
+)  # fmt: skip
+def test_host_var_stack_picks_the_engine(recipes: dict[str, Any], value: str, picked: str) -> None:
+    host = Host(
+        "gpu1", vars={"stack": value}, var_sources={"stack": "inventory/hosts.yaml: group gpus"}
+    )
+    res = resolve_for_host(recipes, host, _facts("580.95.05", "12.0"))
+    assert res.recipe.name == "r580" and res.recipe.stack.top == picked
+
+
+@pytest.mark.parametrize(
+    ("value", "said"), [("tgi", "known engines: sglang, vllm"), ("vllm", "offers sglang")]
+)
+def test_an_engine_not_offered_is_one_line_naming_the_var(
+    recipes: dict[str, Any], value: str, said: str
+) -> None:
+    host = Host(
+        "gpu1", vars={"stack": value}, var_sources={"stack": "inventory/hosts.yaml: host gpu1"}
+    )
+    facts = _facts("580.95.05", "12.0") if value != "vllm" else _facts("575.57.08", "12.0")
+    with pytest.raises(RecipeError) as err:
+        resolve_for_host(recipes, host, facts)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(
+        "host gpu1: inventory/hosts.yaml: host gpu1 (stack)"
+    )
+    assert said in text
+
+
+def test_the_fa2_module_holds_only_compute_80_ptx_for_12_0() -> None:
+    """vllm 0.33.0's FlashAttention-2 module, as lock.draft read it from the wheel: SASS
+    sm_80 and PTX compute_80 only, so a 12.0 GPU runs it through the driver's JIT; FA3 and
+    FlashMLA hold no code for 12.0 at all (catalogue facts, smoke's module_archs)."""
+    cat = load_beside(REPO / "locks" / "vllm-0.33.0", "locks/vllm-0.33.0/catalogue.toml")
+    assert cat is not None
+    (rel,) = [r for r in cat.releases if r.distribution == "vllm"]
+    mods = {m.path: m for w in rel.wheels for m in w.modules}
+    fa2 = mods["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so"]
+    assert (list(fa2.sass), list(fa2.ptx)) == (["sm_80"], ["compute_80"])
+    none = {f["module"] for f in serving.smoke_facts("vllm")["module_archs"]}
+    assert {"vllm.vllm_flash_attn._vllm_fa3_C", "vllm._flashmla_C"} <= none
+    assert "vllm.vllm_flash_attn._vllm_fa2_C" not in none
+
+
+@pytest.mark.parametrize(("cc", "tool"), [((12, 0), "ptxas-blackwell"), ((9, 0), "ptxas")])
+def test_triton_takes_its_own_ptxas_by_capability(
+    tmp_path: Path, cc: tuple[int, int], tool: str
+) -> None:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on this machine")
+    bin_dir = tmp_path / "triton" / "backends" / "nvidia" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / tool).symlink_to(nvcc)
+    pkg = {"triton": {"rule": "triton", "version": "3.8.0", "location": str(tmp_path)}}
+    res = check_jit(pkg, [str(tmp_path)], cc, "13.0", env={"PATH": "/usr/bin"})
+    row = res["packages"]["triton"]
+    assert row["status"] == "pass", row
+    assert row["ptxas"] == str(bin_dir / tool) and row["ptxas_from"].endswith(tool)
+    # The env var names another ptxas first; one that does not run falls back to the wheel's.
+    var = "TRITON_" + tool.upper().replace("-", "_") + "_PATH"
+    res = check_jit(pkg, [str(tmp_path)], cc, "13.0", env={var: str(tmp_path / "none")})
+    assert res["packages"]["triton"]["ptxas"] == str(bin_dir / tool)
+    (bin_dir / tool).unlink()
+    res = check_jit(pkg, [str(tmp_path)], cc, "13.0", env={})
+    assert res["status"] == "fail" and f"no working {tool}" in res["reason"]
+
+
+# ------------------------------------------------------------------ the real vLLM env
+
+
+@pytest.fixture(scope="module")
+def vllm_smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if not VLLM_ENV:
+        pytest.skip("SM120KIT_VLLM_ENV names no real vLLM env")
+    proc = run_invoke(
+        ["smoke", "-H", "local", "--python", VLLM_ENV, "--arch", "12.0", "--json"],
+        invoke_env(None, tmp_path_factory.mktemp("vllm-smoke")),
+        timeout=1800,
+    )
+    host: dict[str, Any] = json_of(proc)["hosts"]["local"]
+    return host
+
+
+def test_real_env_imports_vllm_through_the_stub_with_its_pins(vllm_smoke: dict[str, Any]) -> None:
+    stack = vllm_smoke["stack"]
+    assert stack["top"] == "vllm" and stack["version"].startswith("0.33.0")
+    checks = {c["check"]: c for c in stack["checks"]}
+    assert checks["import"]["status"] == "pass", checks["import"]
+    assert checks["import"]["details"]["stub"] == "torch.cuda faked as one GPU of capability 12.0"
+    assert checks["pins"]["status"] == "pass", checks["pins"]
+    assert {"torch", "flashinfer-python"} <= {
+        r["package"] for r in checks["pins"]["details"]["pins"]
+    }
+
+
+def test_real_env_jit_toolchains_flashinfer_and_triton(vllm_smoke: dict[str, Any]) -> None:
+    jit = vllm_smoke["stack"]["jit"]["packages"]
+    assert {"flashinfer-python", "triton"} <= set(jit)
+    assert jit["triton"]["status"] == "pass" and jit["triton"]["ptxas_from"].endswith(
+        "ptxas-blackwell"
+    )
+
+
+def test_real_env_every_vllm_module_judged_fa2_warned(vllm_smoke: dict[str, Any]) -> None:
+    exts = vllm_smoke["smoke"]["packages"]["vllm"]["extensions"]
+    fa2 = next(e for e in exts if e["rel"].endswith("_vllm_fa2_C.abi3.so"))
+    assert (fa2["sass"], fa2["ptx"]) == (["sm_80"], ["compute_80"])
+    cov = next(c for c in vllm_smoke["packages"]["vllm"]["checks"] if c["check"] == "arch_coverage")
+    assert cov["status"] in ("warn", "info", "pass"), cov
+    text = json.dumps(cov)
+    assert "_vllm_fa2_C" in text and "compute_80" in text
