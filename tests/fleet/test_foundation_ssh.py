@@ -258,7 +258,7 @@ def test_stale_lock_is_taken_over(fleet: Fleet, tmp_path: Path) -> None:
 def test_host_var_reaching_a_shell_is_quoted(fleet: Fleet, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     doc = yaml.safe_load(fleet.inventory.read_text())
-    # (a work_root like this is refused before any host is touched: tests/test_faults.py)
+    # (a work_root like this is refused before any host is touched: tests/fleet/test_faults.py)
     doc["all"]["hosts"]["gpu1"]["ansible_python_interpreter"] = "python3; touch " + str(marker)
     inv = tmp_path / "hosts.yaml"
     inv.write_text(yaml.safe_dump(doc))

@@ -129,7 +129,7 @@ CHILD = textwrap.dedent(
 
 
 def toolkit_here() -> object:
-    """The system nvcc as a Toolkit (as tests/test_build_op.py's fixture makes it)."""
+    """The system nvcc as a Toolkit (as tests/real/test_build_op.py's fixture makes it)."""
     from tests.real.test_build_op import system_toolkit
 
     return system_toolkit()

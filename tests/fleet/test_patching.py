@@ -234,7 +234,7 @@ def test_sgl_kernel_from_git_commit_then_patched(tmp_path: Path):
         assert option == "CMAKE_POLICY_VERSION_MINIMUM" or option in cmake
 
     # The loader patch (the stand-in's CMakeLists is not upstream's: the CMake patch is
-    # classified on the real tree in tests/test_sgl_kernel_real.py).
+    # classified on the real tree in tests/real/test_sgl_kernel_real.py).
     loader_only = load_patches(REPO / "patches" / "sgl-kernel", [SM120_PATCH.name])
     patches, skipped = select(loader_only, "0.3.21")
     assert [p.name for p in patches] == [SM120_PATCH.name] and not skipped

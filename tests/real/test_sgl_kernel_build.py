@@ -2,7 +2,7 @@
 recipe alone, and (with the real upstream trees, ``SM120KIT_REAL_SOURCES``) the store-managed
 sources uploaded to a host, patched, checked and configured there.
 
-Simulated: the GPU (cross-build vars, as in tests/test_build_op.py) and, in the realsrc test,
+Simulated: the GPU (cross-build vars, as in tests/real/test_build_op.py) and, in the realsrc test,
 the NVIDIA driver's libcuda.so (host var ``cuda_driver_library`` points at a gcc-built stub:
 only link steps read it, and nothing here links). A full sgl-kernel build is not run.
 """

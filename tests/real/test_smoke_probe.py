@@ -223,7 +223,7 @@ def _sym(name: str, expected_from: str | None) -> dict[str, Any]:
 
 def test_causes_are_sorted_before_a_diagnosis() -> None:
     """A CUDA 12 wheel built for torch 2.9.1 in a CPU torch env: symbols as the real wheel has
-    them (tests/test_smoke_real_wheel.py checks the real one)."""
+    them (tests/real/test_smoke_real_wheel.py checks the real one)."""
     ext = {
         "needed": ["libc10.so", "libc10_cuda.so", "libtorch_cuda.so", "libcudart.so.12"],
         "missing_libs": ["libc10_cuda.so", "libtorch_cuda.so", "libcudart.so.12", "libcuda.so.1"],

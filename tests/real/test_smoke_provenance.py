@@ -2,7 +2,7 @@
 read by smoke, and different when the arch list differs.
 
 Two real builds of examples/minikernel through build_wheel.py (the same ones
-tests/test_smoke_task.py uses, cached across sessions): for 12.0 and for 9.0. The torch in
+tests/real/test_smoke_task.py uses, cached across sessions): for 12.0 and for 9.0. The torch in
 the record is the one the build env imports (this suite's), measured, not the recipe's claim.
 """
 

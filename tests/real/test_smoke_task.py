@@ -340,7 +340,7 @@ def test_managed_env_is_checked(
 def test_arch_order() -> None:
     """smoke's arch: the one rule of sm120kit/recipes/target_arch.py (--arch, host var target_arch,
     the GPU, the recipe), labelled as smoke's JSON reports it. The full table, and that the
-    stack and preflight agree, is tests/test_target_arch.py."""
+    stack and preflight agree, is tests/unit/test_target_arch.py."""
     gpu = {"gpu": {"present": True, "gpus": [{"compute_cap": "12.0"}]}}
     old = {"gpu": {"present": True, "gpus": [{"compute_cap": None}]}}
     target = Host("h", vars={"target_arch": "12.1"})

@@ -1,7 +1,7 @@
 """The layers: `sm120kit/plays/` composes, `sm120kit/ops/` operates. No module under ops/
 imports another ops module (what an operation needs from another is passed in by the play, or
 is a shared helper in a non-ops module named for its idea), and ops never import plays.
-Function-level imports and ``import_module`` calls count (the graph of tests/test_imports.py)."""
+Function-level imports and ``import_module`` calls count (the graph of tests/rules/test_imports.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """docs/remote.md against the code: its library table names every module of
 sm120kit/remote/lib/ and its script table every script of sm120kit/remote/, and names
-nothing that does not exist (the way tests/test_architecture_doc.py checks the map)."""
+nothing that does not exist (the way tests/rules/test_architecture_doc.py checks the map)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The catalogue of release facts (sm120kit/stack/catalogue.py, stack/catalogue_read.py): table tests of
 reading, writing, lookup by name and version, version ranges and the loader reader, on
 hand-made facts and small zip files made here; plus the committed 0.5.23 catalogue read as
-data (no wheel is read: tests/test_wheel_check_real.py compares it with the real wheel)."""
+data (no wheel is read: tests/real/test_wheel_check_real.py compares it with the real wheel)."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_recipes_pin_the_sdist_by_hash(recipes) -> None:  # type: ignore[no-unty
 
 
 #: sha256 of flash_attn-2.8.3.post2.tar.gz (8,453,127 bytes) as PyPI lists it and as the
-#: downloaded file hashes (tests/test_flash_attn_cxx20.py fetches it with that pin).
+#: downloaded file hashes (tests/real/test_flash_attn_cxx20.py fetches it with that pin).
 POST2_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 CXX_PATCH = "flash-attn/0001-cxx-standard-from-torch.patch"
 

@@ -4,7 +4,7 @@
 These table tests read the descriptors (one type: a package only installed from releases is a
 descriptor that does not build) and the release catalogues (no host). The real `invoke smoke`
 under both names, on the cached venv of sglang 0.5.23's released stack, is
-tests/test_smoke_stack_real.py::test_smoke_under_either_name_gives_the_same_verdicts (its
+tests/real/test_smoke_stack_real.py::test_smoke_under_either_name_gives_the_same_verdicts (its
 session fixtures `named` and `named_new`).
 """
 

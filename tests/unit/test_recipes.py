@@ -61,7 +61,7 @@ def test_repo_recipes_load(recipes: dict[str, Recipe]) -> None:
         assert r.arch == ["12.0"]
         # January's sgl-kernel 0.3.21 (torch 2.9.1) written only where it builds against the
         # stack's torch: r570/r575 (sglang 0.5.9 on torch 2.9.1); the others take their
-        # stack's sglang-kernel release from the lock (tests/test_stack_kernel_packages.py).
+        # stack's sglang-kernel release from the lock (tests/fleet/test_stack_kernel_packages.py).
         want = {"minikernel", "flash-attn"} | (
             {"sgl-kernel"} if r.torch.version == "2.9.1" else set()
         )

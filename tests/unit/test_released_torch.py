@@ -5,7 +5,7 @@ sha256) names the torch it was released beside, whatever the host's recipe or st
 Pure tables over sm120kit/remote/extension_probe.py's `package_built_for` / `released_torch`,
 then the controller's facts from the real shipped locks and catalogues
 (sm120kit/packages/stack.py `catalogue_wheels`). The real-wheel path is
-tests/test_smoke_real_wheel.py::test_the_release_torch_is_found_by_the_wheels_sha256.
+tests/real/test_smoke_real_wheel.py::test_the_release_torch_is_found_by_the_wheels_sha256.
 """
 
 from __future__ import annotations

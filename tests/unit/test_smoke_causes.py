@@ -1,7 +1,7 @@
 """Smoke's cause sorting as a table: one extension's load facts in (missing libraries,
 versions and symbols, the loader's error, the env's torch), its causes out, root causes first
 (sm120kit/remote/lib/diagnosis.sort_causes). No host, no artifact: the facts are what the
-probe reads from real .so files in tests/test_smoke_probe.py, written out by hand here."""
+probe reads from real .so files in tests/real/test_smoke_probe.py, written out by hand here."""
 
 from __future__ import annotations
 

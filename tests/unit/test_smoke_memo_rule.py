@@ -3,8 +3,8 @@ verdict that did not fail is reused as judged (a warn as much as an ok: the real
 stack smoke is "warn", vllm's ``_vllm_fa2_C`` holding only compute_80 PTX for 12.0), a failed
 check fails again at once (the ``--recheck`` path), and none remembered or ``--recheck`` runs
 the checks. The verdicts are the forms `smoke_stack` and `failed_doc` store (pure data: the
-memo's remote side and a real provision are exercised by tests/test_check_memo.py and
-tests/test_stack.py)."""
+memo's remote side and a real provision are exercised by tests/fleet/test_check_memo.py and
+tests/real/test_stack.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The controller's source store (sm120kit/builds/sources.py), the recipe's `dependencies`, and the
 sgl-kernel target prediction. Real git repositories on disk, and a real `git daemon` on
 loopback serving them over git's network protocol, stand in for GitHub (no network here); the
-real upstream trees are tests/test_sgl_kernel_real.py's."""
+real upstream trees are tests/real/test_sgl_kernel_real.py's."""
 
 from __future__ import annotations
 
