@@ -1,17 +1,12 @@
 """The serving engine as data (sm120kit/packages/engines.py): a stack line offers engines, a
 host or group picks one with the inventory var ``stack``, the smoke probe checks the engine
 its env holds. Table tests from the shipped recipes, locks and the vLLM catalogue (read from
-the released wheels by lock.draft); the triton rule runs the machine's real nvcc 13.0 as the
-ptxas it finds (``--version`` prints the same release line). The tests at the end need the
-real vLLM env (SM120KIT_VLLM_ENV=<its python>, provisioned by bench/ssh_real_lock.py
---stack vllm) and are skipped without it.
+the released wheels by lock.draft). The triton rule on the machine's real nvcc and the tests
+in the real vLLM env are tests/real/test_engines_real.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +17,10 @@ from sm120kit.inventory.host import Host
 from sm120kit.packages import engines
 from sm120kit.packages import stack as serving
 from sm120kit.recipes.select import load_recipes, resolve_for_host
-from sm120kit.remote.lib.jit_toolchain import RULES, check_jit
+from sm120kit.remote.lib.jit_toolchain import RULES
 from sm120kit.stack.catalogue import load_beside
-from tests.conftest import invoke_env, json_of, run_invoke
 
 REPO = Path(__file__).resolve().parents[2]
-VLLM_ENV = os.environ.get("SM120KIT_VLLM_ENV", "")
 
 
 def _facts(driver: str, cap: str) -> dict[str, Any]:
@@ -120,73 +113,3 @@ def test_the_fa2_module_holds_only_compute_80_ptx_for_12_0() -> None:
     none = {f["module"] for f in serving.smoke_facts("vllm")["module_archs"]}
     assert {"vllm.vllm_flash_attn._vllm_fa3_C", "vllm._flashmla_C"} <= none
     assert "vllm.vllm_flash_attn._vllm_fa2_C" not in none
-
-
-@pytest.mark.parametrize(("cc", "tool"), [((12, 0), "ptxas-blackwell"), ((9, 0), "ptxas")])
-def test_triton_takes_its_own_ptxas_by_capability(
-    tmp_path: Path, cc: tuple[int, int], tool: str
-) -> None:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("no nvcc on this machine")
-    bin_dir = tmp_path / "triton" / "backends" / "nvidia" / "bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / tool).symlink_to(nvcc)
-    pkg = {"triton": {"rule": "triton", "version": "3.8.0", "location": str(tmp_path)}}
-    res = check_jit(pkg, [str(tmp_path)], cc, "13.0", env={"PATH": "/usr/bin"})
-    row = res["packages"]["triton"]
-    assert row["status"] == "pass", row
-    assert row["ptxas"] == str(bin_dir / tool) and row["ptxas_from"].endswith(tool)
-    # The env var names another ptxas first; one that does not run falls back to the wheel's.
-    var = "TRITON_" + tool.upper().replace("-", "_") + "_PATH"
-    res = check_jit(pkg, [str(tmp_path)], cc, "13.0", env={var: str(tmp_path / "none")})
-    assert res["packages"]["triton"]["ptxas"] == str(bin_dir / tool)
-    (bin_dir / tool).unlink()
-    res = check_jit(pkg, [str(tmp_path)], cc, "13.0", env={})
-    assert res["status"] == "fail" and f"no working {tool}" in res["reason"]
-
-
-# ------------------------------------------------------------------ the real vLLM env
-
-
-@pytest.fixture(scope="module")
-def vllm_smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    if not VLLM_ENV:
-        pytest.skip("SM120KIT_VLLM_ENV names no real vLLM env")
-    proc = run_invoke(
-        ["smoke", "-H", "local", "--python", VLLM_ENV, "--arch", "12.0", "--json"],
-        invoke_env(None, tmp_path_factory.mktemp("vllm-smoke")),
-        timeout=1800,
-    )
-    host: dict[str, Any] = json_of(proc)["hosts"]["local"]
-    return host
-
-
-def test_real_env_imports_vllm_through_the_stub_with_its_pins(vllm_smoke: dict[str, Any]) -> None:
-    stack = vllm_smoke["stack"]
-    assert stack["top"] == "vllm" and stack["version"].startswith("0.33.0")
-    checks = {c["check"]: c for c in stack["checks"]}
-    assert checks["import"]["status"] == "pass", checks["import"]
-    assert checks["import"]["details"]["stub"] == "torch.cuda faked as one GPU of capability 12.0"
-    assert checks["pins"]["status"] == "pass", checks["pins"]
-    assert {"torch", "flashinfer-python"} <= {
-        r["package"] for r in checks["pins"]["details"]["pins"]
-    }
-
-
-def test_real_env_jit_toolchains_flashinfer_and_triton(vllm_smoke: dict[str, Any]) -> None:
-    jit = vllm_smoke["stack"]["jit"]["packages"]
-    assert {"flashinfer-python", "triton"} <= set(jit)
-    assert jit["triton"]["status"] == "pass" and jit["triton"]["ptxas_from"].endswith(
-        "ptxas-blackwell"
-    )
-
-
-def test_real_env_every_vllm_module_judged_fa2_warned(vllm_smoke: dict[str, Any]) -> None:
-    exts = vllm_smoke["smoke"]["packages"]["vllm"]["extensions"]
-    fa2 = next(e for e in exts if e["rel"].endswith("_vllm_fa2_C.abi3.so"))
-    assert (fa2["sass"], fa2["ptx"]) == (["sm_80"], ["compute_80"])
-    cov = next(c for c in vllm_smoke["packages"]["vllm"]["checks"] if c["check"] == "arch_coverage")
-    assert cov["status"] in ("warn", "info", "pass"), cov
-    text = json.dumps(cov)
-    assert "_vllm_fa2_C" in text and "compute_80" in text

@@ -7,8 +7,8 @@ texts as the real env printed them (2026-12-07, the stack env of bench/ssh_real_
 2.14.1+cu130, no GPU: torch.cuda faked as one 12.0 GPU, the tool's libcuda stub):
 ``attention_registry.py`` create_flashattention_v3_backend's assert, create_trtllm_mha_backend's
 ValueError, ``kernels/ops/attention/flash_mla_sm120.py`` _validate_flashinfer_sparse_mla_backend.
-The tests marked ``real_env`` run the same launches in a real 0.5.23 serving env; they are
-skipped unless SM120KIT_SERVING_ENV names its python (CI has none). The warm server's test runs
+tests/real/test_preflight_after_real.py runs the same launches in a real 0.5.23 serving env
+(skipped unless SM120KIT_SERVING_ENV names its python; CI has none). The warm server's test runs
 a real server in this machine's python (no sglang there: the "could not run" answer).
 """
 
@@ -28,12 +28,11 @@ from sm120kit.errors import Sm120Error
 from sm120kit.packages.stack import catalogues
 from sm120kit.plays.preflight import model_config_doc
 from sm120kit.preflight.launch import parse_launch
-from sm120kit.preflight.rules import RESOLVED_FIELDS
 from sm120kit.preflight.sglang_checks import after_check, fix_from, overall
-from sm120kit.preflight.verdicts import judge, probe_request
+from sm120kit.preflight.verdicts import judge
 from sm120kit.remote import preflight_probe
 from sm120kit.remote.lib import warm
-from sm120kit.remote.preflight_probe import model_state, resolve, with_model
+from sm120kit.remote.preflight_probe import model_state, with_model
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -46,11 +45,6 @@ FACTS: dict[str, Any] = {
         "gpus": [{"index": 0, "memory_mib": 32607, "memory_used_mib": 0, "processes": []}],
     }
 }
-REAL_ENV = os.environ.get("SM120KIT_SERVING_ENV")
-real_env = pytest.mark.skipif(
-    not REAL_ENV,
-    reason="needs a real sglang 0.5.23 serving env: set SM120KIT_SERVING_ENV to its python",
-)
 
 FA3 = (
     "AssertionError: FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use "
@@ -285,90 +279,3 @@ def test_a_socket_directory_others_may_enter_is_not_used(tmp_path, monkeypatch) 
 
 
 # ----------------------------------------------------------------- in a real 0.5.23 env
-
-
-def _real(words: list[str], **extra: Any) -> dict[str, Any]:
-    """The probe's resolution of one launch in the real env, fresh (no warm server)."""
-    assert REAL_ENV
-    model = extra.pop("model", None) or model_state(words[1])
-    request = {"cases": [words], "fields": list(RESOLVED_FIELDS), "cc": [12, 0]}
-    request.update(memory_mib=32768, **extra)
-    lib = Path(REAL_ENV).parent.parent / "lib"
-    site = str(sorted(lib.glob("python3*/site-packages"))[0])
-    return resolve(REAL_ENV, request, model, {"timeout": 900}, site)
-
-
-@real_env
-def test_real_env_runs_sglangs_checks_and_quotes_its_refusals() -> None:
-    """Class 2 in the real env: FA3's assert and the DSA validators, sglang's own words."""
-    fa3 = _real(["--model-path", str(MODELS / "llama-mha"), "--attention-backend", "fa3"])
-    steps = {s["step"]: s for s in fa3["cases"][0]["after"]}
-    assert [s for s in RAN if steps[s]["status"] == "ran"] == RAN
-    assert steps["attention_backend_init:fa3"]["detail"] == FA3
-    glm = _real(["--model-path", str(GLM), "--dsa-decode-backend", "trtllm"])
-    steps = {s["step"]: s for s in glm["cases"][0]["after"]}
-    assert steps["dsa_flashinfer_sparse_mla"]["detail"] == GLM_TRTLLM
-    default = _real(["--model-path", str(GLM)])
-    case = default["cases"][0]
-    assert case["backends"]["dsa_decode_backend"] == "flashinfer_sparse_mla"
-    assert all(s["status"] in ("ran", "stopped") for s in case["after"])
-
-
-@real_env
-def test_real_env_resolves_a_hub_id_from_model_config_and_from_the_cache(
-    tmp_path, monkeypatch
-) -> None:
-    """Class 3 in the real env: --model-config's config, and the host's HF cache layout."""
-    config = json.loads((MODELS / "deepseek-v2-mla" / "config.json").read_text())
-    hub = {"path": "org/mla", "local": False}
-    given = _real(["--model-path", "org/mla"], model_config=config, model=hub)
-    assert given["ran"] and given["cases"][0]["backends"]["attention_backend"] == "triton"
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    snap = tmp_path / "models--org--mha" / "snapshots" / "r1"
-    snap.mkdir(parents=True)
-    (snap / "config.json").write_text((MODELS / "llama-mha" / "config.json").read_text())
-    cached = _real(["--model-path", "org/mha"], model={"path": "org/mha", "local": False})
-    # Found in the cache and run on the snapshot directory: with only config.json cached (no
-    # refs/main, no tokenizer files) sglang resolves it offline, nothing asks the hub.
-    assert cached["ran"], cached
-    assert cached["cases"][0]["error"] is None, cached["cases"][0]
-    assert cached["cases"][0]["backends"]["attention_backend"] == "flashinfer"
-    assert cached["model_source"] == "config from the host's HF cache (r1)"
-    assert given["model_source"] == "config from --model-config"
-    missing = _real(["--model-path", "org/none"], model={"path": "org/none", "local": False})
-    assert not missing["ran"] and "--model-config" in missing["reason"]
-
-
-@real_env
-def test_real_env_unknown_backend_fails_under_strict() -> None:
-    """Class 4 in the real env: trtllm_mha resolved by sglang, judged unknown; --strict fails."""
-    argv = ["--model-path", str(MODELS / "llama-mha"), "--attention-backend", "trtllm_mha"]
-    launch = parse_launch(argv)
-    request = probe_request(launch, REAL_ENV, (12, 0), resolve=True, memory_mib=32768)
-    request["resolve"]["warm"] = 0
-    probe = preflight_probe.probe(request)
-    loose = judge(launch, FACTS, probe, (12, 0), "serving env", catalogues())
-    assert loose["ok"] and loose["verdict"] == "unknown", loose["failed"]
-    strict = judge(launch, FACTS, probe, (12, 0), "serving env", catalogues(), strict=True)
-    assert not strict["ok"] and "attention_backend: unknown (--strict)" in strict["failed"][0]
-
-
-@real_env
-def test_real_env_warm_server_answers_as_a_fresh_interpreter(tmp_path, monkeypatch) -> None:
-    """Speed in the real env: a child of the warm server answers what a fresh run does."""
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", tempfile.mkdtemp(prefix="pf-", dir="/tmp"))
-    words = ["--model-path", str(MODELS / "deepseek-v32-dsa")]
-    fresh = _real(words)
-    request = {"cases": [words], "fields": list(RESOLVED_FIELDS), "cc": [12, 0]}
-    request.update(memory_mib=32768)
-    lib = Path(str(REAL_ENV)).parent.parent / "lib"
-    site = str(sorted(lib.glob("python3*/site-packages"))[0])
-    first = preflight_probe.warm_resolve(str(REAL_ENV), request, site, ["t"], 60, 900)
-    second = preflight_probe.warm_resolve(str(REAL_ENV), request, site, ["t"], 60, 900)
-    assert first and second and "started now" in first["server"]
-    assert "imported before" in second["server"]
-    for doc in (first, second):
-        assert doc["cases"][0]["backends"] == fresh["cases"][0]["backends"]
-        assert doc["cases"][0]["after"] == fresh["cases"][0]["after"]

@@ -5,7 +5,7 @@ Table tests over real files written here (a torch/version.py as torch 2.14.1's w
 it), the real verdict functions and the real rich console; the recorded corpus resolution
 (tests/fixtures/preflight/public-corpus-resolved.json, the real sglang 0.5.23 env's answer)
 where a whole verdict is needed. The env-gated half is
-tests/unit/test_preflight_corpus.py::test_real_serving_env_resolves_the_corpus_like_the_recording
+tests/real/test_preflight_corpus_real.py::test_real_serving_env_resolves_the_corpus_like_the_recording
 (the real env's listing holds tilelang 0.1.12, which the old fixed list did not ask for).
 """
 

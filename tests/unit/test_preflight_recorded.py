@@ -8,14 +8,13 @@ tests/fixtures/models/ (an MHA Llama, an MLA DeepSeek-V2, a DSA DeepSeek-V3.2, G
 a hybrid Qwen3-Next), and that env's distributions and module fatbins as the preflight probe
 read them. CI has no such env: these table tests judge the recorded answers with the
 shipped catalogue (locks/*/catalogue.toml). The real env run is
-`test_real_serving_env_resolves_like_the_recording`, skipped unless
-SM120KIT_SERVING_ENV names that env's python.
+tests/real/test_preflight_recorded_real.py, skipped unless SM120KIT_SERVING_ENV names that
+env's python.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,8 @@ import pytest
 
 from sm120kit.packages.stack import catalogues
 from sm120kit.preflight.launch import parse_launch
-from sm120kit.preflight.rules import RESOLVED_FIELDS
 from sm120kit.preflight.verdicts import judge
-from sm120kit.remote.preflight_probe import model_state, resolve
+from sm120kit.remote.preflight_probe import model_state
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -248,34 +246,6 @@ def test_the_recording_covers_every_model_with_and_without_flags() -> None:
     for model in models:
         runs = [c for c in RECORDED["cases"] if c["argv"][1] == model]
         assert any(len(c["argv"]) == 2 for c in runs) and any(len(c["argv"]) > 2 for c in runs)
-
-
-@pytest.mark.skipif(
-    not os.environ.get("SM120KIT_SERVING_ENV"),
-    reason="needs a real sglang 0.5.23 serving env with torch: set SM120KIT_SERVING_ENV to "
-    "its python (run by hand; CI has none)",
-)
-def test_real_serving_env_resolves_like_the_recording() -> None:
-    """Real: the env's own sglang resolves every recorded launch (one interpreter, on this
-    machine's GPU or the faked one) and answers what was recorded."""
-    cases = RECORDED["cases"]
-    request = {
-        "cases": [_argv(c["argv"]) for c in cases],
-        "fields": list(RESOLVED_FIELDS),
-        "cc": [12, 0],
-        "memory_mib": 32768,
-    }
-    model = model_state(str(MODELS / "llama-mha"))
-    env_python = os.environ["SM120KIT_SERVING_ENV"]
-    # The venv's own site-packages (its python is a link to the base interpreter: not resolved).
-    lib = Path(env_python).parent.parent / "lib"
-    found = sorted(lib.glob("python3*/site-packages"))
-    site = str(found[0]) if found else None
-    doc = resolve(env_python, request, model, {"timeout": 900}, site)
-    assert doc["ran"], doc
-    for want, got in zip(cases, doc["cases"], strict=True):
-        assert (got["error"] is None) == (want["error"] is None), (want["argv"], got)
-        assert got["backends"] == want["backends"], want["argv"]
 
 
 def test_cubin_sets_are_judged_with_the_catalogues_cubin_facts() -> None:
