@@ -68,7 +68,7 @@ UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
 
 
 def uv_wheel() -> Path:
-    """uv's pinned wheel, fetched once per machine (as tests/test_stack.py's fixture)."""
+    """uv's pinned wheel, fetched once per machine (as tests/real/test_stack.py's fixture)."""
     path = UV_KEPT / UV.filename
     if not path.is_file() or sha256_of(path) != UV.sha256:
         UV_KEPT.mkdir(parents=True, exist_ok=True)

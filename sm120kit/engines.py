@@ -6,7 +6,7 @@ A third engine is one more `Engine` given to `register` plus its stack line
 (``recipes/shared/stacks.toml``, offered under a line's ``engines``), its lock, its in-env
 resolver (``sm120kit/remote/lib/in_target/<resolver>.py``) and, for a table-judged engine,
 its capability tables (``sm120kit/preflight/vllm_checks.TABLES``, the table judge's): no code path names an
-engine (tests/test_engine_descriptor.py registers one from data and walks plan and preflight
+engine (tests/fleet/test_engine_descriptor.py registers one from data and walks plan and preflight
 parsing with it).
 
 Everything else about an engine's env is read elsewhere: its pins from the top-level

@@ -106,7 +106,7 @@ def archive_has(manager: str, output: str) -> set[str]:
 def python_version(state: ProvisionState) -> str:
     """The X.Y this host's envs use: the ``python`` step's, else the recipe's first. (Here,
     not on ProvisionState: state.py importing this module, which imports state.py, was an
-    import cycle, tests/test_imports.py.)"""
+    import cycle, tests/rules/test_imports.py.)"""
     if state.python is not None and state.python.version:
         return str(state.python.version)
     prefer = list(state.resolved.python) or ["3.11"]

@@ -46,9 +46,21 @@ LONGEST_FIRST = (
 )
 
 
+#: The test tiers, one directory each (docs/testing.md "Tiers"); a test's marker is its
+#: directory's name, so `pytest -m unit` runs the fast tier. tests/rules/test_tiers.py keeps
+#: every test file in one of them.
+TIERS = ("unit", "rules", "fleet", "real")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the files LONGEST_FIRST, then the rest as collected (a stable sort, the same on
-    every worker, as xdist requires)."""
+    """Mark each test with its tier (before `-m` deselects: tryfirst), then order the files
+    LONGEST_FIRST, then the rest as collected (a stable sort, the same on every worker, as
+    xdist requires)."""
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(tier)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 

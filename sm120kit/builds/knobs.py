@@ -21,7 +21,7 @@ from ..packages import registry
 
 # Knobs, Parallelism and plan_parallelism live with the descriptors (packages/base.py) so
 # that descriptor modules need not import this module, which imports their registry: that
-# was a cycle through the registry's import_module (tests/test_imports.py).
+# was a cycle through the registry's import_module (tests/rules/test_imports.py).
 from ..packages.base import (
     DEFAULT_GB_PER_NVCC_THREAD,
     KnobRequest,

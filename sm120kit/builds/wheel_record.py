@@ -6,7 +6,7 @@ Generated, not typed: ``python3 -m sm120kit.builds.wheel_record WHEEL --json REC
 writes the record, ``--doc DOC.md`` rewrites the block between the doc's
 ``<!-- wheel-record:begin -->`` and ``<!-- wheel-record:end -->`` lines from it (``--from
 RECORD.json`` renders a saved record when the wheel is not at hand). A package's doc keeps the
-record of the wheel it built by hand; tests/test_wheel_record.py pins that its block is this
+record of the wheel it built by hand; tests/real/test_wheel_record.py pins that its block is this
 module's rendering of the saved record, and reads a real nvcc-built wheel with the same code.
 """
 

@@ -3,7 +3,7 @@
 Inputs that cannot change the output (parallelism knobs, paths, host names) are filtered out
 of the build env before hashing, so two hosts that build the same thing share one entry.
 Bump :data:`CACHE_FORMAT_VERSION` whenever the key's inputs or their canonical encoding change;
-``tests/test_cache_key.py`` pins a golden key so an accidental change fails loudly.
+``tests/unit/test_cache_key.py`` pins a golden key so an accidental change fails loudly.
 """
 
 from __future__ import annotations

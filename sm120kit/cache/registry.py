@@ -17,7 +17,7 @@ from typing import Any
 from sm120kit.cache.store import CacheError, LocalStore, Store
 
 # The table and its decorator live in store_types.py, which the backends import: a backend
-# importing this module, which imports it by name, was a cycle (tests/test_imports.py).
+# importing this module, which imports it by name, was a cycle (tests/rules/test_imports.py).
 from sm120kit.cache.store_types import (
     _TYPES,
     SftpConnect,

@@ -5,7 +5,7 @@
 `Inventory` whose `select` resolves a ``--host`` pattern. Every mistake in an inventory raises ONE
 `InventoryError` whose message starts with ``file:line: key.path:``.
 
-What "as Ansible does" means here is pinned by tests/test_ansible_compat.py against ansible-core
+What "as Ansible does" means here is pinned by tests/unit/test_ansible_compat.py against ansible-core
 (`ansible-inventory --list`, `list_hosts`); the sources followed are ansible-core's
 `plugins/inventory/ini.py` and `yaml.py`, `inventory/data.py`, `inventory/group.py` and
 `inventory/manager.py`. Deliberate differences are listed in docs/inventory.md.

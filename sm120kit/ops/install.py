@@ -48,7 +48,7 @@ def env_drift(ctx: HostContext, state: ProvisionState, name: str, installed: dic
         return f"the env has {name} {have}, the install record {want}"
     # Another build of the same version (another RECORD, kept as dist_record) is left to the
     # smoke step, which checks it afresh (its verdict is keyed on RECORD): reinstalling over a
-    # build someone installed on purpose is not asked for (tests/test_provision.py).
+    # build someone installed on purpose is not asked for (tests/real/test_provision.py).
     return ""
 
 

@@ -1,7 +1,7 @@
 """What preflight knows about SGLang on SM120, as data: backends -> modules, known-bad rules.
 
 Every entry names where it was read: a file of a released wheel (sglang 0.5.23,
-sglang-kernel 0.4.10) or an upstream issue / pull request. `tests/test_preflight_table.py`
+sglang-kernel 0.4.10) or an upstream issue / pull request. `tests/real/test_preflight_table.py`
 checks `ATTENTION_BACKENDS` against the real sglang 0.5.23 wheel: every backend name its
 ``ATTENTION_BACKEND_CHOICES`` accepts is listed here, known or explicitly unknown.
 docs/preflight.md lists the same rules for people.

@@ -266,7 +266,7 @@ class ResolvedRecipe:
     @property
     def values(self) -> dict[str, Any]:
         """The values under the override scheme's flat dotted keys, derived from `typed`
-        (what plan's rows show; operations read `typed`, tests/test_no_dotted_reads.py)."""
+        (what plan's rows show; operations read `typed`, tests/rules/test_no_dotted_reads.py)."""
         return self.typed.flat()
 
     def rows(self) -> list[tuple[str, Any, str]]:

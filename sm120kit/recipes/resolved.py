@@ -8,7 +8,7 @@ torch in `ResolvedRecipe.with_torch`). It builds one frozen `Resolved` per host:
 ``resolved.cuda.version`` (a `CudaVersion`), ``resolved.target.arch`` (an `Arch`, with its
 source), ``resolved.stack``, ``resolved.packages[name]``. The flat ``[key, value, source]``
 rows plan prints are derived back from it (`Resolved.flat`), so what plan shows is what the
-operations read. Operations never read a dotted key (tests/test_no_dotted_reads.py).
+operations read. Operations never read a dotted key (tests/rules/test_no_dotted_reads.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every command, remote script and file copy goes through here, so each is written
 host's log and counted (the connection counts; `connection.uncounted` leaves bookkeeping out),
 the environment is scrubbed the same way (the connection's wrapper) and a PATH prefix is put
 in front on the host, where its value is known. The connection itself is private to this
-module: nothing else in sm120kit reaches it (tests/test_run_api.py checks that).
+module: nothing else in sm120kit reaches it (tests/rules/test_run_api.py checks that).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ PROBE_AFTER_MAX = 1024
 class SessionLimit:
     """The pool's session limit per connection: lowered by a refusal to what was open,
     raised by one again after `need` sessions opened without one (up to `setting`). Pure:
-    the policy the table in tests/test_ssh_sessions.py walks."""
+    the policy the table in tests/fleet/test_ssh_sessions.py walks."""
 
     setting: int
     value: int = 0

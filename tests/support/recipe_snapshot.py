@@ -1,11 +1,11 @@
 """What every shipped recipe resolves to, as plain JSON: the loaded recipe (package entries,
 ``[stack]``, the locks it picked) and, per driver, the provenance rows `plan` prints
-(key, value, source) or the one-line refusal. tests/test_recipe_shared.py compares it with
+(key, value, source) or the one-line refusal. tests/unit/test_recipe_shared.py compares it with
 tests/data/recipe_resolution.json, written before the recipes shared their pins and stacks
 (``python3 -m tests.support.recipe_snapshot > tests/data/recipe_resolution.json``).
 
 Packages a recipe does not write but takes from its stack's lock (``PackageSpec.derived``,
-tests/test_stack_kernel_packages.py) came later and are left out: the snapshot is of what the
+tests/fleet/test_stack_kernel_packages.py) came later and are left out: the snapshot is of what the
 recipe files say."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ with the knob env. The wheel lands in a cache directory keyed by a hash of every
 decides its bytes (sources, arch list, env, nvcc and torch versions), so a re-run finds it
 at once. A file lock keeps parallel test sessions from building it twice.
 
-The lead exposes `build_sample_wheel` as a session fixture; tests/test_build_wheel.py also
+The lead exposes `build_sample_wheel` as a session fixture; tests/real/test_build_wheel.py also
 has its own.
 """
 

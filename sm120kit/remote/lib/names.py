@@ -10,7 +10,7 @@ hosts get it in the bundle of every script that imports it (as `arch` is shared)
 - `cuda_xy`: a CUDA version's ``X.Y`` (``13.0`` of ``13.0.88``) on the host side; the
   controller's is `sm120kit.drivers.CudaVersion`.
 
-tests/test_shared_names.py keeps each of them defined here only.
+tests/rules/test_shared_names.py keeps each of them defined here only.
 
 Part of the hosts' library (`sm120kit.remote.lib`): stdlib only, Python >= 3.8.
 """

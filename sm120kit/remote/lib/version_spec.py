@@ -2,7 +2,7 @@
 version range a release fact holds for (``">=0.4.10,<0.5"``, Spack's ``when=``).
 
 Semantics are `packaging.specifiers.SpecifierSet(spec).contains(version, prereleases=True)`
-(tests/test_version_spec.py compares the two over a table): the comparison key of
+(tests/unit/test_version_spec.py compares the two over a table): the comparison key of
 `packaging.version`, ``==``/``!=`` with ``.*`` prefixes, ``~=``, ``===``, the exclusive
 ``<``/``>`` rules for pre-, post-releases and local labels. A local label of the version asked
 (``+cu130``) is ignored unless the specifier names one.
