@@ -48,6 +48,14 @@ class Growing:
             self.written += n
             _LOCK.notify_all()
 
+    def reached(self, n):
+        """The first `n` bytes of the part file are in (a file written in ranges: only its
+        prefix from the start may be sent)."""
+        with _LOCK:
+            if n > self.written:
+                self.written = n
+                _LOCK.notify_all()
+
     def end(self, ok):
         """The file took its final name (`ok`), or its part file is gone: readers still
         sending finish from their open file (`ok`) or stop (not `ok`)."""

@@ -86,9 +86,9 @@ def allowed(url, indexes):
 def _download(entry, part, timeout, grow):
     """The entry's URL into `part`; its sha256. A big file (the lock's ``size``: `parts_for`)
     over several connections, each range written in place (lib/ranges.py); else one stream,
-    which this host's peer server may send on while it arrives (`grow`)."""
+    the host's peer server sending on what has arrived from the start (`grow`) either way."""
     if _splits(entry):
-        return download_ranges(entry["url"], part, entry["size"], timeout=timeout)
+        return download_ranges(entry["url"], part, entry["size"], timeout=timeout, grow=grow)
     return download(entry["url"], part, "", timeout=timeout, grow=grow)
 
 
@@ -116,9 +116,7 @@ def obtain(entry, timeout, indexes):
         # (or another process fetching the same file) writes its own part file, never this one.
         part = "%s.%d-%d.part" % (dest, os.getpid(), threading.get_ident())
         # This host's peer server may send the file on while it arrives (lib/growing.py).
-        # A range-split file has no growing prefix: peers take it once placed.
-        grow = None if _splits(entry) else growing.begin(
-            want, os.path.basename(dest), part, entry.get("size"))  # fmt: skip
+        grow = growing.begin(want, os.path.basename(dest), part, entry.get("size"))
         placed = False
         try:
             try:
@@ -143,8 +141,7 @@ def obtain(entry, timeout, indexes):
                 )
             placed = True
         finally:
-            if grow is not None:
-                grow.end(placed)
+            grow.end(placed)
     elif entry.get("checked"):
         got = want  # arrived in this run, hashed as it arrived (fetch, or the stores' placing)
     else:

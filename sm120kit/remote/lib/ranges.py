@@ -47,9 +47,35 @@ def _get(url, first, last, timeout, direct):
     return (direct_opener() if direct else opener()).open(req, timeout=timeout)
 
 
-def _copy(resp, fd, offset, want, errors=()):
+class _Prefix:
+    """How many bytes from the file's start are written: what this host's peer server may
+    send on while the ranges still arrive (`grow`, a `lib/growing.Growing`, or None). Only
+    the first unfinished range extends it; a later range's bytes count once those before
+    it are complete."""
+
+    def __init__(self, spans, grow):
+        self.spans = spans
+        self.done = [0] * len(spans)
+        self.grow = grow
+        self.lock = threading.Lock()
+
+    def add(self, index, n):
+        if self.grow is None:
+            return
+        with self.lock:
+            self.done[index] += n
+            prefix = 0
+            for (first, last), done in zip(self.spans, self.done):
+                prefix = first + done
+                if done < last - first + 1:
+                    break
+        self.grow.reached(prefix)
+
+
+def _copy(resp, fd, offset, want, errors=(), told=None):
     """Write `resp`'s body at `offset` of `fd`; the bytes written (at most `want`). Stops
-    early once another range has failed (`errors`): the file is lost anyway."""
+    early once another range has failed (`errors`): the file is lost anyway. `told`: called
+    with each block's length once it is in the file."""
     done = 0
     while done < want and not errors:
         block = resp.read(min(CHUNK, want - done))
@@ -57,6 +83,8 @@ def _copy(resp, fd, offset, want, errors=()):
             break
         os.pwrite(fd, block, offset + done)
         done += len(block)
+        if told is not None:
+            told(len(block))
     return done
 
 
@@ -74,18 +102,20 @@ def _answered(resp, first, last, size):
     return None
 
 
-def download_ranges(url, dest, size, timeout=60, direct=False, parts=None):
+def download_ranges(url, dest, size, timeout=60, direct=False, parts=None, grow=None):
     """Fetch `url` (`size` bytes, the lock's) to `dest` over `parts` connections (default
     `parts_for`); the sha256 hex digest of what was written. Raises `DownloadFailed` (with
     `dest` removed) when any range fails, is short, or is not the range asked for; a server
-    that answers the first range with the whole file (``200``) is read as one stream."""
+    that answers the first range with the whole file (``200``) is read as one stream.
+    `grow` (a `lib/growing.Growing` of `dest`): told how many bytes from the start are in,
+    so this host's peer server can send the file on while its ranges arrive."""
     spans = bounds(size, parts or parts_for(size))
     parent = os.path.dirname(dest)
     if parent and not os.path.isdir(parent):
         os.makedirs(parent)
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _fill(url, fd, spans, size, timeout, direct)
+        _fill(url, fd, spans, size, timeout, direct, _Prefix(spans, grow))
     except BaseException:
         os.close(fd)
         remove(dest)
@@ -94,7 +124,7 @@ def download_ranges(url, dest, size, timeout=60, direct=False, parts=None):
     return sha256_file(dest)
 
 
-def _fill(url, fd, spans, size, timeout, direct):
+def _fill(url, fd, spans, size, timeout, direct, prefix):
     """Every span of the file into `fd`: the first on this thread (its answer says whether
     the server takes ranges at all), the others each on a thread of its own."""
     first, last = spans[0]
@@ -108,7 +138,8 @@ def _fill(url, fd, spans, size, timeout, direct):
     with resp:
         if resp.status == 200:  # Range ignored: this is the whole file, as one stream
             whole = int(resp.headers.get("Content-Length") or size)
-            got = _copy(resp, fd, 0, whole)
+            whole_prefix = _Prefix([(0, whole - 1)], prefix.grow)
+            got = _copy(resp, fd, 0, whole, (), lambda n: whole_prefix.add(0, n))
             if got != whole or whole != size:
                 raise DownloadFailed(
                     "download of %s failed: %d of %d bytes (the lock says %d)"
@@ -120,13 +151,15 @@ def _fill(url, fd, spans, size, timeout, direct):
             raise DownloadFailed("download of %s failed: %s" % (shown(url), why))
         os.ftruncate(fd, size)
         threads = [
-            threading.Thread(target=_one, args=(url, fd, span, size, timeout, direct, errors))
-            for span in spans[1:]
+            threading.Thread(
+                target=_one, args=(url, fd, i, span, size, timeout, direct, errors, prefix)
+            )
+            for i, span in enumerate(spans[1:], 1)
         ]
         for thread in threads:
             thread.daemon = True
             thread.start()
-        got = _copy(resp, fd, first, last - first + 1, errors)
+        got = _copy(resp, fd, first, last - first + 1, errors, lambda n: prefix.add(0, n))
         if got != last - first + 1 and not errors:
             errors.append("bytes %d-%d: connection closed after %d" % (first, last, got))
         for thread in threads:
@@ -135,7 +168,7 @@ def _fill(url, fd, spans, size, timeout, direct):
         raise DownloadFailed("download of %s failed: %s" % (shown(url), errors[0]))
 
 
-def _one(url, fd, span, size, timeout, direct, errors):
+def _one(url, fd, index, span, size, timeout, direct, errors, prefix):
     """One range of `download_ranges`, in its own thread; a failure goes into `errors`."""
     first, last = span
     try:
@@ -144,7 +177,7 @@ def _one(url, fd, span, size, timeout, direct, errors):
             if why:
                 errors.append(why)
                 return
-            got = _copy(resp, fd, first, last - first + 1, errors)
+            got = _copy(resp, fd, first, last - first + 1, errors, lambda n: prefix.add(index, n))
             if got != last - first + 1 and not errors:
                 errors.append("bytes %d-%d: connection closed after %d" % (first, last, got))
     except Exception as exc:  # urllib raises many types; all mean "no file"
