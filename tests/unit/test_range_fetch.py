@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.remote.lib import ranges
+from sm120kit.remote.lib import growing, ranges
 from sm120kit.remote.lib.download import DownloadFailed
 from sm120kit.remote.lib.obtain import obtain
 
@@ -174,3 +174,34 @@ def test_obtain_a_corrupt_range_is_one_error_and_nothing_placed(
     assert line.startswith("big 1.0: sha256 ") and f"differs from the lock's {SHA}" in line
     assert not corrupt
     assert os.listdir(tmp_path / "releases") == []
+
+
+@pytest.mark.parametrize("mode", ["ranges", "ignore"])
+def test_ranges_report_only_the_prefix_from_the_start(tmp_path: Path, mode: str) -> None:
+    """What the host's peer server may send on while ranges arrive (`growing.Growing`): the
+    bytes written from the file's start, never past a range still arriving, ending at the
+    whole file; each reported prefix is really in the part file (read back as it is told)."""
+    dest = tmp_path / "f.whl.part"
+    told: list[int] = []
+
+    class Watch:
+        def reached(self, n: int) -> None:
+            with open(dest, "rb") as f:
+                assert f.read(n) == DATA[:n]  # reported bytes are in the file already
+            told.append(n)
+
+    with server(mode) as (url, _seen):
+        got = ranges.download_ranges(url, str(dest), len(DATA), parts=4, grow=Watch())
+    assert got == SHA
+    assert told == sorted(told) and told[-1] == len(DATA)
+
+
+def test_growing_reached_only_moves_forward() -> None:
+    """`Growing.reached` from range threads that report out of order keeps the largest."""
+    entry = growing.begin("0" * 64, "f.whl", "/nonexistent.part", 100)
+    try:
+        entry.reached(40)
+        entry.reached(10)
+        assert entry.wait_past(0, idle_s=0)[0] == 40
+    finally:
+        entry.end(False)
