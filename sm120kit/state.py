@@ -33,7 +33,12 @@ class Toolkit:
     method: str = ""  # a planned toolkit's install method (runfile | pip | apt)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The toolkit as the run's JSON shows it; `method` only where a plan set it (an
+        installed toolkit's record stays as it was)."""
+        out = asdict(self)
+        if not self.method:
+            del out["method"]
+        return out
 
 
 @dataclass

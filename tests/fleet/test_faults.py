@@ -410,16 +410,21 @@ def test_nvcc_ccbin_is_run_for_its_real_version(fleet: Fleet, tmp_path: Path) ->
 def test_host_compiler_path_and_version_are_in_the_cache_key() -> None:
     from types import SimpleNamespace
 
+    from sm120kit.host_facts import HostFacts
     from sm120kit.plays.build import cc_version
 
     facts = {"gcc": [{"path": "/usr/bin/gcc", "version": "12.2.0"}]}
-    plain = SimpleNamespace(host=Host("h", {}), facts=facts)
+    plain = SimpleNamespace(host=Host("h", {}), facts=HostFacts.from_json(facts))
     assert cc_version(plain) == "gcc 12.2.0"  # type: ignore[arg-type]
     chosen = {"gcc": [{"path": "/opt/gcc-14/bin/gcc", "version": "14.2.0"}, *facts["gcc"]]}
-    other = SimpleNamespace(host=Host("h", {"nvcc_ccbin": "/opt/gcc-14/bin/gcc"}), facts=chosen)
+    other = SimpleNamespace(
+        host=Host("h", {"nvcc_ccbin": "/opt/gcc-14/bin/gcc"}), facts=HostFacts.from_json(chosen)
+    )
     assert cc_version(other) == "gcc 14.2.0 at /opt/gcc-14/bin/gcc"  # type: ignore[arg-type]
     # A ccbin the host never ran is no compiler: no basename match with the PATH's gcc.
-    ghost = SimpleNamespace(host=Host("h", {"nvcc_ccbin": "/nonexistent/gcc"}), facts=facts)
+    ghost = SimpleNamespace(
+        host=Host("h", {"nvcc_ccbin": "/nonexistent/gcc"}), facts=HostFacts.from_json(facts)
+    )
     assert cc_version(ghost) == ""  # type: ignore[arg-type]
 
 
