@@ -69,7 +69,7 @@ class _Prefix:
                 prefix = first + done
                 if done < last - first + 1:
                     break
-        self.grow.reached(prefix)
+            self.grow.reached(prefix)  # under the lock: range threads report in order
 
 
 def _copy(resp, fd, offset, want, errors=(), told=None):
