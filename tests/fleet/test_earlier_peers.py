@@ -24,9 +24,8 @@ from sm120kit.ops.stack_files import fill_stores, leave_peers, obtain_release
 from sm120kit.runner.connection import ConnectOptions
 from sm120kit.runner.host_context import HostContext
 from sm120kit.runner.pool import Runner, RunOptions
-from sm120kit.stack.lock import LockEntry
 from tests.support.fleet import Fleet, fleet_of
-from tests.support.tiny_index import make_wheel, serve, sha256_of
+from tests.support.tiny_index import lock_entry, make_wheel, serve
 
 
 @pytest.fixture(scope="module")
@@ -36,20 +35,6 @@ def hosts3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     fleet.start()
     yield fleet
     fleet.stop()
-
-
-def _entry(wheel: Path, url: str) -> LockEntry:
-    name, version = wheel.name.split("-")[:2]
-    return LockEntry(
-        name=name,
-        version=version,
-        filename=wheel.name,
-        url=f"{url.rsplit('/', 1)[0]}/files/{wheel.name}",
-        sha256=sha256_of(wheel),
-        source="release",
-        compiled=False,
-        size=wheel.stat().st_size,
-    )
 
 
 def _runner(fleet: Fleet, tmp: Path, known: tuple[str, ...]) -> tuple[Runner, dict[str, Host]]:
@@ -99,7 +84,7 @@ def test_a_later_runs_new_host_takes_the_files_from_an_earlier_host(
         return result, runner
 
     with serve(files, log=served) as url:
-        entries = [_entry(w, url) for w in wheels]
+        entries = [lock_entry(w, url) for w in wheels]
         index = entries[0].url.rsplit("/", 1)[0]
         run(("h00",), ("h00",))
         assert sorted(served) == sorted(w.name for w in wheels)

@@ -223,6 +223,35 @@ def _dest(ctx: HostContext, e: LockEntry) -> str:
     return posixpath.join(str(ctx.host.work_root), "releases", e.sha256, e.filename)
 
 
+def _chain_op(
+    entry: LockEntry,
+    log: list[str],
+    root: Path,
+    got: dict[str, Any],
+    done: threading.Event,
+    runners: list[Runner] | None = None,
+) -> Any:
+    """The host op of a chain h00 -> h01 -> h02: h01 starts once h00's download began, h02
+    once h01's has; every host serves until h02 is through (a host's op end closes its server)."""
+
+    def op(ctx: HostContext) -> None:
+        name = ctx.host.name
+        if runners is not None:
+            runners.append(ctx.runner)
+        if name == "h01":
+            _wait_for(lambda: bool(log), "h00's download began")
+        if name == "h02":
+            _wait_for(lambda: _peer_part(root / "h01"), "h01's download began")
+        try:
+            got[name] = obtain_release(ctx, entry, _dest(ctx, entry))
+        finally:
+            if name == "h02":
+                done.set()
+        done.wait(60)
+
+    return op
+
+
 def test_a_taker_serves_the_file_while_it_arrives_and_takers_chain(
     trio: Fleet, tmp_path: Path
 ) -> None:
@@ -241,18 +270,7 @@ def test_a_taker_serves_the_file_while_it_arrives_and_takers_chain(
     with held_index(files, log) as (base, release):
         entry = _entry(blob, base)
 
-        def op(ctx: HostContext) -> None:
-            name = ctx.host.name
-            if name == "h01":
-                _wait_for(lambda: bool(log), "h00's download began")
-            if name == "h02":
-                _wait_for(lambda: _peer_part(tmp_path / "h01"), "h01's download began")
-            try:
-                got[name] = obtain_release(ctx, entry, _dest(ctx, entry))
-            finally:
-                if name == "h02":
-                    done.set()
-            done.wait(60)  # serving until h02 is through (a host's op end closes its server)
+        op = _chain_op(entry, log, tmp_path, got, done)
 
         def watch() -> None:
             try:
@@ -295,19 +313,7 @@ def test_a_holder_that_dies_mid_file_is_replaced_by_another_holder(
         entry = _entry(blob, base)
         runner_box: list[Runner] = []
 
-        def op(ctx: HostContext) -> None:
-            name = ctx.host.name
-            runner_box.append(ctx.runner)
-            if name == "h01":
-                _wait_for(lambda: bool(log), "h00's download began")
-            if name == "h02":
-                _wait_for(lambda: _peer_part(tmp_path / "h01"), "h01's download began")
-            try:
-                got[name] = obtain_release(ctx, entry, _dest(ctx, entry))
-            finally:
-                if name == "h02":
-                    done.set()
-            done.wait(60)  # serving until h02 is through (a host's op end closes its server)
+        op = _chain_op(entry, log, tmp_path, got, done, runner_box)
 
         def kill_h01() -> None:
             try:

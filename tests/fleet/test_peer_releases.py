@@ -31,21 +31,7 @@ from sm120kit.runner.pool import Runner, RunOptions
 from sm120kit.stack.lock import LockEntry
 from tests.conftest import S3_BUCKET
 from tests.support.fleet import Fleet
-from tests.support.tiny_index import make_wheel, serve, sha256_of
-
-
-def _entry(wheel: Path, url: str) -> LockEntry:
-    name, version = wheel.name.split("-")[:2]
-    return LockEntry(
-        name=name,
-        version=version,
-        filename=wheel.name,
-        url=f"{url.rsplit('/', 1)[0]}/files/{wheel.name}",
-        sha256=sha256_of(wheel),
-        source="release",
-        compiled=False,
-        size=wheel.stat().st_size,
-    )
+from tests.support.tiny_index import lock_entry, make_wheel, serve
 
 
 def test_a_peer_file_with_other_bytes_is_refused_and_fetched_from_the_index(
@@ -66,7 +52,7 @@ def test_a_peer_file_with_other_bytes_is_refused_and_fetched_from_the_index(
     ready, done = threading.Event(), threading.Event()
     got: dict[tuple[str, str], tuple[str, int]] = {}
     with serve(files, log=served) as url:
-        entries = [_entry(good, url), _entry(bad, url)]
+        entries = [lock_entry(good, url), lock_entry(bad, url)]
         index = entries[0].url.rsplit("/", 1)[0]
 
         def dest(ctx: HostContext, e: LockEntry) -> str:
@@ -160,7 +146,7 @@ def test_a_wheel_in_an_s3_store_is_taken_by_the_host_from_a_presigned_url(
     controller relays none of its bytes. The URL's signature is in no log of the run."""
     files = tmp_path / "files"
     wheel = make_wheel(files, "peer-s3", "1.0")
-    entry = _entry(wheel, "http://127.0.0.1:9/simple")  # an index that answers nothing
+    entry = lock_entry(wheel, "http://127.0.0.1:9/simple")  # an index that answers nothing
     prefix = f"tests/{tmp_path.name}"
     store = S3Store(S3_BUCKET, prefix, endpoint_url=s3_endpoint)
     inputs = release_inputs(entry)

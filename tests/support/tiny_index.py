@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sm120kit.stack.lock import LockEntry
+
 #: A real ELF shared object of this machine (no CUDA in it): what a compiled wheel carries.
 SYSTEM_SO = next(
     (
@@ -75,6 +77,21 @@ def make_wheel(
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def lock_entry(wheel: Path, url: str) -> LockEntry:
+    """A release lock entry for `wheel` as served by `serve` at `url` (its ``files/`` dir)."""
+    name, version = wheel.name.split("-")[:2]
+    return LockEntry(
+        name=name,
+        version=version,
+        filename=wheel.name,
+        url=f"{url.rsplit('/', 1)[0]}/files/{wheel.name}",
+        sha256=sha256_of(wheel),
+        source="release",
+        compiled=False,
+        size=wheel.stat().st_size,
+    )
 
 
 @contextmanager
