@@ -9,20 +9,16 @@ file is caught while it arrives, without asserting on time)."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import os
 import posixpath
 import signal
 import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sm120kit.cache.peers import Peers
 from sm120kit.inventory.host import Host
 from sm120kit.ops.stack_files import obtain_release
 from sm120kit.runner.connection import ConnectOptions
@@ -30,11 +26,12 @@ from sm120kit.runner.host_context import HostContext
 from sm120kit.runner.pool import Runner, RunOptions
 from sm120kit.stack.lock import LockEntry
 from tests.support.fleet import Fleet, fleet_of
+from tests.support.held_index import held_index, wait_for
+from tests.support.peer_table import play
 
 # -- the holder choice, as a table ------------------------------------------------------------
 
-#: Steps on one Peers: ("claim", host, expected holder or None, avoid), ("receiving", host),
-#: ("placed", host, ok), ("uploaded", host), ("leave", host).
+#: Steps on one Peers (tests/support/peer_table.py).
 CASES: dict[str, list[tuple[Any, ...]]] = {
     "takers chain: each takes the newest taker, every link busy at once": [
         ("claim", "a", None, ()),
@@ -54,7 +51,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
     ],
     "a waiter chains on when the owner's own download begins": [
         ("claim", "a", None, ()),
-        ("claim", "b", None, (), 0.0),  # nobody serves it yet: b's wait ends empty
+        ("claim", "b", None, (), {"wait_s": 0.0}),  # nobody serves it yet: b's wait ends empty
         ("receiving", "a"),
         ("claim", "c", "a", ()),
     ],
@@ -64,7 +61,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         ("claim", "b", "a", ()),
         ("claim", "c", "b", ()),
         ("placed", "b", False),  # b's download from a was cut
-        ("claim", "b", None, ("a",), 0.0),  # c takes from b: never offered to b
+        ("claim", "b", None, ("a",), {"wait_s": 0.0}),  # c takes from b: never offered to b
         ("claim", "c", "a", ("b",)),
     ],
     "a host that left is offered to nobody": [
@@ -87,23 +84,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_holder_with_the_fewest_takers_is_chosen(case: str) -> None:
-    peers = Peers()
-    for i, name in enumerate("abcde"):
-        peers.serving(name, f"http://127.0.0.{2 + i}:1/t")
-    for step in CASES[case]:
-        kind, host = step[0], step[1]
-        if kind == "claim":
-            wait = step[4] if len(step) > 4 else 5.0
-            got = peers.claim("s", host, wait_s=wait, avoid=step[3])
-            assert got == step[2], (case, step)
-        elif kind == "receiving":
-            peers.receiving("s", host)
-        elif kind == "placed":
-            peers.placed("s", host, step[2])
-        elif kind == "uploaded":
-            peers.uploaded(host)
-        else:
-            peers.leave(host, wait_s=0)
+    play(case, CASES[case])
 
 
 # -- over sshd ---------------------------------------------------------------------------------
@@ -117,46 +98,20 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     fleet.stop()
 
 
-@contextmanager
-def held_index(files: Path, log: list[str]) -> Iterator[tuple[str, threading.Event]]:
-    """A loopback server of `files`: the first request of each file gets half of it, the
-    rest once the event is set (at most 60 s later); later requests get it whole."""
-    release = threading.Event()
+def _file_of(files: Path, name: str) -> bytes | None:
+    target = files / name
+    return target.read_bytes() if target.is_file() else None
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            target = files / self.path.rsplit("/", 1)[-1]
-            if not target.is_file():
-                self.send_error(404)
-                return
-            first = target.name not in log
-            log.append(target.name)
-            data = target.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if not first:
-                self.wfile.write(data)
-                return
-            self.wfile.write(data[: len(data) // 2])
-            self.wfile.flush()
-            release.wait(60)
-            try:
-                self.wfile.write(data[len(data) // 2 :])
-            except OSError:
-                pass
+def _first_of(log: list[str]) -> Callable[[str], bool]:
+    """Hold the first request of each file (logged in `log`); later ones get it whole."""
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/files", release
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
+    def hold(name: str) -> bool:
+        first = name not in log
+        log.append(name)
+        return first
+
+    return hold
 
 
 def _entry(path: Path, base: str) -> LockEntry:
@@ -170,14 +125,6 @@ def _entry(path: Path, base: str) -> LockEntry:
         compiled=False,
         size=path.stat().st_size,
     )
-
-
-def _wait_for(test: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not test():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        time.sleep(0.05)
 
 
 def _peer_part(root: Path) -> bool:
@@ -239,9 +186,9 @@ def _chain_op(
         if runners is not None:
             runners.append(ctx.runner)
         if name == "h01":
-            _wait_for(lambda: bool(log), "h00's download began")
+            wait_for(lambda: bool(log), "h00's download began")
         if name == "h02":
-            _wait_for(lambda: _peer_part(root / "h01"), "h01's download began")
+            wait_for(lambda: _peer_part(root / "h01"), "h01's download began")
         try:
             got[name] = obtain_release(ctx, entry, _dest(ctx, entry))
         finally:
@@ -267,14 +214,14 @@ def test_a_taker_serves_the_file_while_it_arrives_and_takers_chain(
     got: dict[str, tuple[str, int]] = {}
     done = threading.Event()
     seen = threading.Event()
-    with held_index(files, log) as (base, release):
+    with held_index(lambda name: _file_of(files, name), _first_of(log)) as (base, release):
         entry = _entry(blob, base)
 
         op = _chain_op(entry, log, tmp_path, got, done)
 
         def watch() -> None:
             try:
-                _wait_for(lambda: _peer_part(tmp_path / "h02"), "bytes at h02")
+                wait_for(lambda: _peer_part(tmp_path / "h02"), "bytes at h02")
                 seen.set()
             finally:
                 release.set()
@@ -309,7 +256,7 @@ def test_a_holder_that_dies_mid_file_is_replaced_by_another_holder(
     got: dict[str, tuple[str, int]] = {}
     done = threading.Event()
     killed: list[int] = []
-    with held_index(files, log) as (base, release):
+    with held_index(lambda name: _file_of(files, name), _first_of(log)) as (base, release):
         entry = _entry(blob, base)
         runner_box: list[Runner] = []
 
@@ -317,7 +264,7 @@ def test_a_holder_that_dies_mid_file_is_replaced_by_another_holder(
 
         def kill_h01() -> None:
             try:
-                _wait_for(lambda: _peer_part(tmp_path / "h02"), "bytes at h02")
+                wait_for(lambda: _peer_part(tmp_path / "h02"), "bytes at h02")
                 url = str(runner_box[0].shared.wheel_cache.peers.base_url("h01"))  # type: ignore[union-attr]
                 address, port = url.split("//")[1].split("/")[0].split(":")
                 pid = _pid_listening(address, int(port))

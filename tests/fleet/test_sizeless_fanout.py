@@ -18,14 +18,11 @@ says, so the reader is caught while the file arrives without asserting on time.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import os
 import secrets
 import subprocess
 import sys
-import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +30,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+
+from tests.support.held_index import held_index, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 #: More than two of the downloader's 1 MiB blocks in each half, so bytes are in the part
@@ -48,39 +47,6 @@ CASES = {
     "the lock's size, the index sends its length": (True, True),
     "the lock's size, no length from the index": (True, False),
 }
-
-
-@contextmanager
-def held_index(with_length: bool) -> Iterator[tuple[str, threading.Event]]:
-    """A loopback index of `NAME`: half of it, the rest once the event is set (at most 60 s
-    later); with or without ``Content-Length`` (HTTP/1.0: then the body ends at the close)."""
-    release = threading.Event()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(200)
-            if with_length:
-                self.send_header("Content-Length", str(len(DATA)))
-            self.end_headers()
-            self.wfile.write(DATA[: len(DATA) // 2])
-            self.wfile.flush()
-            release.wait(60)
-            try:
-                self.wfile.write(DATA[len(DATA) // 2 :])
-            except OSError:
-                pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/files", release
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager
@@ -116,14 +82,6 @@ def _reply(out: IO[str]) -> dict[str, Any]:
     return dict(json.loads(line))
 
 
-def _wait_for(test: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not test():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_file_arriving_is_sent_whole_whatever_sizes_are_known(case: str, tmp_path: Path) -> None:
     """The host downloads the file from an index that holds the second half back; a taker
@@ -134,7 +92,10 @@ def test_a_file_arriving_is_sent_whole_whatever_sizes_are_known(case: str, tmp_p
     releases = tmp_path / "releases"
     dest = releases / SHA / NAME
     token = secrets.token_hex(16)
-    with service() as proc, held_index(with_length) as (url, release):
+    with (
+        service() as proc,
+        held_index(lambda name: DATA, with_length=with_length) as (url, release),
+    ):
         assert proc.stdout is not None
         _ask(proc, {"id": 1, "serve": {"root": str(releases), "token": token}})
         served = _reply(proc.stdout)
@@ -146,7 +107,7 @@ def test_a_file_arriving_is_sent_whole_whatever_sizes_are_known(case: str, tmp_p
         }  # fmt: skip
         _ask(proc, {"id": 2, "entry": entry, "indexes": [url]})
         parts = releases / SHA
-        _wait_for(
+        wait_for(
             lambda: any(p.stat().st_size > 0 for p in parts.glob("*.part")),
             "the host's download began",
         )

@@ -12,67 +12,54 @@ from typing import Any
 
 import pytest
 
-from sm120kit.cache.peers import Peers
+from tests.support.peer_table import play
 
-#: Steps on one Peers: ("claim", host, expected holder or None, avoid, until_whole[, wait]),
-#: ("receiving", host), ("placed", host, ok), ("uploaded", host).
+#: Steps on one Peers (tests/support/peer_table.py).
 CASES: dict[str, list[tuple[Any, ...]]] = {
     "cut while arriving: not offered until whole, then offered again": [
-        ("claim", "a", None, (), ()),
+        ("claim", "a", None, ()),
         ("receiving", "a"),
-        ("claim", "b", "a", (), ()),
+        ("claim", "b", "a", ()),
         ("placed", "b", False),  # a's stream to b was cut
         ("uploaded", "a"),
-        ("claim", "b", None, (), ("a",), 0.0),  # a is still receiving: b waits for it
+        # a is still receiving: b waits for it
+        ("claim", "b", None, (), {"until_whole": ("a",), "wait_s": 0.0}),
         ("placed", "a", True),
-        ("claim", "b", "a", (), ("a",)),  # whole now: asked again, not the index
+        # whole now: asked again, not the index
+        ("claim", "b", "a", (), {"until_whole": ("a",)}),
     ],
     "cut while arriving, and its own download failed: the taker downloads": [
-        ("claim", "a", None, (), ()),
+        ("claim", "a", None, ()),
         ("receiving", "a"),
-        ("claim", "b", "a", (), ()),
+        ("claim", "b", "a", ()),
         ("placed", "b", False),
         ("uploaded", "a"),
         ("placed", "a", False),  # a never got the file
-        ("claim", "b", None, (), ("a",)),  # b is the one to download it now
-        ("claim", "c", None, (), (), 0.0),  # c waits for b's download, not a second one
+        ("claim", "b", None, (), {"until_whole": ("a",)}),  # b is the one to download it now
+        ("claim", "c", None, (), {"wait_s": 0.0}),  # c waits for b's download, not a second one
         ("receiving", "b"),
-        ("claim", "c", "b", (), ()),
+        ("claim", "c", "b", ()),
     ],
     "cut while arriving, another holder whole meanwhile: that one first": [
-        ("claim", "a", None, (), ()),
+        ("claim", "a", None, ()),
         ("receiving", "a"),
-        ("claim", "b", "a", (), ()),
+        ("claim", "b", "a", ()),
         ("placed", "c", True),  # an earlier run's holder, started for this run
         ("placed", "b", False),
         ("uploaded", "a"),
-        ("claim", "b", "c", (), ("a",)),
+        ("claim", "b", "c", (), {"until_whole": ("a",)}),
     ],
     "failed with the whole file: never asked again": [
-        ("claim", "a", None, (), ()),
+        ("claim", "a", None, ()),
         ("placed", "a", True),
-        ("claim", "b", "a", (), ()),
+        ("claim", "b", "a", ()),
         ("placed", "b", False),
         ("uploaded", "a"),
-        ("claim", "b", None, ("a",), ()),
+        ("claim", "b", None, ("a",)),
     ],
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_holder_cut_while_arriving_is_asked_again_once_whole(case: str) -> None:
-    peers = Peers()
-    for i, name in enumerate("abc"):
-        peers.serving(name, f"http://127.0.0.{2 + i}:1/t")
-    for step in CASES[case]:
-        kind, host = step[0], step[1]
-        if kind == "claim":
-            wait = step[5] if len(step) > 5 else 5.0
-            got = peers.claim("s", host, wait_s=wait, avoid=step[3], until_whole=step[4])
-            assert got == step[2], (case, step)
-        elif kind == "receiving":
-            peers.receiving("s", host)
-        elif kind == "placed":
-            peers.placed("s", host, step[2])
-        else:
-            peers.uploaded(host)
+    play(case, CASES[case], hosts="abc")
