@@ -84,7 +84,6 @@ class Patch:
                 found.add(m[1] or m[2])
         return frozenset(found)
 
-
     @property
     def option_docs(self) -> dict[str, str]:
         """What each added option does, from the header line ``# Option: NAME: what it does``

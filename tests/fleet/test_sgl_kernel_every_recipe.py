@@ -14,9 +14,8 @@ stub).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
