@@ -62,6 +62,9 @@ sys.path.insert(0, str(REPO))
 from sm120kit.stack.lock import load_lock  # noqa: E402
 from tests.support.fleet import Fleet  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from proc_cpu import Sampler  # noqa: E402
+
 #: The bench's two SSH hosts (loopback addresses apart from the test fleet's).
 HOSTS = [("s1", "127.0.0.109", "nogpu"), ("s2", "127.0.0.110", "nogpu")]
 #: A busy process of the hog: a CPU-bound loop, ended by SIGKILL.
@@ -190,16 +193,23 @@ def tool(
         load0 = load()
         rx0, t0 = rx_bytes(), time.perf_counter()
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "invoke", "provision", "-H", name, "-i", str(inv), "--json"],
-            cwd=REPO, env=env, capture_output=True, text=True,
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        # Every process of the provision on this machine: the controller and, over SSH, the
+        # host's sshd and all it runs (bench/proc_cpu.py).
+        sshd = fleet.by_name(name).proc if fleet is not None else None
+        sampler = Sampler([proc.pid] + ([sshd.pid] if sshd is not None else []), proc.pid)
+        sampler.start()
+        stdout, stderr = proc.communicate()
+        sampler.stop()
         wall = time.perf_counter() - t0
         cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
-        if done.returncode != 0:
-            raise SystemExit(f"provision failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-        host = json.loads(done.stdout)["hosts"][name]
+        if proc.returncode != 0:
+            raise SystemExit(f"provision failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+        host = json.loads(stdout)["hosts"][name]
         steps = {s["name"]: s["seconds"] for s in host["steps"]}
         stack = host.get("stack") or {}
         out["first" if not out else "second"] = {
@@ -216,6 +226,8 @@ def tool(
             "stores_filled": stack.get("stores_filled"),
             "host_timings": stack.get("timings"),
             "load": [load0, load()],
+            # CPU-s per kind of process over the whole provision (bench/proc_cpu.py)
+            "cpu_kinds": {**sampler.kinds(), "controller": round(cpu, 1)},
         }
         shutil.rmtree(work / name, ignore_errors=True)
     return out
@@ -229,10 +241,20 @@ def where_time(t: dict[str, Any]) -> str:
         f"{name} ({modules}) ready {ready} s, batch {began}-{ended} s"
         for name, modules, ready, began, ended in t.get("stage_feeders") or []
     )
+    children, compiling = t.get("stage_cpu_children_s"), t.get("stage_cpu_compile_s")
+    rest = round(children - compiling, 1) if children is not None and compiling else None
     return (
         f"checked {t.get('check_s')} s, installed {t.get('installed_s')} s, compiled "
         f"{t.get('stage_s')} s, {t.get('stage_batches')} uv batches; {feeders or 'no feeders'}"
+        f"\n    step CPU-s: stage script {t.get('stage_cpu_self_s')}, compile workers "
+        f"{compiling}, uv runs and verify forks {rest}, controller {t.get('controller_cpu_s')}"
     )
+
+
+def cpu_line(kinds: dict[str, float]) -> str:
+    """One line of a provision's CPU-seconds per kind of process (bench/proc_cpu.py)."""
+    total = sum(kinds.values())
+    return f"{total:.1f} CPU-s: " + ", ".join(f"{k} {v}" for k, v in kinds.items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     print("where the stack step's time went (host seconds from the stage's start):")
     for i, r in enumerate(rows):
         print(f"  round {i}: {where_time(r['tool']['first'].get('host_timings') or {})}")
+    print("the whole provision's CPU per kind of process (uv --compile-bytecode's beside it):")
+    for i, r in enumerate(rows):
+        kinds = r["tool"]["first"].get("cpu_kinds") or {}
+        print(f"  round {i}: {cpu_line(kinds)}; uv --compile-bytecode {r['uv-compile']['cpu_s']}")
     uv_s = sum(r["uv"]["wall_s"] for r in rows)
     uvc_s = sum(r["uv-compile"]["wall_s"] for r in rows)
     stack_s = sum(r["tool"]["first"]["stack_s"] for r in rows)

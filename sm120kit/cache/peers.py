@@ -98,13 +98,16 @@ class Peers:
         wait_s: float = CLAIM_WAIT_S,
         size: int | None = None,
         avoid: Collection[str] = (),
+        until_whole: Collection[str] = (),
     ) -> str | None:
         """A holder of `sha256` for `host` to take it from (its upload counted until
         `uploaded`), or None: `host` gets the file another way (`receiving` once its own
         download begins, `placed` at the end). The holder is the one with the fewest takers
         in flight, hosts that have the whole file first among equals; a host still receiving
-        the file counts (it serves what it has); none in `avoid` (they failed `host` before)
-        and none that takes the file from `host`. A taker that serves is a holder of the file
+        the file counts (it serves what it has); none in `avoid` (they failed `host` before),
+        none in `until_whole` until it has the whole file (it failed `host` while the file
+        was still arriving there: its own download may have stalled or been cut, and what it
+        has whole it serves from its disk), and none that takes the file from `host`. A taker that serves is a holder of the file
         from now on (receiving it). While another host of the run is getting the file and no
         holder is there yet, waits for that host first, at most `wait_s` seconds. `size` is
         the locked size (unused by the choice: every file is pipelined)."""
@@ -120,6 +123,7 @@ class Peers:
                     and h in self._urls
                     and h not in self._gone
                     and h not in avoid
+                    and (h in whole or h not in until_whole)
                     and not self._downstream(sha256, h, host)
                 ]
                 left = deadline - time.monotonic()

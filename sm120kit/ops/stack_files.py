@@ -368,17 +368,23 @@ def obtain_release(
         # Serving before the first byte arrives: a taker is a holder from its first byte.
         serves = _serve(ctx, peers, dest)
         failed: list[str] = []
+        # Holders that failed this host while the file was still arriving there: asked
+        # again once they have it whole (a cut stream of a growing file says nothing about
+        # the file they end up with), before this host falls back to the stores and index.
+        cut: list[str] = []
         earlier = False
         while True:
-            peer = peers.claim(entry.sha256, ctx.host.name, size=entry.size, avoid=failed)
+            peer = peers.claim(
+                entry.sha256, ctx.host.name, size=entry.size, avoid=failed, until_whole=cut
+            )
             if peer is None:
                 if not earlier and _earlier_holders(ctx, peers, entry):
                     earlier = True
                     continue
                 break
             got = None
+            arriving = not peers.has_whole(entry.sha256, peer)
             try:
-                arriving = not peers.has_whole(entry.sha256, peer)
                 got = _from_peer(ctx, entry, dest, peer, str(peers.base_url(peer)), arriving)
             finally:
                 peers.uploaded(peer, entry.size)
@@ -386,7 +392,15 @@ def obtain_release(
                 peers.placed(entry.sha256, ctx.host.name, got is not None and serves)
             if got is not None:
                 return got
-            failed.append(peer)  # cut short or other bytes: the next holder, then the stores
+            # Cut short or other bytes: this holder again once whole, else the next holder,
+            # then the stores and the index.
+            (cut if arriving and peer not in cut else failed).append(peer)
+        if failed or cut:
+            # Why this host goes to the stores or the index (the run's JSON and log say so).
+            asked = ", ".join(dict.fromkeys([*cut, *failed]))
+            line = f"{entry.name} {entry.version}: no holder served it ({asked}); not from a peer"
+            ctx.log.warning("%s", line)
+            ctx.result.data.setdefault("cache_events", []).append(line)
     fetched: list[int] = []
 
     def download() -> BuiltWheel:

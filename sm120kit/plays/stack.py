@@ -24,6 +24,7 @@ import posixpath
 import secrets
 import shlex
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -273,6 +274,9 @@ def ensure_stack(
         )
     files = stack_files(state, releases, builds, built)
     facts = stack_facts(state, lock, files, str(python["path"]))
+    # The controller's CPU during the step (the whole process's: with several hosts, theirs
+    # too), beside the host's own figures in the step's timings (docs/benchmarks.md).
+    cpu0 = time.process_time()
     with ctx.step("stack") as step:
         try:
             _stack_step(ctx, state, lock, doc, facts, files, releases, step, recheck)
@@ -284,6 +288,9 @@ def ensure_stack(
             ctx.log.warning("stack: %s; running the step once more", lost)
             _stack_step(ctx, state, lock, doc, facts, files, releases, step, recheck)
             step.message = f"{step.message} (run again after: {lost})"
+        finally:
+            if isinstance(doc.get("timings"), dict):  # an install ran: its figures
+                doc["timings"]["controller_cpu_s"] = round(time.process_time() - cpu0, 1)
     return StackResult(doc, changed=step.status == "changed" and not ctx.check_mode)
 
 

@@ -447,6 +447,8 @@ def apply(args):
             ],
             compiled=compiled,
             compile_busy_s=round(compiler.busy_s, 3),
+            # of the children's CPU: the compile workers' (the rest: uv's runs, verify forks)
+            stage_cpu_compile_s=round(compiler.cpu_s, 1),
         )
         progress.total = len(entries)
 

@@ -542,11 +542,6 @@ def test_a_lock_whose_sha256_differs_is_refused_before_install(
     assert not list((work / "releases").rglob("demo_native-*.whl"))  # the bad file is gone
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="after the s4 merges (pipelined fan-out + range fetch) a second host sometimes takes "
-    "two files from the index again under CI's parallel load (2 of 3 CI runs); open in issue 46",
-)
 def test_three_hosts_download_each_locked_file_from_the_index_once(
     fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
@@ -575,8 +570,9 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
         first = run_invoke(args, env)
         assert first.returncode == 0, first.stdout + first.stderr
         wheels = sorted(w.name for w in files.glob("*.whl"))
-        assert sorted(served) == wheels  # each file from the index once, for three hosts
         hosts = json_of(first)["hosts"]
+        # each file from the index once, for three hosts (else: what each host's peers said)
+        assert sorted(served) == wheels, {n: h.get("cache_events") for n, h in hosts.items()}
         origins: dict[str, int] = {}
         for name in trio:
             stack = hosts[name]["stack"]

@@ -146,8 +146,8 @@ def download(url, dest, sha256="", timeout=60, direct=False, grow=None):
         chosen = direct_opener() if direct else opener()
         with open(dest, "wb") as out, chosen.open(request_of(url), timeout=timeout) as resp:
             expected = resp.headers.get("Content-Length")
-            if grow is not None and expected is not None:
-                grow.sized(int(expected))
+            if grow is not None:
+                grow.sized(int(expected) if expected is not None else None)
             total = 0
             while True:
                 block = resp.read(CHUNK)

@@ -26,21 +26,30 @@ _FILES = {}  # type: dict[tuple[str, str], Growing]
 
 class Growing:
     """One file being written: its part file's path, the bytes flushed to it so far, its
-    final size once known, and how it ended (None while it is still arriving)."""
+    final size once known, and how it ended (None while it is still arriving).
+
+    The size readers send as the length (``Content-Length``) is the response's when it
+    gives one, else the lock's: never a size of 0 or None, which only say the lock recorded
+    none (a lock drafted from an index that lists no sizes; the controller sends 0 for it).
+    Taken for a length, a 0 makes every reader that comes while the file arrives send an
+    empty body, which its taker refuses by its sha256 and then fetches from the index."""
 
     def __init__(self, key, path, total):
         self.key = key
         self.path = path
-        self.total = total
+        self.total = known_size(total)
+        self.headed = False  # the response's headers are in (`sized`)
         self.written = 0
         self.ok = None  # None while arriving, then whether it took its final name
 
     def sized(self, total):
-        """The final size, learnt from the response (the lock gave none)."""
+        """The response's headers are in, with its length (`total`, None when it gave
+        none): that length is what the bytes coming are, so it wins over the lock's."""
         with _LOCK:
-            if self.total is None and total is not None:
+            self.headed = True
+            if known_size(total) is not None:
                 self.total = total
-                _LOCK.notify_all()
+            _LOCK.notify_all()
 
     def wrote(self, n):
         """`n` more bytes are in the part file (flushed: another open file sees them)."""
@@ -80,10 +89,11 @@ class Growing:
 
     def wait_sized(self, wait_s=IDLE_S):
         """The final size, waited for (bounded) while the response's headers are on their
-        way; None when still unknown (the reader sends without a length)."""
+        way; None when still unknown once they are in (the reader sends without a length,
+        and the end of its body is the connection's)."""
         deadline = time.monotonic() + wait_s
         with _LOCK:
-            while self.total is None and self.ok is None:
+            while self.total is None and not self.headed and self.ok is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -91,8 +101,17 @@ class Growing:
             return self.total
 
 
+def known_size(size):
+    """`size` when it is a byte count a file can have been recorded with, else None: a lock
+    entry's size of 0 or None means none was recorded (a released wheel is never empty)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        return None
+    return size
+
+
 def begin(sha256, name, path, total=None):
-    """Register `path` (a part file, just created) as the file `name` of `sha256` arriving."""
+    """Register `path` (a part file, just created) as the file `name` of `sha256` arriving;
+    `total`: the lock's size (0 or None: not recorded, `known_size`)."""
     entry = Growing((sha256, name), path, total)
     with _LOCK:
         _FILES[entry.key] = entry

@@ -79,6 +79,18 @@ def chunk_size(queued, workers):
     return max(1, min(CHUNK_MAX, queued // (2 * max(1, workers))))
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) process `pid` has used so far, from ``/proc/<pid>/stat``;
+    None where that cannot be read (not Linux, or the process is gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            text = fh.read()
+        fields = text[text.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def cpus():
     """CPUs this process may run on."""
     try:
@@ -101,6 +113,7 @@ class Compiler:
         self.seen = set()  # every path submitted (`leftover_modules` skips them)
         self.lost_paths = []  # a dead worker's chunks, for `compile_all` to hand to a new one
         self.busy_s = 0.0
+        self.cpu_s = 0.0  # the workers' own CPU (Linux /proc; 0 where it cannot be read)
         self.procs = []
         self.threads = []
         self.lock = threading.Lock()
@@ -154,6 +167,10 @@ class Compiler:
                 self.on_done(*counts)
             if last:
                 break
+        # Idle now: what it used is (all but its exit) what compiling cost.
+        used = proc_cpu(proc.pid)
+        with self.lock:
+            self.cpu_s += used or 0.0
         try:
             proc.stdin.close()
         except OSError:
