@@ -13,12 +13,13 @@ from typing import Any
 from .. import python_choice as host_python
 from ..cache.key import KeyInputs
 from ..packages import registry
+from ..packages.base import TreeFacts
 from ..state import ProvisionState
 from ..toolchain.toolkit_spec import choose_compiler
 from . import compile_cache
 from .cmake_defines import fetchcontent_defines
 from .knobs import Knobs, resolve_knobs
-from .patching import for_package
+from .patching import Patch, for_package
 
 
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
@@ -60,6 +61,33 @@ def package_knobs(state: ProvisionState, name: str) -> Knobs:
         sources=sources,
         patch_options=frozenset().union(*(p.options_added for p in chosen)),
         patch_version=pkg.version,
+        tree=tree_facts(state, name, chosen),
+    )
+
+
+def tree_facts(state: ProvisionState, name: str, chosen: list[Patch]) -> TreeFacts:
+    """What package `name`'s entry and its chosen patches say about the tree it configures.
+    The entry's ``[packages.build]`` facts hold for the entry's own commit and version only:
+    with either moved by an override they are left out (nothing known about that tree)."""
+    pkg = state.resolved.packages[name]
+    options = {o: (p.name, doc) for p in chosen for o, doc in p.option_docs.items()}
+    spec = next((s for s in state.resolved.package_specs() if s.name == name), None)
+    own = (
+        spec is not None
+        and spec.version == pkg.version
+        and spec.source.get("ref") == pkg.source.get("ref")
+    )
+    subprojects = tuple(
+        (str(d["dir"]), str(d["ref"]), str(d["cmake_minimum"]))
+        for d in pkg.dependencies
+        if d.get("cmake_minimum")
+    )
+    return TreeFacts(
+        version=pkg.version,
+        options=options,
+        not_set=dict(spec.not_set) if own and spec is not None else {},
+        no_full_build=spec.no_full_build if own and spec is not None else "",
+        subprojects=subprojects,
     )
 
 

@@ -27,6 +27,7 @@ from ..packages.base import (
     KnobRequest,
     Knobs,
     Parallelism,
+    TreeFacts,
     plan_parallelism,
 )
 from ..remote.lib.arch import Arch, parse_list
@@ -54,6 +55,7 @@ def resolve_knobs(
     version: str | None = None,
     patch_options: frozenset[str] | None = None,
     patch_version: str = "",
+    tree: TreeFacts | None = None,
 ) -> Knobs:
     """Translate one arch list and a host's facts into `package`'s build settings, as the
     descriptor of build `kind` (`sm120kit.packages`) says.
@@ -67,7 +69,8 @@ def resolve_knobs(
     from, for the explain text. `version` (the package's) lets a descriptor that checks its
     arch knob's values (`PackageDescriptor.arch_value_problem`) refuse a value that release
     would drop: RecipeError. `patch_options` (with `patch_version`, the version they were
-    selected for) are the build options the entry's patches add (`KnobRequest`).
+    selected for) are the build options the entry's patches add, `tree` what the entry and
+    those patches say about the tree (`KnobRequest`).
     """
     desc = registry.for_kind(kind)
     if desc is None:
@@ -111,6 +114,7 @@ def resolve_knobs(
         overrides,
         patch_options,
         patch_version,
+        tree or TreeFacts(version=version or patch_version),
     )
     knobs = Knobs()
     assert desc.knobs is not None  # for_kind answers only descriptors that build

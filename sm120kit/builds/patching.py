@@ -7,6 +7,7 @@ root) preceded by a header of ``# Key: value`` lines::
     # Applies-To: >=0.3.17,<=0.3.21
     # Applies-To-Torch: >=2.14     (optional: only with a torch the specifier admits)
     # Fixes: what is wrong without it, one line
+    # Option: NAME: what the CMake option it adds does (optional; --explain's reason)
     # Upstream: owner/repo@commit path (what the context lines were checked against)
     # Strip: 1
 
@@ -82,6 +83,16 @@ class Patch:
             if m:
                 found.add(m[1] or m[2])
         return frozenset(found)
+
+    @property
+    def option_docs(self) -> dict[str, str]:
+        """What each added option does, from the header line ``# Option: NAME: what it does``
+        (one per patch); an added option without that line maps to ""."""
+        docs = dict.fromkeys(self.options_added, "")
+        name, _, doc = self.header.get("Option", "").partition(":")
+        if name.strip() in docs:
+            docs[name.strip()] = doc.strip()
+        return docs
 
 
 def parse_header(text: str) -> dict[str, str]:

@@ -92,8 +92,10 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
     pkg = state.resolved.packages[name]
     source, version = pkg.source, pkg.version
     kind = source.get("kind")
+    # A pin that is not the release's own tree says what it is wherever the source is named.
+    note = f" ({source['note']})" if source.get("note") else ""
     if kind == "git" and srcstore.is_managed(pkg):
-        return _store_plan(ctx, state, srcstore.entries(name, pkg)[0], f"{name} {version}")
+        return _store_plan(ctx, state, srcstore.entries(name, pkg)[0], f"{name} {version}", note)
     if kind == "pypi":
         index = source.get("index") or "pypi"
         index_url = fs.DEFAULT_INDEX if index in ("pypi", "") else index
@@ -120,7 +122,7 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
         args = {"kind": "git", "repo": url, "commit": ref, "subdir": subdir}
         digest = f"git:{ref}" if re.fullmatch(r"[0-9a-f]{40}", ref) else ""
         where = f"{url}@{ref}" + (f":{subdir}" if subdir else "")
-        return SourcePlan("git", args, digest, ref, f"{name} {version} from {where}")
+        return SourcePlan("git", args, digest, ref, f"{name} {version} from {where}{note}")
     if kind == "path":
         root = Path(source["path"])
         if not root.is_absolute():
@@ -145,9 +147,9 @@ def plan_source(ctx: HostContext, state: ProvisionState, name: str) -> SourcePla
 
 
 def _store_plan(
-    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry, what: str
+    ctx: HostContext, state: ProvisionState, entry: srcstore.SourceEntry, what: str, note: str = ""
 ) -> SourcePlan:
-    where = f"{entry.url}@{entry.ref}" + (f":{entry.subdir}" if entry.subdir else "")
+    where = f"{entry.url}@{entry.ref}" + (f":{entry.subdir}" if entry.subdir else "") + note
     record = store_record(ctx, state, entry)
     if record is None:
         return SourcePlan(

@@ -110,6 +110,25 @@ def plan_parallelism(
     return Parallelism(jobs=jobs, threads=threads, reason=reason)
 
 
+@dataclass(frozen=True)
+class TreeFacts:
+    """What the recipe entry and its chosen patches say about the tree a build configures, so
+    a descriptor's reasons hold for that tree and not for another release's (`KnobRequest`).
+
+    `options`: CMake option a patch adds -> (patch file, what it does: its ``Option:`` header
+    line, "" when it has none); `not_set`: options the tool leaves unset -> why, and
+    `no_full_build`: why upstream's full build cannot be pinned ("" = it can), both from the
+    entry's ``[packages.build]`` (empty when a host var moved source.ref or version off the
+    entry's tree); `subprojects`: (dir, ref, VERSION) of each dependency whose own
+    ``cmake_minimum_required`` the entry records (a tree the build configures itself)."""
+
+    version: str = ""
+    options: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    not_set: Mapping[str, str] = field(default_factory=dict)
+    no_full_build: str = ""
+    subprojects: tuple[tuple[str, str, str], ...] = ()
+
+
 @dataclass
 class KnobRequest:
     """What a descriptor's knob function gets: the package, its arch list, the host's size and
@@ -131,6 +150,7 @@ class KnobRequest:
     overrides: dict[str, Any]
     patch_options: frozenset[str] | None = None
     patch_version: str = ""  # the package version `patch_options` was found for
+    tree: TreeFacts = field(default_factory=TreeFacts)
 
 
 #: Fills a Knobs from a request (env vars, CMake defines, explain-only notes).

@@ -45,9 +45,11 @@ DISTRIBUTIONS = ("sglang-kernel",)
 #: thread a 24 GB host ran two such jobs and lost the build after 74 minutes.
 SGL_KERNEL_GB_PER_NVCC_THREAD = 16.0
 
-#: sgl-kernel 0.3.21 under CUDA >= 13.0 compiles each file for sm_90, sm_100a, sm_120a, sm_103a
-#: and sm_90a once below-SM90 code is off (CMakeLists.txt at sglang c86ca128); nvcc --threads
-#: splits work per gencode target, so more threads than that gain nothing.
+#: Under CUDA >= 13.0 on x86_64, with below-SM90 code off, both trees the recipes pin compile
+#: each common_ops file for sm_90, sm_100a, sm_120a, sm_103a and sm_90a (CMakeLists.txt of
+#: sgl-kernel/ at sglang c86ca128, 0.3.21; of python/sglang/kernels/aot/ at d9632eb7, where
+#: sm_90a comes with FA3); nvcc --threads splits work per gencode target, so more threads than
+#: that gain nothing.
 SGL_KERNEL_NVCC_THREADS = 5
 
 
@@ -75,12 +77,14 @@ def sgl_kernel_knobs(knobs: Knobs, req: KnobRequest) -> None:
     given, origin = req.given, req.origin
     defines: dict[str, Any] = req.overrides.pop("cmake_defines", None) or {}
     sm_only = req.switches.get("sm120_only")
+    tree = req.tree
+    release = f"sgl-kernel {tree.version or req.patch_version}".strip()
     knobs.note(
         "arch list",
         ";".join(str(a) for a in archs),
-        "sgl-kernel's CMake hard-codes its gencodes (sm_90 always, sm_90a with CUDA >= 12.4, "
-        "sm_100a and sm_120a with CUDA >= 12.8, sm_103a with CUDA >= 13.0) and clears "
-        "TORCH_CUDA_ARCH_LIST; only its options can drop targets",
+        f"{release}'s CMakeLists.txt hard-codes its gencodes per CUDA version and clears "
+        "TORCH_CUDA_ARCH_LIST; only its options can drop targets (the targets rows say which "
+        "gencodes each one gets)",
     )
     all_12 = all(a.major == 12 for a in archs)
     if sm_only is None:
@@ -88,41 +92,45 @@ def sgl_kernel_knobs(knobs: Knobs, req: KnobRequest) -> None:
         why = "default for an arch list of 12.x only"
     else:
         why = f"knob sm120_only = {str(sm_only).lower()}"
-    # SGL_KERNEL_ONLY_ARCHS is this tool's option, added by the SM-only patch: no upstream
-    # CMakeLists.txt reads it (not sgl-kernel/ at c86ca128, 0.3.21; not
-    # python/sglang/kernels/aot/ at sglang d9632eb7, the newest 0.4.x tree read), so without
-    # the patch the define would claim an SM-only build while upstream builds every target.
+    # SGL_KERNEL_ONLY_ARCHS is this tool's option, added by an SM-only patch: no upstream
+    # CMakeLists.txt reads it, so without such a patch the define would claim an SM-only
+    # build while upstream builds every target.
     unpatched = req.patch_options is not None and ONLY_ARCHS not in req.patch_options
     if sm_only and unpatched:
-        release = f"sgl-kernel {req.patch_version}".strip()
         if req.switches.get("sm120_only"):
             raise RecipeError(
                 f"package {req.package}: knob sm120_only = true needs a patch that adds "
-                f"{ONLY_ARCHS} ({SM_ONLY_PATCH}, written for 0.3.21's CMakeLists.txt); "
-                f"{release}'s recipe entry lists none, so its CMake would build every target"
+                f"{ONLY_ARCHS}; {release}'s recipe entry lists none, so its CMake would "
+                "build every target"
             )
         knobs.note(
             "-Ccmake.define." + ONLY_ARCHS,
             "(not set)",
             f"upstream's full build: no patch of {release}'s recipe entry adds {ONLY_ARCHS} "
-            f"({SM_ONLY_PATCH} does, for 0.3.21's CMakeLists.txt) and upstream's CMake has no "
-            "such option",
+            "and upstream's CMake has no such option",
         )
         sm_only = False
     elif sm_only:
         only = sm_only_archs(archs)
+        patch, doc = tree.options.get(ONLY_ARCHS, ("an SM-only patch", ""))
         knobs.define(
             ONLY_ARCHS,
             only,
-            f"SM-only build ({why}; patch 0002-cmake-sm-only-build): every target gets "
-            f"-gencode=arch=compute_X,code=sm_X for {only} only; common_ops is built once (the "
-            "sm100/ variant load_utils.py picks on 12.x), no FA3 flash_ops, no flashmla_ops",
+            f"SM-only build ({why}; {patch} adds it): "
+            + (doc or f"every -gencode of the package's own targets becomes one per arch of {only}")
+            + f" ({only} here)",
         )
     else:
         knobs.note(
             "-Ccmake.define." + ONLY_ARCHS,
             "(not set)",
-            f"upstream's full build ({why}): common_ops twice, FA3 and FlashMLA, every gencode",
+            f"upstream's full build ({why}): every target and gencode of {release}'s "
+            "CMakeLists.txt",
+        )
+    if not sm_only and tree.no_full_build:
+        raise RecipeError(
+            f"package {req.package}: upstream's full build of {release} ({why}) is not "
+            f"pinned: {tree.no_full_build} (build for 12.x archs only)"
         )
     if all(a.sm >= 90 for a in archs):
         knobs.define(
@@ -136,24 +144,26 @@ def sgl_kernel_knobs(knobs: Knobs, req: KnobRequest) -> None:
             "(default ON)",
             "the arch list has an arch below 9.0",
         )
-    knobs.note(
-        "-Ccmake.define.SGL_KERNEL_ENABLE_FA3",
-        "(not set)",
-        "shadowed at 0.3.21: its CMakeLists runs set(SGL_KERNEL_ENABLE_FA3 ON) for CUDA >= 12.4; "
-        "the SM-only build turns FA3 off after that line",
-    )
+    for option, reason in tree.not_set.items():
+        knobs.note("-Ccmake.define." + option, "(not set)", f"{reason} (recipe entry)")
     knobs.note(
         "MAX_JOBS",
         "(not set)",
-        "sgl-kernel's CMake does not read it (only its Makefile does); "
-        "CMAKE_BUILD_PARALLEL_LEVEL bounds the jobs",
+        "its CMakeLists.txt does not read it; CMAKE_BUILD_PARALLEL_LEVEL bounds the jobs",
     )
-    knobs.define(
-        "CMAKE_POLICY_VERSION_MINIMUM",
-        "3.5",
-        "dlpack v1.1 (pulled in by mscclpp) declares cmake_minimum_required(VERSION 3.2), "
-        "which CMake 4 refuses without it",
-    )
+    # CMake 4 refuses a project declaring cmake_minimum_required below 3.5 unless this floor
+    # is set; only a dependency the build configures itself (the entry records its VERSION)
+    # can bring one in.
+    old = [s for s in tree.subprojects if _version_below(s[2], "3.5")]
+    if old:
+        knobs.define(
+            "CMAKE_POLICY_VERSION_MINIMUM",
+            "3.5",
+            "; ".join(
+                f"{d} ({r[:12]}) declares cmake_minimum_required(VERSION {v})" for d, r, v in old
+            )
+            + ", which CMake 4 refuses without it (recipe entry's dependencies)",
+        )
     threads = given("SGL_KERNEL_COMPILE_THREADS")
     jobs = given("CMAKE_BUILD_PARALLEL_LEVEL") or given("MAX_JOBS")
     gencodes = len(sm_only_archs(archs).split(",")) if sm_only else SGL_KERNEL_NVCC_THREADS
@@ -182,6 +192,10 @@ def sgl_kernel_knobs(knobs: Knobs, req: KnobRequest) -> None:
     knobs.set_env("CMAKE_BUILD_PARALLEL_LEVEL", plan.jobs, reason)
     for name, value in defines.items():
         knobs.define(str(name), value, origin(f"cmake_defines.{name}"))
+
+
+def _version_below(version: str, floor: str) -> bool:
+    return tuple(int(x) for x in version.split(".")) < tuple(int(x) for x in floor.split("."))
 
 
 def sgl_kernel_targets(

@@ -33,6 +33,7 @@ def source_rows(
         "git": lambda: (
             f"{src.get('url')}@{src.get('ref')}"
             + (f" ({src['subdir']})" if src.get("subdir") else "")
+            + (f": {src['note']}" if src.get("note") else "")
         ),
         "pypi": lambda: f"{name}=={pkg.version} sdist ({src.get('index') or 'pypi'})",
         "path": lambda: str(src.get("path")),

@@ -18,10 +18,12 @@ METHODS = ("runfile", "pip", "apt")
 #: Source kind -> (required keys, optional keys) besides ``kind``.
 SOURCE_KINDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "path": (frozenset({"path"}), frozenset()),
-    "git": (frozenset({"url", "ref"}), frozenset({"subdir"})),
+    # note: what the pinned tree is when it is not the release itself (the closest tree read);
+    # it describes the entry's own ref, so an override of source.ref drops it (model.py).
+    "git": (frozenset({"url", "ref"}), frozenset({"subdir", "note"})),
     "pypi": (frozenset(), frozenset({"index", "sha256"})),
 }
-_SOURCE_KEYS = frozenset({"kind", "path", "url", "ref", "subdir", "index", "sha256"})
+_SOURCE_KEYS = frozenset({"kind", "path", "url", "ref", "subdir", "note", "index", "sha256"})
 
 _TOP_REQUIRED = {"name", "description", "drivers", "arch", "python", "cuda"}
 _TOP_OPTIONAL = {"packages", "stack", "torch"}  # torch: else the shared stack's (files.py)
@@ -31,9 +33,21 @@ _CHOICE_REQUIRED = {"drivers", "version"}
 _CHOICE_OPTIONAL = {"method", "gcc_max", "runfile", "sha256", "pip_packages"}
 _TORCH_KEYS = {"version", "index", "cuda"}
 _PKG_REQUIRED = {"name", "version", "source"}
-_PKG_OPTIONAL = {"patches", "knobs", "torch", "needs_cuda_torch", "smoke", "dependencies"}
+_PKG_OPTIONAL = {
+    "patches",
+    "knobs",
+    "torch",
+    "needs_cuda_torch",
+    "smoke",
+    "build",
+    "dependencies",
+}
 #: ``[packages.smoke]``: what `smoke` should know about the package (not overridable).
 _SMOKE_KEYS = {"not_for_arch"}
+#: ``[packages.build]``: what the pinned tree's build does that the descriptor's reasons need
+#: (read from that tree; not overridable): `not_set` options the tool leaves unset -> why,
+#: `no_full_build` why upstream's full build cannot be pinned ("" = it can).
+_BUILD_KEYS = {"not_set", "no_full_build"}
 #: Choice fields that belong to one toolkit version only.
 _PER_VERSION = ("runfile", "sha256", "pip_packages")
 
@@ -218,13 +232,15 @@ def _source_value(value: Any) -> str:
 
 
 _DEP_REQUIRED = ("name", "dir", "url", "ref")
-_DEP_OPTIONAL = ("submodules",)
+#: cmake_minimum: the VERSION of the dependency's own cmake_minimum_required, for a tree the
+#: build configures as a subproject (the descriptor sets CMake's policy floor from it).
+_DEP_OPTIONAL = ("submodules", "cmake_minimum")
 _SUBMODULE_KEYS = ("path", "url", "ref")
 _DIR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def _dependencies(value: Any) -> list[dict[str, Any]]:
-    """``[{name, dir, url, ref, submodules?}]``: the build's own source dependencies
+    """``[{name, dir, url, ref, submodules?, cmake_minimum?}]``: the build's own source dependencies
     (CMake FetchContent names), fetched by the tool instead of at configure time."""
     if not isinstance(value, list):
         raise _Bad("expected a list of { name, dir, url, ref } tables")
@@ -251,6 +267,11 @@ def _dependencies(value: Any) -> list[dict[str, Any]]:
             if s["path"].startswith("/") or ".." in Path(s["path"]).parts:
                 raise _Bad(f"dependency {entry['name']}: submodule path {s['path']!r}")
         entry["submodules"] = [{k: _str(s[k]) for k in _SUBMODULE_KEYS} for s in subs]
+        if "cmake_minimum" in dep:
+            floor = _str(dep["cmake_minimum"])
+            if not re.fullmatch(r"\d+(\.\d+){0,3}", floor):
+                raise _Bad(f"dependency {entry['name']}: cmake_minimum {floor!r} is not a version")
+            entry["cmake_minimum"] = floor
         out.append(entry)
     return out
 

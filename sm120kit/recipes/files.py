@@ -20,6 +20,7 @@ from ..errors import RecipeError
 from ..packages import registry
 from ..stack.lock import Lock, StackSpec, load_stack, locks_root, parse_stack, stack_locks
 from .checks import (
+    _BUILD_KEYS,
     _CHOICE_OPTIONAL,
     _CHOICE_REQUIRED,
     _CUDA_OPTIONAL,
@@ -257,6 +258,9 @@ def _parse_package(f: _File, table: Any, i: int, patches_dir: Path) -> PackageSp
             raise f.error((*key, "patches"), f"patch file {patches_dir / p} does not exist")
     torch = f.get(table, (*key, "torch"), _spec) if "torch" in table else None
     not_for_arch = _parse_smoke(f, table["smoke"], (*key, "smoke")) if "smoke" in table else {}
+    not_set, no_full_build = (
+        _parse_build(f, table["build"], (*key, "build")) if "build" in table else ({}, "")
+    )
     return PackageSpec(
         name=name,
         version=f.get(table, (*key, "version"), _version),
@@ -268,6 +272,8 @@ def _parse_package(f: _File, table: Any, i: int, patches_dir: Path) -> PackageSp
             f.get(table, (*key, "needs_cuda_torch"), _bool) if "needs_cuda_torch" in table else True
         ),
         not_for_arch=not_for_arch,
+        not_set=not_set,
+        no_full_build=no_full_build,
         dependencies=(
             f.get(table, (*key, "dependencies"), _dependencies) if "dependencies" in table else []
         ),
@@ -408,6 +414,21 @@ def _parse_smoke(f: _File, value: Any, key: tuple[str, ...]) -> dict[str, str]:
             raise f.error((*key, "not_for_arch", module), "not an extension module name")
         out[module] = f.get(table, (*key, "not_for_arch", module), _nonempty)
     return out
+
+
+def _parse_build(f: _File, value: Any, key: tuple[str, ...]) -> tuple[dict[str, str], str]:
+    """``[packages.build]``: ``not_set = { OPTION = "why" }``, ``no_full_build = "why"``."""
+    f.table(value, key, set(), _BUILD_KEYS)
+    table = value.get("not_set", {})
+    if not isinstance(table, dict):
+        raise f.error((*key, "not_set"), 'expected a table like { SOME_OPTION = "why" }')
+    out: dict[str, str] = {}
+    for option in table:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", option):
+            raise f.error((*key, "not_set", option), "not a CMake variable name")
+        out[option] = f.get(table, (*key, "not_set", option), _nonempty)
+    refused = f.get(value, (*key, "no_full_build"), _nonempty) if "no_full_build" in value else ""
+    return out, refused
 
 
 def _check_coverage(f: _File, drivers: SpecifierSet, cuda: CudaSpec) -> None:

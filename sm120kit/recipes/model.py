@@ -104,6 +104,10 @@ class PackageSpec:
     #: (``smoke`` reports them as info instead of judging them); module name -> reason.
     not_for_arch: dict[str, str] = field(default_factory=dict)
     dependencies: list[dict[str, Any]] = field(default_factory=list)
+    #: ``[packages.build]`` (read from the pinned tree): CMake options the tool leaves unset ->
+    #: why (``--explain`` rows), and why upstream's full build cannot be pinned ("" = it can).
+    not_set: dict[str, str] = field(default_factory=dict)
+    no_full_build: str = ""
     #: Not written in the recipe: taken from its serving stack's lock (the locked release of a
     #: package the tool builds, `files.derive_stack_packages`); says from where, for `plan`.
     derived: str = ""
@@ -388,6 +392,11 @@ def _package_values(
         elif head == "dependencies":
             dependencies = list(value)
         where[f"packages.{spec.name}.{rest}"] = set_in
+    ref_set = overrides.get("source.ref")
+    if ref_set is not None and "source.note" not in overrides and "note" in source:
+        # The note says what the entry's own commit is; another commit is not that tree.
+        del source["note"]
+        where.pop(f"packages.{spec.name}.source.note", None)
     required, optional = SOURCE_KINDS[source["kind"]]
     for k in _SOURCE_KEYS - required - optional - {"kind"}:
         source.pop(k, None)  # left over from the recipe's other kind

@@ -1,16 +1,20 @@
-"""The mission's sgl-kernel commands on every shipped recipe (#46 item 6a, s4): `invoke plan
---package sgl-kernel` plans the build, or stops with one line that says what to pass; the real
-`invoke build-sgl-kernel` on a recipe whose release commit is not known stops with that line
-before anything is written.
+"""The mission's sgl-kernel commands on every shipped recipe (#46 item 6): `invoke plan
+--package sgl-kernel` plans the build of the pinned tree on every recipe (r570/r575: 0.3.21 at
+its release commit; r580/r590/r595: sglang d9632eb7's kernels/aot, the closest tree read to
+the locked 0.4.10, and the plan says so), the SM-only patch of each entry applying.
 
 Real parts: the shipped recipes, locks, patches and shared tables, the real `invoke` CLI on this
 machine over a local connection (`ansible_connection: local`), its real facts (no toolkit is
 installed for the recipes' CUDA releases, so each plan installs one). Simulated: the GPU (the
-host vars target_driver / target_arch of a GPU-less build box).
+host vars target_driver / target_arch of a GPU-less build box) and its driver's libcuda.so.1
+(a shared library built here with gcc defining the driver API entry points the prerequisite
+probe checks, named by host var cuda_driver_library: the pip-route toolkit of r580+ ships no
+stub).
 """
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,7 @@ import yaml
 from sm120kit import drivers as drv
 from sm120kit.inventory.host import Host
 from sm120kit.recipes.select import load_recipes, resolve_for_host
+from sm120kit.remote.cmake_probe import DRIVER_API
 from tests.conftest import invoke_env, json_of, run_invoke
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +49,17 @@ def _entry(recipe: str) -> tuple[str, str]:
     return values.version, str(values.source.get("ref") or "")
 
 
+def write_stub(directory: str) -> str:
+    """A libcuda.so.1 stand-in defining the driver API entry points (gcc, one C file)."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "stub.c"
+    src.write_text("".join(f"int {n}(void) {{ return 34; }}\n" for n in DRIVER_API))
+    out = folder / "libcuda.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True, timeout=60)
+    return str(out)
+
+
 def _driver(recipe: str) -> str:
     """A driver that picks `recipe`: the minimum of its default toolkit (in its range)."""
     driver = drv.min_driver(RECIPES[recipe].cuda.version)
@@ -55,7 +71,9 @@ def _driver(recipe: str) -> str:
 def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict]]:
     """One `invoke plan --package sgl-kernel` over a host per shipped recipe (its driver)."""
     tmp = tmp_path_factory.mktemp("every-recipe")
-    inv = _inventory(tmp, {r: {"target_driver": _driver(r)} for r in RECIPES})
+    stub = write_stub(str(tmp_path_factory.mktemp("driver")))
+    hosts = {r: {"target_driver": _driver(r), "cuda_driver_library": stub} for r in RECIPES}
+    inv = _inventory(tmp, hosts)
     args = ["plan", "--package", SGL, "-H", "all", "-i", str(inv), "--json"]
     return tmp, json_of(run_invoke(args, invoke_env(None, tmp)))["hosts"]
 
@@ -64,62 +82,41 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, d
 def test_plan_of_sgl_kernel_on_every_recipe(
     recipe: str, planned: tuple[Path, dict[str, dict]]
 ) -> None:
-    """A recipe whose entry pins its commit plans the whole build (source, toolkit, env,
-    wheel); one whose release commit is not known fails with one line naming the package,
-    the repository and the inventory var that takes the commit. Nothing is written."""
+    """Every recipe plans the whole build (source, dependencies, patch, toolkit, wheel) of its
+    entry's pinned commit, SM-only for 12.0; a pin that is the closest tree, not the release,
+    says so in the source step. Nothing is written."""
     tmp, hosts = planned
     host = hosts[recipe]
     assert host["recipe"] == recipe, host.get("recipe")
+    assert host["status"] != "failed", host.get("error")
     version, ref = _entry(recipe)
-    if ref:
-        assert host["status"] != "failed", host.get("error")
-        steps = {s["name"]: s for s in host["steps"]}
-        assert steps[f"wheel:{SGL}"]["status"] == "changed"
-        assert (
-            f"{SGL} {version} from https://github.com/sgl-project/sglang@{ref}"
-            in (steps[f"source:{SGL}"]["message"])
+    assert ref, recipe
+    steps = {s["name"]: s for s in host["steps"]}
+    assert steps[f"wheel:{SGL}"]["status"] == "changed"
+    source = steps[f"source:{SGL}"]["message"]
+    assert f"{SGL} {version} from https://github.com/sgl-project/sglang@{ref}" in source
+    if version == "0.4.10":
+        assert "the closest tree read; the commit of the released 0.4.10 is not recorded" in (
+            source
         )
-    else:
-        line = host["error"]
-        assert host["status"] == "failed" and "\n" not in line
-        assert line.startswith(f"{SGL} {version} cannot be built with recipe {recipe}: ")
-        assert "which commit of https://github.com/sgl-project/sglang to build is not known" in line
-        assert line.endswith(
-            f"pass it as the inventory var recipe.packages.{SGL}.source.ref (host or group)"
-        )
+    assert "SGL_KERNEL_ONLY_ARCHS=120a" in " ".join(steps[f"wheel:{SGL}"]["commands"])
     assert not (tmp / recipe).exists()
 
 
-def test_given_the_commit_the_stack_release_plans_its_upstream_build(tmp_path: Path) -> None:
-    """r580 with the commit given as a host var: the build of sglang-kernel 0.4.10's tree is
-    planned, and as its entry lists no SM-only patch, SGL_KERNEL_ONLY_ARCHS is not passed (no
-    upstream CMakeLists.txt reads it): --explain says the build is upstream's full one."""
-    ref = {f"recipe.packages.{SGL}.source.ref": "b" * 40, "target_driver": _driver("r580")}
-    inv = _inventory(tmp_path, {"local": ref})
-    args = ["plan", "--package", SGL, "-H", "local", "-i", str(inv)]
-    proc = run_invoke([*args, "--explain", "--json"], invoke_env(None, tmp_path))
-    host = json_of(proc)["hosts"]["local"]
+def test_a_host_var_commit_replaces_the_pin_and_its_note(tmp_path: Path) -> None:
+    """r580 with source.ref given as a host var: that commit is planned, and the entry's note
+    (which describes d9632eb7) is not claimed for it."""
+    stub = write_stub(str(tmp_path.parent / f"{tmp_path.name}-driver"))
+    given = {
+        f"recipe.packages.{SGL}.source.ref": "b" * 40,
+        "target_driver": _driver("r580"),
+        "cuda_driver_library": stub,
+    }
+    inv = _inventory(tmp_path, {"local": given})
+    args = ["plan", "--package", SGL, "-H", "local", "-i", str(inv), "--explain", "--json"]
+    host = json_of(run_invoke(args, invoke_env(None, tmp_path)))["hosts"]["local"]
     assert host["status"] != "failed", host.get("error")
+    source = next(s for s in host["steps"] if s["name"] == f"source:{SGL}")["message"]
+    assert "@" + "b" * 40 in source and "closest tree" not in source
     rows = {r["name"]: r for r in host["explain"]}
-    assert "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a" not in rows
-    note = rows["-Ccmake.define.SGL_KERNEL_ONLY_ARCHS"]
-    assert note["value"] == "(not set)"
-    assert note["reason"].startswith("upstream's full build: no patch of sgl-kernel 0.4.10's")
-    wheel = next(s for s in host["steps"] if s["name"] == f"wheel:{SGL}")
-    assert "SGL_KERNEL_ONLY_ARCHS" not in " ".join(wheel["commands"])
-
-
-def test_the_mission_command_stops_before_writing(tmp_path: Path) -> None:
-    """`invoke build-sgl-kernel -H local` (the real build, not a plan) on r580: exit 2, the
-    one line in the JSON, no traceback, nothing fetched or built."""
-    inv = _inventory(tmp_path, {"local": {"target_driver": _driver("r580")}})
-    proc = run_invoke(
-        ["build-sgl-kernel", "-H", "local", "-i", str(inv), "--json"], invoke_env(None, tmp_path)
-    )
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    host = json_of(proc)["hosts"]["local"]
-    assert host["error"].startswith("sgl-kernel 0.4.10 cannot be built with recipe r580: ")
-    assert "recipe.packages.sgl-kernel.source.ref" in host["error"]
-    assert "Traceback" not in proc.stderr
-    # The host lock's directory is all the run made: no source, toolkit, env or build tree.
-    assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["locks"]
+    assert "closest tree" not in rows["source"]["value"] + rows["source"]["reason"]

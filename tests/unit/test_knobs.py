@@ -14,6 +14,7 @@ from sm120kit.builds.knobs import (
     resolve_knobs,
 )
 from sm120kit.errors import RecipeError
+from sm120kit.packages.base import TreeFacts
 from sm120kit.remote import build_wheel
 
 GIB = 1024**3
@@ -180,8 +181,15 @@ def test_torch_ext_arch_list_passes_through():
 
 def test_sgl_kernel_cmake_defines_for_sm120():
     """12.0 only: the SM-only build (sm_120a), one nvcc thread per job since there is one
-    gencode, and none of the knobs 0.3.21 does not read (MAX_JOBS, SGL_KERNEL_ENABLE_FA3)."""
-    knobs = resolve_knobs("sgl-kernel", "sgl-kernel", ["12.0"], facts(16, 64), {})
+    gencode, and none of the knobs 0.3.21 does not read (MAX_JOBS, SGL_KERNEL_ENABLE_FA3, from
+    the entry's [packages.build]); CMake's policy floor from a subproject the entry records
+    (0.3.21's dlpack, cmake_minimum_required 3.2)."""
+    tree = TreeFacts(
+        version="0.3.21",
+        not_set={"SGL_KERNEL_ENABLE_FA3": "shadowed"},
+        subprojects=(("dlpack", "3ea601bb413074c49a77c4ce3218bc08f8c4703c", "3.2"),),
+    )
+    knobs = resolve_knobs("sgl-kernel", "sgl-kernel", ["12.0"], facts(16, 64), {}, tree=tree)
     assert knobs.pip_args == [
         "-Ccmake.define.SGL_KERNEL_ONLY_ARCHS=120a",
         "-Ccmake.define.ENABLE_BELOW_SM90=OFF",

@@ -28,6 +28,7 @@ ONLY = "SGL_KERNEL_ONLY_ARCHS"
     ("patch", "options"),
     [
         ("sgl-kernel/0002-cmake-sm-only-build.patch", {ONLY}),
+        ("sgl-kernel/0003-cmake-sm-only-build-aot.patch", {ONLY}),
         ("sgl-kernel/0001-load-utils-sm120.patch", set()),  # Python only
         ("flash-attn/0001-cxx-standard-from-torch.patch", set()),  # setup.py only
     ],
@@ -100,4 +101,4 @@ def test_asking_for_the_sm_only_build_without_the_patch_is_one_line() -> None:
     line = str(err.value)
     assert "\n" not in line
     assert line.startswith("package sgl-kernel: knob sm120_only = true needs a patch that adds")
-    assert "patches/sgl-kernel/0002-cmake-sm-only-build.patch" in line
+    assert "sgl-kernel 0.4.10's recipe entry lists none" in line
