@@ -39,6 +39,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +58,7 @@ from sm120kit.cache.holders import RECORD  # noqa: E402
 from sm120kit.ops.stack_files import UV  # noqa: E402
 from sm120kit.stack.draft import draft_lock  # noqa: E402
 from sm120kit.stack.lock import dump_lock  # noqa: E402
-from tests.conftest import invoke_env, run_invoke  # noqa: E402
+from tests.conftest import invoke_env  # noqa: E402
 from tests.support.fleet import fleet_of  # noqa: E402
 from tests.support.tiny_index import make_wheel, serve, sha256_of, stack_on_lock  # noqa: E402
 
@@ -65,6 +66,31 @@ sys.path.insert(0, str(REPO / "bench"))
 from links import shaped  # noqa: E402
 
 UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
+#: The longest one provision of the bench may take (a run past it is one line, not a hang).
+PROVISION_TIMEOUT_S = 900.0
+#: Where `--profile` writes each provision's controller profile (None: not profiled).
+PROFILE_DIR: Path | None = None
+
+
+def controller(args: list[str], env: dict[str, str], tag: str) -> subprocess.CompletedProcess[str]:
+    """The real `invoke` CLI (the controller process), bounded; under bench/profiled.py when
+    `--profile` is given. A run past `PROVISION_TIMEOUT_S` ends the bench in one line."""
+    cmd = [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args]
+    if PROFILE_DIR is not None:
+        out = PROFILE_DIR / f"{tag}.pstats"
+        cmd = [sys.executable, str(REPO / "bench" / "profiled.py"), str(out), *cmd[1:]]
+    try:
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=env, timeout=PROVISION_TIMEOUT_S, cwd=REPO
+        )
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or b"")[-400:]
+        text = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else str(tail)
+        last = (text.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(
+            f"{tag}: `invoke {' '.join(args[:3])}` ran past {PROVISION_TIMEOUT_S:.0f} s;"
+            f" its last line: {last}"
+        ) from None
 
 
 def uv_wheel() -> Path:
@@ -126,7 +152,7 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     load0 = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = run_invoke(["provision", "-H", ",".join(names), "-i", str(inv), "--json"], run_env)
+    proc = controller(["provision", "-H", ",".join(names), "-i", str(inv), "--json"], run_env, tag)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -179,7 +205,7 @@ def _one(
     run_env = {**env, "INVOKE_SM120KIT_CACHE_CONTROLLER": str(store)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = run_invoke(["provision", "-H", name, "-i", str(inv), "--json"], run_env)
+    proc = controller(["provision", "-H", name, "-i", str(inv), "--json"], run_env, f"later-{name}")
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -243,7 +269,20 @@ def main() -> int:
         " host as its peer (3 hosts)",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="write each provision's controller profile (cProfile, every thread) into this dir",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds one provision may take"
+    )
     args = parser.parse_args()
+    global PROFILE_DIR, PROVISION_TIMEOUT_S
+    PROVISION_TIMEOUT_S = args.timeout
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE_DIR = args.profile.resolve()
     counts = [3] if args.later else [int(x) for x in args.hosts.split(",")]
     with tempfile.TemporaryDirectory(prefix="sm120kit-fleet-bench-") as t:
         tmp = Path(t)
