@@ -427,7 +427,9 @@ def main() -> int:
             fleet.stop()
     gb = lock_bytes / 1e9
     shaping = f"{args.link_mbps:g} Mbit/s per host each way" if args.link_mbps else "not shaped"
-    print(f"\nlock: {args.files} files, {gb:.2f} GB (largest file {big_mb:.0f} MB); links {shaping}")
+    print(
+        f"\nlock: {args.files} files, {gb:.2f} GB (largest file {big_mb:.0f} MB); links {shaping}"
+    )
     print(
         "hosts  wall s  stack s  data s  controller CPU-s  per host  per GB to hosts  files from"
         "  load"
