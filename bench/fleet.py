@@ -39,6 +39,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,8 +57,8 @@ sys.path.insert(0, str(REPO))
 from sm120kit.cache.holders import RECORD  # noqa: E402
 from sm120kit.ops.stack_files import UV  # noqa: E402
 from sm120kit.stack.draft import draft_lock  # noqa: E402
-from sm120kit.stack.lock import dump_lock  # noqa: E402
-from tests.conftest import invoke_env, run_invoke  # noqa: E402
+from sm120kit.stack.lock import dump_lock, load_lock  # noqa: E402
+from tests.conftest import invoke_env  # noqa: E402
 from tests.support.fleet import fleet_of  # noqa: E402
 from tests.support.tiny_index import make_wheel, serve, sha256_of, stack_on_lock  # noqa: E402
 
@@ -65,6 +66,31 @@ sys.path.insert(0, str(REPO / "bench"))
 from links import shaped  # noqa: E402
 
 UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
+#: The longest one provision of the bench may take (a run past it is one line, not a hang).
+PROVISION_TIMEOUT_S = 900.0
+#: Where `--profile` writes each provision's controller profile (None: not profiled).
+PROFILE_DIR: Path | None = None
+
+
+def controller(args: list[str], env: dict[str, str], tag: str) -> subprocess.CompletedProcess[str]:
+    """The real `invoke` CLI (the controller process), bounded; under bench/profiled.py when
+    `--profile` is given. A run past `PROVISION_TIMEOUT_S` ends the bench in one line."""
+    cmd = [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args]
+    if PROFILE_DIR is not None:
+        out = PROFILE_DIR / f"{tag}.pstats"
+        cmd = [sys.executable, str(REPO / "bench" / "profiled.py"), str(out), *cmd[1:]]
+    try:
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=env, timeout=PROVISION_TIMEOUT_S, cwd=REPO
+        )
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or b"")[-400:]
+        text = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else str(tail)
+        last = (text.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(
+            f"{tag}: `invoke {' '.join(args[:3])}` ran past {PROVISION_TIMEOUT_S:.0f} s;"
+            f" its last line: {last}"
+        ) from None
 
 
 def uv_wheel() -> Path:
@@ -89,6 +115,30 @@ def big_wheel(out: Path, mb: int) -> Path:
             for _ in range(mb):
                 blob.write(os.urandom(1 << 20))
     return path
+
+
+def real_sizes(lock: Path, scale: float) -> list[int]:
+    """The sizes of `lock`'s files (a real pylock: uv records each), each divided by `scale`,
+    smallest first (the last one is the top's, whose wheel stays tiny)."""
+    entries = load_lock(lock).packages
+    if any(not e.size for e in entries):
+        raise SystemExit(f"{lock}: a file without a size; --sizes-of needs a lock with sizes")
+    return sorted(int((e.size or 0) / scale) for e in entries)
+
+
+def pad_wheel(path: Path, size: int) -> None:
+    """Grow the wheel at `path` to about `size` bytes with random bytes, stored (not
+    deflated): as many bytes to move and hash as a real file of that size."""
+    more = size - path.stat().st_size
+    if more <= 1024:
+        return
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_STORED) as zf:
+        name = f"{path.name.split('-')[0]}/pad.bin"
+        with zf.open(name, "w", force_zip64=more > (1 << 31)) as blob:
+            while more > 0:
+                chunk = min(more, 1 << 20)
+                blob.write(os.urandom(chunk))
+                more -= chunk
 
 
 def recipes(tmp: Path, url: str, files: int, index_dir: Path) -> Path:
@@ -126,7 +176,7 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     load0 = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = run_invoke(["provision", "-H", ",".join(names), "-i", str(inv), "--json"], run_env)
+    proc = controller(["provision", "-H", ",".join(names), "-i", str(inv), "--json"], run_env, tag)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -163,6 +213,57 @@ def provision(fleet: Any, tmp: Path, n: int, env: dict[str, str], tag: str) -> d
     }  # fmt: skip
 
 
+def data_plane(
+    fleet: Any, tmp: Path, n: int, lock: Path, env: dict[str, str], tag: str
+) -> dict[str, Any]:
+    """The first `n` hosts take every file of `lock`, checked, and install nothing
+    (bench/fleet_fetch.py, a controller process of its own): fresh work roots and store."""
+    spec = tmp / f"fetch-{tag}.json"
+    hosts = [
+        {"name": h.name, "vars": {**fleet.all_vars(h), "work_root": str(tmp / tag / h.name)}}
+        for h in fleet.hosts[:n]
+    ]
+    spec.write_text(json.dumps({
+        "hosts": hosts, "known_hosts": str(fleet.known_hosts), "run_root": str(tmp / "runs"),
+        "store": str(tmp / tag / "controller-store"), "lock": str(lock),
+    }))  # fmt: skip
+    (tmp / "runs" / RECORD).unlink(missing_ok=True)
+    load0 = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    cmd = [sys.executable, str(REPO / "bench" / "fleet_fetch.py"), str(spec)]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=PROVISION_TIMEOUT_S, env=env
+        )
+    except subprocess.TimeoutExpired:
+        raise SystemExit(
+            f"{tag}: the fetch of {n} hosts ran past {PROVISION_TIMEOUT_S:.0f} s"
+        ) from None
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    try:
+        rows = json.loads(proc.stdout.strip().splitlines()[-1])["hosts"]
+    except (ValueError, IndexError, KeyError):
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"{tag}: the fetch of {n} hosts printed no result: {last}") from None
+    failed = {h: r["error"] for h, r in rows.items() if r.get("error")}
+    if proc.returncode != 0 or failed:
+        raise SystemExit(f"{tag}: the fetch failed on {len(failed)} host(s): {failed}")
+    origins: dict[str, int] = {}
+    for r in rows.values():
+        for where, k in r["files_from"].items():
+            origins[where] = origins.get(where, 0) + k
+    each = [rows[h["name"]]["data_s"] for h in hosts]
+    shutil.rmtree(tmp / tag, ignore_errors=True)
+    return {
+        "hosts": n, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "data_s": max(each),
+        "data_each_s": each, "files_from": origins,
+        "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }  # fmt: skip
+
+
 def _one(
     fleet: Any, tmp: Path, env: dict[str, str], name: str, known: list[str], store: Path
 ) -> dict[str, Any]:
@@ -179,7 +280,7 @@ def _one(
     run_env = {**env, "INVOKE_SM120KIT_CACHE_CONTROLLER": str(store)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = run_invoke(["provision", "-H", name, "-i", str(inv), "--json"], run_env)
+    proc = controller(["provision", "-H", name, "-i", str(inv), "--json"], run_env, f"later-{name}")
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -231,6 +332,13 @@ def main() -> int:
     parser.add_argument("--big-mb", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
+        "--sizes-of",
+        type=Path,
+        help="a real lock (e.g. locks/sglang-0.5.23/pylock.cp311-manylinux_2_34_x86_64.toml):"
+        " its files' count and sizes (divided by --scale) instead of --files and --big-mb",
+    )
+    parser.add_argument("--scale", type=float, default=8.0, help="--sizes-of's divisor")
+    parser.add_argument(
         "--link-mbps",
         type=float,
         default=0.0,
@@ -243,20 +351,50 @@ def main() -> int:
         " host as its peer (3 hosts)",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--data-plane",
+        action="store_true",
+        help="before each provision, the same hosts only fetch and check the lock's files"
+        " (bench/fleet_fetch.py: no install, no compile): the data path apart from the CPU",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="write each provision's controller profile (cProfile, every thread) into this dir",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds one provision may take"
+    )
     args = parser.parse_args()
+    global PROFILE_DIR, PROVISION_TIMEOUT_S
+    PROVISION_TIMEOUT_S = args.timeout
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE_DIR = args.profile.resolve()
     counts = [3] if args.later else [int(x) for x in args.hosts.split(",")]
     with tempfile.TemporaryDirectory(prefix="sm120kit-fleet-bench-") as t:
         tmp = Path(t)
         files = tmp / "index"
-        small = [f"demo-s{i:03d}==1.0" for i in range(args.files - 2)]
-        for spec in small:
-            make_wheel(files, spec.split("==")[0], "1.0")
-        big = big_wheel(files, args.big_mb)
-        make_wheel(files, "demo-top", "1.0", requires=(*small, "demo-big==1.0"))
+        if args.sizes_of is not None:
+            # The real lock's 207 files by their sizes (each / --scale): its many small files
+            # and its few big ones (range-split, chained) as the data path meets them.
+            sizes = real_sizes(args.sizes_of, args.scale)
+            small = [f"demo-s{i:03d}==1.0" for i in range(len(sizes) - 1)]
+            for spec, size in zip(small, sizes[:-1], strict=True):
+                pad_wheel(make_wheel(files, spec.split("==")[0], "1.0"), size)
+            make_wheel(files, "demo-top", "1.0", requires=tuple(small))
+            args.files = len(sizes)
+        else:
+            small = [f"demo-s{i:03d}==1.0" for i in range(args.files - 2)]
+            for spec in small:
+                make_wheel(files, spec.split("==")[0], "1.0")
+            big_wheel(files, args.big_mb)
+            make_wheel(files, "demo-top", "1.0", requires=(*small, "demo-big==1.0"))
         lock_bytes = sum(p.stat().st_size for p in files.glob("*.whl"))
-        big_mb = big.stat().st_size / 1e6
+        big_mb = max(p.stat().st_size for p in files.glob("*.whl")) / 1e6
         fleet = fleet_of(max(counts), tmp / "fleet", first=101).start()
         rows: list[dict[str, Any]] = []
+        plane: list[dict[str, Any]] = []
         links = (
             shaped([h.address for h in fleet.hosts], args.link_mbps)
             if args.link_mbps > 0
@@ -274,9 +412,14 @@ def main() -> int:
                 )  # fmt: skip
                 if args.later:
                     return later(fleet, tmp, env)
+                lock = rec.parent / "locks" / "demo" / "pylock.cp311-manylinux_2_34_x86_64.toml"
                 for r in range(args.rounds):
                     order = counts if r % 2 == 0 else list(reversed(counts))
                     for n in order:
+                        if args.data_plane:
+                            fetched = data_plane(fleet, tmp, n, lock, env, f"f{r}-{n}")
+                            plane.append(fetched)
+                            print(f"  round {r} data plane: {fetched}", flush=True)
                         row = provision(fleet, tmp, n, env, f"r{r}-{n}")
                         rows.append(row)
                         print(f"  round {r}: {row}", flush=True)
@@ -284,7 +427,9 @@ def main() -> int:
             fleet.stop()
     gb = lock_bytes / 1e9
     shaping = f"{args.link_mbps:g} Mbit/s per host each way" if args.link_mbps else "not shaped"
-    print(f"\nlock: {args.files} files, {gb:.2f} GB (one file {big_mb:.0f} MB); links {shaping}")
+    print(
+        f"\nlock: {args.files} files, {gb:.2f} GB (largest file {big_mb:.0f} MB); links {shaping}"
+    )
     print(
         "hosts  wall s  stack s  data s  controller CPU-s  per host  per GB to hosts  files from"
         "  load"
@@ -312,8 +457,34 @@ def main() -> int:
             f"{mean(hi, 'stack_s') / mean(lo, 'stack_s'):.2f}x, data time "
             f"{mean(hi, 'data_s') / max(mean(lo, 'data_s'), 1e-9):.2f}x  (goal: data <= 1.5x)"
         )
+    if plane:
+        print(
+            "\ndata plane alone (bench/fleet_fetch.py: every file onto each host, checked; no"
+            " install)\nhosts  wall s  data s  controller CPU-s  per host  files from  load"
+        )
+        for row in plane:
+            n = row["hosts"]
+            print(
+                f"{n:5d}  {row['wall_s']:6.1f}  {row['data_s']:6.1f}  {row['cpu_s']:16.2f}  "
+                f"{row['cpu_s'] / n:8.2f}  {row['files_from']}  {row['load']}"
+            )
+        lo, hi = min(r["hosts"] for r in plane), max(r["hosts"] for r in plane)
+        if hi > lo:
+
+            def pmean(n: int, k: str) -> float:
+                got = [r[k] for r in plane if r["hosts"] == n]
+                return sum(got) / len(got)
+
+            print(
+                f"data plane {hi} hosts / {lo}: data time "
+                f"{pmean(hi, 'data_s') / max(pmean(lo, 'data_s'), 1e-9):.2f}x (goal <= 1.5x),"
+                f" controller CPU per extra host "
+                f"{(pmean(hi, 'cpu_s') - pmean(lo, 'cpu_s')) / (hi - lo):.2f} CPU-s"
+            )
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "lock_bytes": lock_bytes}, indent=1))
+        args.json.write_text(
+            json.dumps({"rows": rows, "data_plane": plane, "lock_bytes": lock_bytes}, indent=1)
+        )
     return 0
 
 

@@ -360,10 +360,14 @@ def obtain_release(
     (`cache/peers.py`); else the stores or the index, through the wheel cache, whose puts of
     a download into the controller and shared stores wait for `fill_stores` (the host goes on
     at once). The host then serves the file to the others."""
-    if controller_copy(ctx, entry, dest, UV_INDEXES if entry == UV else indexes):
-        return "controller", 0
     cache = cache_for(ctx.runner)
     peers = cache.peers if target is None and not ctx.host.is_local else None
+    # uv (the tool's own file, which the controller sends) goes host to host like the lock's
+    # files once a host of the run has it: one SFTP copy of its 17.6 MB per run, not per host
+    # (the controller's CPU per extra host).
+    relayed = entry == UV and peers is not None
+    if not relayed and controller_copy(ctx, entry, dest, UV_INDEXES if entry == UV else indexes):
+        return "controller", 0
     if peers is not None:
         # Serving before the first byte arrives: a taker is a holder from its first byte.
         serves = _serve(ctx, peers, dest)
@@ -401,6 +405,16 @@ def obtain_release(
             line = f"{entry.name} {entry.version}: no holder served it ({asked}); not from a peer"
             ctx.log.warning("%s", line)
             ctx.result.data.setdefault("cache_events", []).append(line)
+        if relayed:
+            sent = False
+            try:
+                sent = controller_copy(ctx, entry, dest, UV_INDEXES)
+            finally:
+                if not sent:
+                    peers.placed(entry.sha256, ctx.host.name, False)
+            if sent:
+                peers.placed(entry.sha256, ctx.host.name, serves)
+                return "controller", 0
     fetched: list[int] = []
 
     def download() -> BuiltWheel:

@@ -19,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import engines
 from ..errors import RecipeError
+from ..memo import Same, once
 from ..remote.lib.names import dist_name
 from ..stack.catalogue import Catalogue, load_beside
 from ..stack.lock import load_lock
@@ -132,7 +133,7 @@ def catalogue_wheels(names: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-@functools.lru_cache(maxsize=8)
+@once
 def locked_torch(folder: Path) -> dict[str, dict[str, str]]:
     """Per wheel sha256 in the locks of lock directory `folder` (its pylock.*.toml, beside its
     catalogue),
@@ -215,7 +216,17 @@ def smoke_facts(name: str) -> dict[str, Any]:
 
 def probe_knowledge(names: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """The probe arguments for a whole-env smoke of `names` plus the stack:
-    ``distributions``, ``facts``, ``discover``, ``jit``, ``top``, ``engines``."""
+    ``distributions``, ``facts``, ``discover``, ``jit``, ``top``, ``engines``. Derived from
+    the shipped catalogues and registry only: computed once per process for the same names
+    (each host of a run asks twice) and the same registrations, shared: callers read it,
+    never change it."""
+    registered = Same((*registry.descriptors(), *engines.ENGINES.values()))
+    return _probe_knowledge(tuple(names), registered)
+
+
+@once
+def _probe_knowledge(names: tuple[str, ...], registered: Same) -> dict[str, Any]:
+    del registered  # the memo's key only: another registration, another value
     # A package asked for under another of its names (`sglang-kernel`) is not discovered
     # again under the descriptor's (`sgl-kernel`): one row per distribution.
     asked = {package_name(n) for n in names}

@@ -422,8 +422,9 @@ def _fetch(
         if stop is not None and stop():
             return "skipped", 0
         indexes = UV_INDEXES if entry == UV else lock.indexes
-        # A file the catalogue judged is not read on the host (its sha256 still is).
-        judge = None if entry.sha256 in judged else target
+        # A file the catalogue judged is not read on the host (its sha256 still is), nor uv
+        # (the tool, never installed into the env): it may come from a peer of the run.
+        judge = None if entry.sha256 in judged or entry == UV else target
         got = obtain_release(ctx, entry, release_path(state, entry), target=judge, indexes=indexes)
         meter.add(entry.size or 0)
         if show:

@@ -23,6 +23,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HostFailed
+from ..memo import once
 
 if TYPE_CHECKING:
     # Only the run API (runner.host_context.HostContext.script) hands run_script its
@@ -101,6 +102,12 @@ _AST_LOCK = threading.Lock()
 
 def lib_imports(source: str) -> list[str]:
     """The ``sm120kit.remote.lib`` modules `source` imports, in the order it names them."""
+    return list(_lib_imports(source))
+
+
+@once
+def _lib_imports(source: str) -> tuple[str, ...]:
+    # Once per text: every script's closure reads the same library modules again.
     found: list[str] = []
     with _AST_LOCK:
         nodes = list(ast.walk(ast.parse(source)))
@@ -123,7 +130,7 @@ def lib_imports(source: str) -> list[str]:
         else:
             continue
         found += [n for n in names if n.startswith(LIB + ".") and n not in found]
-    return found
+    return tuple(found)
 
 
 def lib_closure(source: str) -> list[str]:
@@ -142,12 +149,13 @@ def _lib_path(module: str) -> str:
     return module[len(__package__) + 1 :].replace(".", "/")
 
 
-@cache
+@once
 def script_bundle(name: str) -> str:
     """The program that runs remote script `name` on a host: it and the library it imports.
 
     Fed to ``python3 -`` on stdin, it is still one command; the host needs only the stdlib.
-    """
+    Made once per process (`memo.once`: the hosts of a run ask for the same bundles at the
+    same moment)."""
     source = script_source(name)
     modules = lib_closure(source)
     if not modules:

@@ -10,10 +10,24 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import Interrupted
+from ..output.progress import NullProgress, PlainProgress, Progress
 from .host_context import HostContext
 
-#: Seconds between two reads of the remote progress file.
+#: Seconds between two reads of the remote progress file on a live display.
 PROGRESS_POLL_SECONDS = 2.0
+
+
+def poll_interval(progress: Progress) -> float | None:
+    """How often a host's progress file is worth reading for `progress`: every
+    `PROGRESS_POLL_SECONDS` on a live table; a third of the heartbeat in plain output, which
+    prints an update at most once a heartbeat (a poll every 2 s there cost a command on the
+    host and ~10 ms of the controller's CPU per host each, for lines never printed); never
+    when nothing is shown."""
+    if isinstance(progress, NullProgress):
+        return None
+    if isinstance(progress, PlainProgress):
+        return max(PROGRESS_POLL_SECONDS, progress.heartbeat / 3)
+    return PROGRESS_POLL_SECONDS
 
 
 def _progress_detail(text: str, seconds: float, extra: str = "") -> str:
@@ -53,11 +67,15 @@ def poll_progress(
 ) -> Iterator[None]:
     """While the block runs, show the remote build's progress file on the live display (with
     `extra`'s words beside it: what the controller does meanwhile)."""
+    interval = poll_interval(ctx.runner.progress)
+    if interval is None:
+        yield
+        return
     stop = threading.Event()
     start = time.monotonic()
 
     def poll() -> None:
-        while not stop.wait(PROGRESS_POLL_SECONDS):
+        while not stop.wait(interval):
             try:
                 text = ctx.read_text(path, timeout=30, quiet=True)
             except (Exception, Interrupted):
@@ -79,4 +97,4 @@ def poll_progress(
         thread.join(timeout=35)
 
 
-__all__ = ["PROGRESS_POLL_SECONDS", "poll_progress"]
+__all__ = ["PROGRESS_POLL_SECONDS", "poll_interval", "poll_progress"]

@@ -182,6 +182,7 @@ def test_progress_poll_thread_ends_quietly_when_the_run_is_cancelled(
     """The build's progress poll (a helper thread on a real local connection) sees the run
     cancelled, as a signal mid-build does: it ends without a traceback of its own."""
     from sm120kit.inventory.host import Host
+    from sm120kit.output.progress import Progress
     from sm120kit.runner import build_progress
     from sm120kit.runner.connection import cancel_all, reset_cancel
     from sm120kit.runner.pool import HostContext, Runner, RunOptions
@@ -200,7 +201,8 @@ def test_progress_poll_thread_ends_quietly_when_the_run_is_cancelled(
             cancel_all("SIGINT")
             time.sleep(0.5)  # the next poll finds the run cancelled
 
-    runner = Runner(RunOptions(run_root=str(tmp_path / "runs")))
+    # A display that shows the polls (a NullProgress, the default, is never polled).
+    runner = Runner(RunOptions(run_root=str(tmp_path / "runs")), Progress())
     try:
         runner.run("poll", [Host("local", vars={"ansible_connection": "local"})], op)
     finally:

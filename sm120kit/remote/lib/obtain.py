@@ -6,6 +6,7 @@ Stdlib only, Python >= 3.8.
 """
 
 import os
+import re
 import threading
 from urllib.parse import urlsplit
 
@@ -19,6 +20,9 @@ from sm120kit.remote.lib.ranges import download_ranges, parts_for
 #: names: a lock must never make the controller hand its own files to a host.
 _SCHEMES = ("http", "https", "file")
 _PORTS = {"http": 80, "https": 443}
+#: A control character, a space or a backslash: one regex scan, where a Python loop over
+#: each character cost the controller ~0.1 ms per URL (a lock's 207 URLs, checked per read).
+_BAD_CHAR = re.compile(r"[\x00-\x20\x7f\\]")
 
 
 def _origin(url):
@@ -26,7 +30,7 @@ def _origin(url):
     not a plain absolute URL (urllib.parse: lowercased scheme and host, default ports)."""
     if not isinstance(url, str) or not url or url != url.strip():
         return "not an absolute URL"
-    if any(ord(c) < 33 or ord(c) == 127 or c == "\\" for c in url):
+    if _BAD_CHAR.search(url):
         return "a control character, space or backslash in it"
     try:
         parsed = urlsplit(url)
