@@ -28,7 +28,7 @@ and the step says which. Host vars ``pip_cache_dir`` and ``pip_args`` go to ever
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from .. import drivers as drv
 from .. import python_choice as host_python
 from ..builds import compile_cache as compile_cache_ops
 from ..errors import HostFailed
-from ..packages import registry
+from ..packages.base import PackageDescriptor
 from ..python_choice import pick_python, preference
 from ..remote.lib.names import ENV_MARKER
 from ..state import ProvisionState, PyEnv
@@ -60,11 +60,11 @@ def flavour(torch_cuda: str) -> str:
     return "cpu" if torch_cuda == "cpu" else "cu" + torch_cuda.replace(".", "")
 
 
-def build_tools(packages: list[str], compile_cache: bool = False) -> list[str]:
-    """Build tools the env needs for `packages` (CMake ones only when one builds with CMake;
-    sccache when the compile cache is on: sm120kit/builds/compile_cache.py)."""
+def build_tools(packages: Iterable[PackageDescriptor], compile_cache: bool = False) -> list[str]:
+    """Build tools the env needs for `packages` (their descriptors: CMake ones only when one
+    builds with CMake; sccache when the compile cache is on: sm120kit/builds/compile_cache.py)."""
     tools = list(BASE_TOOLS)
-    if any(registry.descriptor(p).cmake for p in packages):
+    if any(d.cmake for d in packages):
         tools += CMAKE_TOOLS
     if compile_cache:
         tools.append(compile_cache_ops.SCCACHE_REQUIREMENT)
@@ -97,7 +97,12 @@ class EnvSpec:
             torch_index=resolved.torch.index,
             torch_cuda=torch_cuda,
             path=state.paths.env(recipe, python, torch_version, flavour(torch_cuda)),
-            tools=tuple(build_tools(packages, compile_cache_ops.enabled_on_host(state.host.vars))),
+            tools=tuple(
+                build_tools(
+                    [resolved.descriptor(p) for p in packages],
+                    compile_cache_ops.enabled_on_host(state.host.vars),
+                )
+            ),
         )
 
     @property
