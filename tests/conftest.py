@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.fleet import DEAD_HOSTS, TEST_HOSTS, Fleet
+from tests.support.stack_hosts import kept_uv_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -77,6 +78,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     f = Fleet(tmp_path_factory.mktemp("fleet"), TEST_HOSTS, DEAD_HOSTS).start()
     yield f
     f.stop()
+
+
+@pytest.fixture(scope="session")
+def uv_wheel() -> Path:
+    """uv's pinned wheel, fetched once per machine and checked by sha256 (stack tests)."""
+    return kept_uv_wheel()
 
 
 @pytest.fixture(scope="session")

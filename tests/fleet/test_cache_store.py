@@ -10,7 +10,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -38,6 +37,7 @@ from sm120kit.cache.store import (
     default_local_root,
     entry_dir,
 )
+from tests.support.killed_child import kill_at_ready
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -480,22 +480,7 @@ def test_killed_put_leaves_no_entry(tmp_path: Path, stage: int) -> None:
     root = tmp_path / "store"
     key, meta = new_entry()
     wheel = make_wheel(tmp_path / "src", body=os.urandom(3 << 20))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILL_CHILD, str(root), key, str(wheel), str(stage)],
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "READY"
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == -signal.SIGKILL
+    kill_at_ready(KILL_CHILD, str(root), key, str(wheel), str(stage))
 
     entry = root / entry_dir(key)
     names = sorted(p.name for p in entry.iterdir())

@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import invoke_env, json_of, run_invoke
-from tests.real.test_stack import _inventory, _tiny_recipes, release_cache_with_uv, uv_wheel
 from tests.support.fleet import Fleet
+from tests.support.stack_hosts import (
+    release_cache_with_uv,
+    stack_inventory,
+    tiny_recipes,
+)
 from tests.support.tiny_index import make_wheel, serve
-
-__all__ = ["uv_wheel"]  # the fixture, used here by name
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -65,13 +67,13 @@ def test_a_failed_check_is_remembered_until_its_inputs_change(
             fleet,
             tmp_path,
             uv_wheel,
-            _tiny_recipes(tmp_path, (files, url), top="sglang==0.0.1"),
+            tiny_recipes(tmp_path, (files, url), top="sglang==0.0.1"),
             counter,
         )
 
 
 def _check_memo(fleet: Fleet, tmp_path: Path, uv_wheel: Path, recipes: Path, counter: Path) -> None:
-    inv = _inventory(fleet, tmp_path, ("gpu5",))
+    inv = stack_inventory(fleet, tmp_path, ("gpu5",))
     env = invoke_env(
         fleet,
         tmp_path,

@@ -11,13 +11,12 @@ import glob
 import io
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,8 @@ from sm120kit.serve import (
     judge,
     serve_check,
 )
+from tests.support.fake_servers import Spawn, free_port, spawner
 
-SERVER = Path(__file__).parent.parent / "fixtures" / "servers" / "fake_llm_server.py"
 # In the command line once the interpreter has exec'd (before that it is pytest's).
 LAUNCHED = re.compile(rb"fake_llm_server|sglang\.launch_server")
 # Short but not flaky: a poll that hits a silent server costs one request timeout.
@@ -57,42 +56,10 @@ def conn(request: pytest.FixtureRequest) -> Iterator[HostContext]:
     ctx.close()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-Spawn = Callable[..., subprocess.Popen[bytes]]
-
-
 @pytest.fixture
 def spawn() -> Iterator[Spawn]:
     """Start fake servers; every one (and its children) is killed at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str, as_sglang: bool = False) -> subprocess.Popen[bytes]:
-        """`as_sglang`: launched as `python -m sglang.launch_server` (fixtures/servers/sglang)."""
-        launch = ["-m", "sglang.launch_server"] if as_sglang else [str(SERVER)]
-        env = dict(os.environ, PYTHONPATH=str(SERVER.parent)) if as_sglang else None
-        proc = subprocess.Popen(
-            [sys.executable, *launch, "--max-seconds", "60", *args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group, so children die with it
-        )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=10)
+    yield from spawner(60)
 
 
 def wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:

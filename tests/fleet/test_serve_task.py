@@ -8,12 +8,9 @@ invocation checks both. Servers are killed with their process group when a test 
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,51 +21,20 @@ import pytest
 
 from sm120kit.serve import HUNG, NOT_LISTENING, READY, WARMING_UP
 from tests.conftest import invoke_env, json_of, run_invoke
+from tests.support.fake_servers import Spawn, free_port, spawner
 from tests.support.fleet import Fleet
 
-SERVER = Path(__file__).parent.parent / "fixtures" / "servers" / "fake_llm_server.py"
 # In the command line once the interpreter has exec'd (before that it is pytest's).
 LAUNCHED = re.compile(rb"fake_llm_server|sglang\.launch_server")
 HOSTS = ("gpu1", "local")
 
 pytestmark = pytest.mark.timeout(240)
 
-Spawn = Callable[..., "subprocess.Popen[bytes]"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 @pytest.fixture
 def spawn() -> Iterator[Spawn]:
     """Start fake servers; each (with its children) is killed at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str, as_sglang: bool = False) -> subprocess.Popen[bytes]:
-        """`as_sglang`: launched as `python -m sglang.launch_server` (fixtures/servers/sglang)."""
-        launch = ["-m", "sglang.launch_server"] if as_sglang else [str(SERVER)]
-        env = dict(os.environ, PYTHONPATH=str(SERVER.parent)) if as_sglang else None
-        proc = subprocess.Popen(
-            [sys.executable, *launch, "--max-seconds", "90", *args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=10)
+    yield from spawner(90)
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:

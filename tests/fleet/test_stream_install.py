@@ -28,7 +28,6 @@ from sm120kit.ops.stack_files import UV
 from sm120kit.remote import script_program
 from sm120kit.remote.lib import stream_install
 from sm120kit.stack.stack_steps import StackFacts, StackFile, plan_stack
-from tests.real.test_stack import uv_wheel  # noqa: F401  (the session fixture)
 from tests.support.tiny_index import make_wheel, sha256_of
 
 PY311 = "/root/.pyenv/versions/3.11.7/bin/python3.11"
@@ -156,7 +155,7 @@ def _place(facts: StackFacts, wheels: list[Path], upto: int) -> None:
 
 def test_stage_installs_and_compiles_as_files_arrive(
     tmp_path: Path,
-    uv_wheel: Path,  # noqa: F811
+    uv_wheel: Path,
 ) -> None:
     # Another run's marker is there: it must not end the wait.
     facts, wheels, marker, proc = _start(tmp_path, uv_wheel, 12, stale="old ok\n")
@@ -209,7 +208,7 @@ def test_stage_installs_and_compiles_as_files_arrive(
 
 def test_a_failed_fetch_stops_the_host_and_leaves_no_env(
     tmp_path: Path,
-    uv_wheel: Path,  # noqa: F811
+    uv_wheel: Path,
 ) -> None:
     facts, wheels, marker, proc = _start(tmp_path, uv_wheel, 4)
     _place(facts, wheels, 2)

@@ -83,16 +83,21 @@ def test_real_env_resolves_a_hub_id_from_model_config_and_from_the_cache(
 
 @real_env
 def test_real_env_unknown_backend_fails_under_strict() -> None:
-    """Class 4 in the real env: trtllm_mha resolved by sglang, judged unknown; --strict fails."""
-    argv = ["--model-path", str(MODELS / "llama-mha"), "--attention-backend", "trtllm_mha"]
+    """Class 4 in the real env: DSA tilelang (undecided on 12.x) resolved by sglang, judged
+    unknown; --strict fails. (trtllm_mha was the example; on 12.x it is decided now from its
+    FMHAv2/XQA gates, as in tests/unit/test_preflight_after.py.)"""
+    argv = ["--model-path", str(MODELS / "deepseek-v32-dsa")]
+    argv += ["--dsa-prefill-backend", "tilelang", "--dsa-decode-backend", "tilelang"]
     launch = parse_launch(argv)
     request = probe_request(launch, REAL_ENV, (12, 0), resolve=True, memory_mib=32768)
     request["resolve"]["warm"] = 0
     probe = preflight_probe.probe(request)
     loose = judge(launch, FACTS, probe, (12, 0), "serving env", catalogues())
     assert loose["ok"] and loose["verdict"] == "unknown", loose["failed"]
+    assert any(line.startswith("dsa_prefill_backend:") for line in loose["unknown"])
     strict = judge(launch, FACTS, probe, (12, 0), "serving env", catalogues(), strict=True)
-    assert not strict["ok"] and "attention_backend: unknown (--strict)" in strict["failed"][0]
+    assert not strict["ok"]
+    assert any(line.startswith("dsa_prefill_backend: unknown") for line in strict["failed"])
 
 
 @real_env

@@ -35,50 +35,23 @@ from sm120kit.stack.lock import load_lock
 from sm120kit.stack.resolve import platform_tags
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.support.fleet import Fleet
+from tests.support.stack_hosts import (
+    release_cache_with_uv,
+    stack_inventory,
+    tiny_recipes,
+)
 from tests.support.tiny_index import (
     SYSTEM_SO,
     make_wheel,
     serve,
     sha256_of,
-    stack_on_lock,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(1200)
-#: Where the tests keep uv's pinned wheel between runs (downloaded once, checked by sha256).
-UV_KEPT = Path.home() / ".cache" / "sm120kit-test" / "uv"
 
 
 # The recipe's own [torch]: this [stack] is not a shared stack line, so it has no torch.
-
-
-@pytest.fixture(scope="session")
-def uv_wheel() -> Path:
-    """uv's pinned wheel (`stack_files.UV`), fetched once per machine from its URL and checked
-    by sha256: the hosts get it from the controller's release cache, as a host without index
-    access gets it from the stores."""
-    import urllib.request
-
-    from sm120kit.ops.stack_files import UV
-
-    path = UV_KEPT / UV.filename
-    if not path.is_file() or sha256_of(path) != UV.sha256:
-        UV_KEPT.mkdir(parents=True, exist_ok=True)
-        part = path.with_suffix(".part")
-        with urllib.request.urlopen(UV.url, timeout=120) as resp, part.open("wb") as out:
-            shutil.copyfileobj(resp, out)
-        assert sha256_of(part) == UV.sha256
-        part.replace(path)
-    return path
-
-
-def release_cache_with_uv(root: Path, uv_wheel: Path) -> str:
-    """A controller release cache at `root` holding uv's wheel alone."""
-    from sm120kit.ops.stack_files import UV
-
-    (root / UV.sha256).mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(uv_wheel, root / UV.sha256 / UV.filename)
-    return str(root)
 
 
 @pytest.fixture(scope="module")
@@ -202,59 +175,6 @@ def test_the_draft_task_writes_a_lock_that_loads(index: Any, tmp_path: Path) -> 
 
 # No package vars and no provision_stack: a fleet host gets its recipe's serving stack by
 # default (issue 31). Only `local` says provision_stack: true, as a user's local host would.
-STACK_HOST = {
-    "target_driver": "580.95.05",
-    "target_arch": "12.0",
-}
-
-
-def _tiny_recipes(
-    tmp: Path,
-    index: Any,
-    bad: str | None = None,
-    edit: Callable[[str], str] | None = None,
-    text: str = "",
-    top: str = "demo-app==1.0",
-) -> Path:
-    """The repo's recipes with r580's [stack] pointing at a lock of the tiny closure (drafted
-    by the real drafting function, or `text`); `bad`: a distribution whose sha256 is then
-    wrong; `edit`: a change to the lock's text."""
-    files, url = index
-    root = tmp / "tree"
-    if not root.exists():
-        shutil.copytree(REPO / "recipes", root / "recipes")
-        shutil.copytree(REPO / "patches", root / "patches")
-    if not text:
-        lock = draft_lock(
-            top, python="3.11", platform="manylinux_2_34_x86_64", target=None,
-            cache=tmp / "cache", index=url,
-        )  # fmt: skip
-        from sm120kit.stack.lock import dump_lock
-
-        text = dump_lock(lock, ["tiny"])
-    if bad:
-        entry = lock.entry(bad)
-        assert entry is not None
-        text = text.replace(entry.sha256, "f" * 64)
-    if edit:
-        text = edit(text)
-    return stack_on_lock(root, text, top, "tiny")
-
-
-def _inventory(fleet: Fleet, tmp: Path, hosts: tuple[str, ...]) -> Path:
-    doc = yaml.safe_load(fleet.inventory.read_text())
-    for name in hosts:
-        vars_ = {**STACK_HOST, "work_root": str(tmp / "work" / name)}
-        if name == "local":
-            vars_["provision_stack"] = True
-            doc["all"]["hosts"]["local"] = {"ansible_connection": "local", **vars_}
-        else:
-            doc["all"]["hosts"][name].update(vars_)
-    inv = tmp / "hosts.yaml"
-    inv.write_text(yaml.safe_dump(doc))
-    return inv
-
-
 def test_provision_installs_the_lock_verified_and_idempotent(
     fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
@@ -263,8 +183,8 @@ def test_provision_installs_the_lock_verified_and_idempotent(
     added, a locked one removed, with uv itself) is repaired and reported, a half-made env is
     made again, and a corrupt file in the host's releases/ is fetched again (its copy in the
     controller store was a copy, not one linked file)."""
-    recipes = _tiny_recipes(tmp_path, index)
-    inv = _inventory(fleet, tmp_path, ("gpu3", "local"))
+    recipes = tiny_recipes(tmp_path, index)
+    inv = stack_inventory(fleet, tmp_path, ("gpu3", "local"))
     cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
     env = invoke_env(
         fleet,
@@ -404,8 +324,8 @@ def test_plan_and_provision_refuse_a_file_the_host_cannot_take_before_any_change
     """A locked wheel whose tag needs a newer glibc than the host's (the host's real glibc,
     named in the lock file by a changed file name), and a URL outside the lock's indexes: plan
     says so and provision stops before it fetches or makes anything."""
-    recipes = _tiny_recipes(tmp_path, index, edit=edit)
-    inv = _inventory(fleet, tmp_path, ("gpu7",))
+    recipes = tiny_recipes(tmp_path, index, edit=edit)
+    inv = stack_inventory(fleet, tmp_path, ("gpu7",))
     env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
     for task in ("plan", "provision"):
         proc = run_invoke([task, "-H", "gpu7", "-i", str(inv), "--json"], env)
@@ -431,8 +351,8 @@ def test_plan_and_provision_refuse_a_lock_with_a_url_outside_its_indexes(
     port = index[1].split(":")[2].split("/")[0]
     url = hostile.format(port=port)
     edit = lambda t: re.sub(r'url = "http://127\.0\.0\.1:[^"]*"', f'url = "{url}"', t, count=1)  # noqa: E731
-    recipes = _tiny_recipes(tmp_path, index, edit=edit)
-    inv = _inventory(fleet, tmp_path, ("gpu7",))
+    recipes = tiny_recipes(tmp_path, index, edit=edit)
+    inv = stack_inventory(fleet, tmp_path, ("gpu7",))
     env = invoke_env(fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes))
     for task in ("plan", "provision"):
         proc = run_invoke([task, "-H", "gpu7", "-i", str(inv), "--json"], env)
@@ -476,8 +396,8 @@ def test_a_lock_of_207_tiny_files_installs_over_ssh(
             "manylinux_2_34_x86_64", "", "", "by hand", "2026-12-03", entries, {}, (base,),
         )  # fmt: skip
         text = dump_lock(lock, ["207 tiny files"])
-        recipes = _tiny_recipes(tmp_path, (files, url), text=text, top=lock.top)
-        inv = _inventory(fleet, tmp_path, ("gpu2",))
+        recipes = tiny_recipes(tmp_path, (files, url), text=text, top=lock.top)
+        inv = stack_inventory(fleet, tmp_path, ("gpu2",))
         cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
         env = invoke_env(
             fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
@@ -522,8 +442,8 @@ def _read_like_a_person(args: list[str], env: dict[str, str]) -> dict[str, Any]:
 def test_a_lock_whose_sha256_differs_is_refused_before_install(
     fleet: Fleet, index: Any, tmp_path: Path, uv_wheel: Path
 ) -> None:
-    recipes = _tiny_recipes(tmp_path, index, bad="demo-native")
-    inv = _inventory(fleet, tmp_path, ("gpu3",))
+    recipes = tiny_recipes(tmp_path, index, bad="demo-native")
+    inv = stack_inventory(fleet, tmp_path, ("gpu3",))
     cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
     env = invoke_env(
         fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes), SM120KIT_RELEASE_CACHE=cache
@@ -555,8 +475,8 @@ def test_three_hosts_download_each_locked_file_from_the_index_once(
     store = tmp_path / "controller-store"
     trio = ("gpu1", "gpu6", "gpu8")
     with serve(files, log=served) as url:
-        recipes = _tiny_recipes(tmp_path, (files, url))
-        inv = _inventory(fleet, tmp_path, (*trio, "gpu3"))
+        recipes = tiny_recipes(tmp_path, (files, url))
+        inv = stack_inventory(fleet, tmp_path, (*trio, "gpu3"))
         env = invoke_env(
             fleet,
             tmp_path,
@@ -628,7 +548,7 @@ def test_a_stack_part_chosen_as_build_is_built_from_the_pinned_source(
 
 
 def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
-    recipes = _tiny_recipes(tmp_path, (files, url))
+    recipes = tiny_recipes(tmp_path, (files, url))
     shutil.copytree(  # the recipe's path source, beside its recipes/ as in the repo
         REPO / "examples" / "minikernel",
         recipes.parent / "examples" / "minikernel",
@@ -638,7 +558,7 @@ def _build_stack(fleet: Fleet, tmp_path: Path, files: Path, url: str) -> None:
     recipe.write_text(
         recipe.read_text().replace('reason = "tiny"\n', 'reason = "tiny"\nbuild = ["minikernel"]\n')
     )
-    inv = _inventory(fleet, tmp_path, ("local",))
+    inv = stack_inventory(fleet, tmp_path, ("local",))
     doc = yaml.safe_load(inv.read_text())
     doc["all"]["hosts"]["local"].update(
         {
@@ -700,8 +620,8 @@ def test_a_connection_lost_under_the_install_runs_the_step_once_more(
     install runs on the host (its sshd session killed). The step runs once more on a new
     connection, keeps the files already placed, installs the lock and says so; a rerun
     changes nothing. The GPU is simulated (target vars); the drop is real."""
-    recipes = _tiny_recipes(tmp_path, index)
-    inv = _inventory(fleet, tmp_path, ("gpu3",))
+    recipes = tiny_recipes(tmp_path, index)
+    inv = stack_inventory(fleet, tmp_path, ("gpu3",))
     marker = tmp_path / "dropped"
     wrapper = tmp_path / "droppy"
     wrapper.write_text(DROP_PY.format(marker=marker, python=sys.executable))
@@ -744,8 +664,8 @@ def test_provision_finishes_on_a_host_whose_sshd_allows_one_session(
         sshd_options={"tight": "MaxSessions 1"},
     ).start()  # fmt: skip
     try:
-        recipes = _tiny_recipes(tmp_path, index)
-        inv = _inventory(fleet, tmp_path, ("tight",))
+        recipes = tiny_recipes(tmp_path, index)
+        inv = stack_inventory(fleet, tmp_path, ("tight",))
         cache = release_cache_with_uv(tmp_path / "release-cache", uv_wheel)
         env = invoke_env(
             fleet, tmp_path, INVOKE_SM120KIT_RECIPES_DIR=str(recipes),
@@ -782,8 +702,8 @@ def test_a_download_killed_on_the_host_leaves_no_temporary_after_the_next_run(
     go = threading.Event()
     go.set()  # the lock is drafted from the whole files first
     with serve(files, hold=("demo_native", go)) as url:
-        recipes = _tiny_recipes(tmp_path, (files, url))
-        inv = _inventory(fleet, tmp_path, ("gpu3",))
+        recipes = tiny_recipes(tmp_path, (files, url))
+        inv = stack_inventory(fleet, tmp_path, ("gpu3",))
         env = invoke_env(
             fleet,
             tmp_path,
@@ -829,12 +749,12 @@ def test_a_private_index_gets_the_netrc_credentials_and_no_file_shows_them(
     files, _url = index
     auth: dict[str, str] = {}  # open while the lock is drafted
     with serve(files, auth=auth) as url:
-        recipes = _tiny_recipes(tmp_path, (files, url))
+        recipes = tiny_recipes(tmp_path, (files, url))
         password = "pw" + secrets.token_hex(12)
         netrc = tmp_path / "netrc"
         netrc.write_text(f"machine 127.0.0.1 login alice password {password}\n")
         netrc.chmod(0o600)
-        inv = _inventory(fleet, tmp_path, ("gpu3",))
+        inv = stack_inventory(fleet, tmp_path, ("gpu3",))
         env = invoke_env(
             fleet,
             tmp_path,

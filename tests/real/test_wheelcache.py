@@ -10,10 +10,8 @@ the GPUs of the fleet, which these tests do not use.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
 import textwrap
@@ -39,6 +37,7 @@ from sm120kit.runner.connection import ConnectOptions
 from sm120kit.runner.pool import HostContext, Runner, RunOptions
 from sm120kit.runner.results import RunResult
 from tests.conftest import REPO, S3_BUCKET, invoke_env, json_of, run_invoke
+from tests.support.killed_child import kill_at_ready
 
 # ---- a real tiny build on the host ------------------------------------------------------------
 
@@ -409,22 +408,7 @@ def test_killed_store_write_leaves_no_entry(fleet: Any, tmp_path: Path) -> None:
         "controller": str(ctl),
         "tmp": str(tmp_path / "child"),
     }
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_PUT_CHILD, json.dumps(args)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        cwd=REPO,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "READY"
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == -signal.SIGKILL
+    kill_at_ready(KILLED_PUT_CHILD, json.dumps(args), cwd=REPO)
 
     store = LocalStore(ctl)
     assert store.keys() == [] and store.get_meta(key) is None

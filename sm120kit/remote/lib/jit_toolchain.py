@@ -65,7 +65,7 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from sm120kit.remote.lib.names import CUDA_VERSION_JSON, dist_stem
 
@@ -78,9 +78,30 @@ _CCCL = re.compile(r"#define\s+CCCL_VERSION\s+(\d+)")
 _MIN_NVCC = {(12, 0): (12, 8), (12, 1): (12, 9)}
 
 
+class Where(NamedTuple):
+    """What every package's rule reads: the environment the target interpreter gets, its
+    ``sys.path``, the package's install location, the GPU's capability and torch's CUDA."""
+
+    env: dict[str, str]
+    sys_path: list[str]
+    location: str
+    cc: tuple[int, int] | None
+    torch_cuda: str | None
+
+
 def _mm(text: str | None) -> tuple[int, int] | None:
     m = re.match(r"^(\d+)\.(\d+)", text or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def cannot_target(version: str | None, cc: tuple[int, int] | None) -> str | None:
+    """``cannot target 12.0: needs CUDA >= 12.8`` when a compiler (nvcc or ptxas) of release
+    `version` is older than capability `cc` needs; None when it can or nothing is known."""
+    need = _MIN_NVCC.get(cc) if cc is not None else None
+    have = _mm(version)
+    if cc is None or need is None or have is None or have >= need:
+        return None
+    return f"cannot target {cc[0]}.{cc[1]}: needs CUDA >= {need[0]}.{need[1]}"
 
 
 def nvcc_version(path: str | None, timeout: float = 60) -> tuple[str | None, str | None]:
@@ -171,11 +192,9 @@ def judge_pair(
             f"with CUDA {hdr_ver} headers ({include}/cuda_runtime_api.h); CCCL's "
             "cuda/std/__cccl/cuda_toolkit.h stops every compile with that #error"
         )
-    need = _MIN_NVCC.get(cc) if cc is not None else None
-    if cc is not None and need and nv is not None and nv < need:
-        return "fail", (
-            f"nvcc {nvcc_ver} cannot target {cc[0]}.{cc[1]}: needs CUDA >= {need[0]}.{need[1]}"
-        )
+    too_old = cannot_target(nvcc_ver, cc)
+    if too_old:
+        return "fail", f"nvcc {nvcc_ver} {too_old}"
     return "pass", f"nvcc {nvcc_ver} with CUDA {hdr_ver} headers: one toolkit"
 
 
@@ -191,30 +210,24 @@ def _cuda_home(env: dict[str, str]) -> tuple[str, str]:
     return "/usr/local/cuda", "default /usr/local/cuda (no nvcc on PATH)"
 
 
-def _flashinfer(
-    env: dict[str, str],
-    sys_path: list[str],
-    location: str,
-    cc: tuple[int, int] | None,
-    torch_cuda: str | None,
-) -> dict[str, Any]:
-    home, how = _cuda_home(env)
-    nvcc = env.get("FLASHINFER_NVCC") or os.path.join(home, "bin", "nvcc")
+def _flashinfer(w: Where) -> dict[str, Any]:
+    home, how = _cuda_home(w.env)
+    nvcc = w.env.get("FLASHINFER_NVCC") or os.path.join(home, "bin", "nvcc")
     include = None if home == "/usr" else os.path.join(home, "include")
-    vendored = os.path.join(location, "flashinfer", "data", "cccl", "libcudacxx", "include")
+    vendored = os.path.join(w.location, "flashinfer", "data", "cccl", "libcudacxx", "include")
     ver, err = nvcc_version(nvcc)
     hdr = headers_version(include)
-    status, reason = judge_pair(nvcc, ver, include, hdr, cc)
+    status, reason = judge_pair(nvcc, ver, include, hdr, w.cc)
     reason += f" (CUDA home {home}, from {how})"
     target = None
     mm = _mm(ver)
-    if cc == (12, 0) and mm is not None:
+    if w.cc == (12, 0) and mm is not None:
         target = "compute_120f" if mm >= (12, 9) else "compute_120a" if mm >= (12, 8) else None
     return {
         "cuda_home": home,
         "cuda_home_from": how,
         "nvcc": nvcc,
-        "nvcc_from": "$FLASHINFER_NVCC" if env.get("FLASHINFER_NVCC") else "<cuda_home>/bin/nvcc",
+        "nvcc_from": "$FLASHINFER_NVCC" if w.env.get("FLASHINFER_NVCC") else "<cuda_home>/bin/nvcc",
         "nvcc_version": ver,
         "nvcc_error": err,
         "headers": include,
@@ -295,27 +308,21 @@ def _humming_nvcc(c: dict[str, Any]) -> str | None:
     return None
 
 
-def _humming(
-    env: dict[str, str],
-    sys_path: list[str],
-    location: str,
-    cc: tuple[int, int] | None,
-    torch_cuda: str | None,
-) -> dict[str, Any]:
-    major = (_mm(torch_cuda) or (None, None))[0]
+def _humming(w: Where) -> dict[str, Any]:
+    major = (_mm(w.torch_cuda) or (None, None))[0]
     source = "humming/utils/cuda.py find_all_cuda_paths(), filter_cuda_paths(); humming/jit/compiler.py; humming/jit/runtime.py _get_compiler()"
-    base: dict[str, Any] = {"source": source, "torch_cuda": torch_cuda}
+    base: dict[str, Any] = {"source": source, "torch_cuda": w.torch_cuda}
     if major is None:
         return dict(base, status="fail", reason=(
             "torch has no CUDA (torch.version.cuda is None): humming looks for a toolkit of "
             "torch's CUDA major and finds none"))  # fmt: skip
-    cands = [c for c in _humming_candidates(env, sys_path) if c["major"] == major]
+    cands = [c for c in _humming_candidates(w.env, w.sys_path) if c["major"] == major]
     cands.sort(key=lambda c: (c["minor"] is None, -(c["minor"] or 0)))
     with_nvcc = [c for c in cands if _humming_nvcc(c)]
     with_hdr = [c for c in cands if any(os.path.exists(os.path.join(d, "cuda_runtime.h")) for d in _humming_includes(c))]  # fmt: skip
-    compiler = (env.get("HUMMING_COMPILER") or "").lower()
+    compiler = (w.env.get("HUMMING_COMPILER") or "").lower()
     if compiler not in ("nvcc", "nvrtc"):
-        bindings = any(glob.glob(os.path.join(p, "cuda", "bindings", "nvrtc*")) for p in sys_path)
+        bindings = any(glob.glob(os.path.join(p, "cuda", "bindings", "nvrtc*")) for p in w.sys_path)
         compiler = "nvrtc" if bindings else "nvcc"
     hdr_env = with_hdr[0] if with_hdr else None
     include = _humming_includes(hdr_env)[0] if hdr_env else None
@@ -325,7 +332,7 @@ def _humming(
     if compiler == "nvrtc":
         # NVRTC and the headers come from one environment (humming/utils/nvrtc.py).
         nvrtc = (
-            dist_version(sys_path, "nvidia-cuda-nvrtc")
+            dist_version(w.sys_path, "nvidia-cuda-nvrtc")
             if hdr_env and hdr_env["source"] == "pypi"
             else None
         )
@@ -341,19 +348,13 @@ def _humming(
         return out
     nvcc = _humming_nvcc(with_nvcc[0]) if with_nvcc else None
     ver, err = nvcc_version(nvcc)
-    status, reason = judge_pair(nvcc, ver, include, out["headers_version"], cc)
+    status, reason = judge_pair(nvcc, ver, include, out["headers_version"], w.cc)
     out.update(nvcc=nvcc, nvcc_version=ver, nvcc_error=err, status=status, reason=reason)
     return out
 
 
-def _cute_dsl(
-    env: dict[str, str],
-    sys_path: list[str],
-    location: str,
-    cc: tuple[int, int] | None,
-    torch_cuda: str | None,
-) -> dict[str, Any]:
-    dsl = dist_version(sys_path, "nvidia-cutlass-dsl")
+def _cute_dsl(w: Where) -> dict[str, Any]:
+    dsl = dist_version(w.sys_path, "nvidia-cutlass-dsl")
     out: dict[str, Any] = {
         "compiler": f"nvidia-cutlass-dsl {dsl}" if dsl else None,
         "source": "nvidia-cutlass-dsl compiles; CUTE_DSL_PTXAS_PATH names a system ptxas",
@@ -362,17 +363,13 @@ def _cute_dsl(
         return dict(
             out, status="fail", reason="compiles through nvidia-cutlass-dsl, which is not installed"
         )
-    ptxas = env.get("CUTE_DSL_PTXAS_PATH")
+    ptxas = w.env.get("CUTE_DSL_PTXAS_PATH")
     if ptxas:
         ver, err = nvcc_version(ptxas)  # ptxas --version prints the same release line
         out.update(ptxas=ptxas, ptxas_version=ver, ptxas_error=err)
-        need = _MIN_NVCC.get(cc) if cc else None
-        if ver is None or (need and (_mm(ver) or (0, 0)) < need):
-            return dict(
-                out,
-                status="fail",
-                reason=f"CUTE_DSL_PTXAS_PATH={ptxas}: {err or 'ptxas ' + str(ver) + ' too old for the arch'}",
-            )
+        if ver is None or cannot_target(ver, w.cc):
+            why = err or f"ptxas {ver} {cannot_target(ver, w.cc)}"
+            return dict(out, status="fail", reason=f"CUTE_DSL_PTXAS_PATH={ptxas}: {why}")
     return dict(out, status="pass", reason=f"compiles with nvidia-cutlass-dsl {dsl}'s own compiler: no nvcc or CUDA headers needed")  # fmt: skip
 
 
@@ -397,19 +394,13 @@ def _home_toolchain(home: str, how: str, cc: tuple[int, int] | None) -> dict[str
     }
 
 
-def _deep_gemm(
-    env: dict[str, str],
-    sys_path: list[str],
-    location: str,
-    cc: tuple[int, int] | None,
-    torch_cuda: str | None,
-) -> dict[str, Any]:
-    home, how = _cuda_home(env)
+def _deep_gemm(w: Where) -> dict[str, Any]:
+    home, how = _cuda_home(w.env)
     # deep_gemm/__init__.py hands find_cuda_home() to its C++ JIT (_C.init); the backend runs
     # <home>/bin/nvcc unless its JIT_NVCC_COMPILER setting names another (read from _C.so's
     # strings: the override's exact variable name is compiled in, so it is not followed here).
     return dict(
-        _home_toolchain(home, how, cc),
+        _home_toolchain(home, how, w.cc),
         cccl_version=cccl_version(os.path.join(home, "include", "cccl")),
         source="deep_gemm/cuda_helpers.py find_cuda_home(); deep_gemm/__init__.py _C.init; "
         "deep_gemm/build_ext.py include dirs",
@@ -461,14 +452,8 @@ def _tilelang_home(env: dict[str, str], sys_path: list[str]) -> tuple[str | None
     return home, how
 
 
-def _tilelang(
-    env: dict[str, str],
-    sys_path: list[str],
-    location: str,
-    cc: tuple[int, int] | None,
-    torch_cuda: str | None,
-) -> dict[str, Any]:
-    home, how = _tilelang_home(env, sys_path)
+def _tilelang(w: Where) -> dict[str, Any]:
+    home, how = _tilelang_home(w.env, w.sys_path)
     source = (
         "tilelang/env.py _find_cuda_home(); tilelang/contrib/nvcc.py get_nvcc_compiler(), "
         "the -I<home>/include option"
@@ -476,23 +461,17 @@ def _tilelang(
     if home is None:
         return {"cuda_home": None, "cuda_home_from": how, "source": source, "status": "fail",
                 "reason": f"no CUDA home: {how}; it cannot compile a kernel"}  # fmt: skip
-    return dict(_home_toolchain(home, how, cc), source=source)
+    return dict(_home_toolchain(home, how, w.cc), source=source)
 
 
-def _triton(
-    env: dict[str, str],
-    sys_path: list[str],
-    location: str,
-    cc: tuple[int, int] | None,
-    torch_cuda: str | None,
-) -> dict[str, Any]:
+def _triton(w: Where) -> dict[str, Any]:
     # triton 3.8.0 triton/backends/nvidia/compiler.py get_ptxas(): ptxas-blackwell for
     # capability >= 10.0, else ptxas; triton/knobs.py env_nvidia_tool: $TRITON_<TOOL>_PATH
     # first, then triton/backends/nvidia/bin/<tool> when that one does not run.
-    tool = "ptxas-blackwell" if cc is not None and cc >= (10, 0) else "ptxas"
+    tool = "ptxas-blackwell" if w.cc is not None and w.cc >= (10, 0) else "ptxas"
     var = "TRITON_" + tool.upper().replace("-", "_") + "_PATH"
-    bundled = os.path.join(location, "triton", "backends", "nvidia", "bin", tool)
-    tried = [p for p in (env.get(var), bundled) if p]
+    bundled = os.path.join(w.location, "triton", "backends", "nvidia", "bin", tool)
+    tried = [p for p in (w.env.get(var), bundled) if p]
     out: dict[str, Any] = {"ptxas": None, "ptxas_version": None, "ptxas_from": None,
                            "source": "triton/backends/nvidia/compiler.py get_ptxas(); "
                            "triton/knobs.py env_nvidia_tool"}  # fmt: skip
@@ -506,16 +485,14 @@ def _triton(
         errors.append(str(err))
     if out["ptxas"] is None:
         return dict(out, status="fail", reason=f"no working {tool}: " + "; ".join(errors))
-    need = _MIN_NVCC.get(cc) if cc is not None else None
-    mm = _mm(out["ptxas_version"])
-    if cc is not None and need and mm is not None and mm < need:
-        return dict(out, status="fail", reason=f"{tool} {out['ptxas_version']} ({out['ptxas']}) "
-                    f"cannot target {cc[0]}.{cc[1]}: needs CUDA >= {need[0]}.{need[1]}")  # fmt: skip
+    too_old = cannot_target(out["ptxas_version"], w.cc)
+    if too_old:
+        return dict(out, status="fail", reason=f"{tool} {out['ptxas_version']} ({out['ptxas']}) {too_old}")  # fmt: skip
     return dict(out, status="pass", reason=f"{tool} {out['ptxas_version']} from "
                 f"{out['ptxas_from']}: compiles its kernels without nvcc or CUDA headers")  # fmt: skip
 
 
-RULES: dict[str, Callable[..., dict[str, Any]]] = {
+RULES: dict[str, Callable[[Where], dict[str, Any]]] = {
     "flashinfer": _flashinfer,
     "deep-gemm": _deep_gemm,
     "humming": _humming,
@@ -541,7 +518,7 @@ def check_jit(
         rule = RULES.get(pkg["rule"])
         if rule is None:
             continue
-        res = rule(env, sys_path, pkg.get("location") or "", cc, torch_cuda)
+        res = rule(Where(env, sys_path, pkg.get("location") or "", cc, torch_cuda))
         res.update(rule=pkg["rule"], version=pkg.get("version"))
         if pkg.get("source"):  # the package's own files read for its rule (packages/stack.py)
             res["source"] = pkg["source"]

@@ -19,13 +19,6 @@ from sm120kit.remote.lib.names import PROVENANCE_FILE
 
 MARK = "@@SM120KIT-SMOKE@@"
 
-#: The in-env resolvers, one per engine (sm120kit/engines.py `Engine.resolver`): each
-#: ``in_target/<name>.py`` defines ``_setup(args)`` (the imports, once) and ``_run_cases(out,
-#: args)`` (one request) and runs them unless ``_SERVE`` is set (resolve_server.py then serves
-#: requests from one warm interpreter). A third engine's resolver is one more name here and
-#: in `__bundle__`.
-RESOLVER_NAMES = ("server_args", "vllm_args")
-
 #: The scripts in ``in_target/`` (listed, as literals, so the hosts' bundle carries their text).
 __bundle__ = (
     "sm120kit.remote.lib.in_target.server_args",
@@ -44,6 +37,18 @@ __bundle__ = (
 
 def _text(name: str) -> str:
     return module_text("sm120kit.remote.lib.in_target." + name)
+
+
+#: The in-env resolvers, one per engine (sm120kit/engines.py `Engine.resolver`): the bundled
+#: ``in_target/`` scripts that define ``_setup(args)`` (the imports, once) and ``_run_cases(out,
+#: args)`` (one request); each runs them unless ``_SERVE`` is set (resolve_server.py then serves
+#: requests from one warm interpreter). Read from the scripts, so a third engine's resolver is
+#: its script in `__bundle__` and nothing else.
+RESOLVER_NAMES = tuple(
+    name
+    for name in (module.rsplit(".", 1)[1] for module in __bundle__)
+    if "\ndef _run_cases(" in _text(name)
+)
 
 
 def script_text(name: str) -> str:
