@@ -349,15 +349,16 @@ def _pyenv(info: Mapping[str, Any], spec: EnvSpec) -> PyEnv:
     )
 
 
-def planned_env(spec: EnvSpec, python: Mapping[str, Any], facts: Mapping[str, Any]) -> PyEnv:
-    """What `ensure_env` would build (check mode); torch's own facts are the recipe's."""
+def planned_env(spec: EnvSpec, python: Mapping[str, Any], machine: str | None) -> PyEnv:
+    """What `ensure_env` would build (check mode) on a host of `machine` (`HostFacts.arch`);
+    torch's own facts are the recipe's."""
     xy = spec.python.split(".")
     return PyEnv(
         path=spec.path,
         python=spec.env_python,
         python_version=str(python.get("version")),
         python_abi=f"cp{xy[0]}{xy[1]}",
-        platform=f"linux_{facts.get('arch') or 'x86_64'}",
+        platform=f"linux_{machine or 'x86_64'}",
         torch_version=spec.torch_version,
         torch_cuda=None if spec.torch_cuda == "cpu" else spec.torch_cuda,
         cxx11_abi=True,  # torch >= 2.7 wheels use the C++11 ABI
@@ -406,7 +407,7 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
         what = plan.what
         commands = render_commands(plan.steps)
         if not ctx.may_act(step, what, commands):
-            state.env = planned_env(spec, python, state.facts.json)
+            state.env = planned_env(spec, python, state.facts.arch)
             return state.env
         step.commands = commands
         doc = ctx.script(
