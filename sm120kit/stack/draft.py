@@ -243,6 +243,10 @@ def finish_lock(
                 seen[entry.sha256] = entry
             if entry.key == "torch":
                 torch_requires = metadata_requires(str(_copy_of(entry, cache)))
+        elif entry.size is None and _copy_of(entry, cache).is_file():
+            # An index that lists no sizes (a plain PEP 503 page): the wheel-owners check has
+            # the file here already, and fan-out wants every file's length up front.
+            entry = replace(entry, size=_copy_of(entry, cache).stat().st_size)
         done.append(entry)
     torch = next((e for e in done if e.key == "torch"), None)
     return Lock(
