@@ -221,7 +221,7 @@ def _build(c, package, f, check=False):
     else:
         s = _session(c, f, break_lock=f["break_lock"])
     _check_recipes(s, opts)
-    op = build_ops.build_op(opts, package, s.runner)
+    op = build_ops.build_op(opts)  # the package is opts' one --package
     result = s.run("plan" if check else f"build:{package}", op, lock=not check)
     if f["explain"]:
         report.print_explain(result)
@@ -234,20 +234,19 @@ def build(c, **f):
     _build(c, f["package"], f)
 
 
-def _package_task(package, doc):
-    """`build-<package>`: `build` with the package fixed."""
+def _package_task(desc):
+    """`build-<package>`: `build` with the package fixed; its descriptor `desc` gives the name
+    and the help line."""
 
     def body(c, **f):
-        _build(c, package, f)
+        _build(c, desc.name, f)
 
-    body.__doc__ = doc
-    return task(*BUILD, name=f"build-{package}")(body)
+    body.__doc__ = desc.build_task
+    return task(*BUILD, name=f"build-{desc.name}")(body)
 
 
 #: `build-<package>` for each package whose descriptor asks for its own task.
-package_builds = [
-    _package_task(d.name, d.build_task) for d in registry.descriptors() if d.build_task
-]
+package_builds = [_package_task(d) for d in registry.descriptors() if d.build_task]
 
 
 @task(*COMMON, "package", "python", "arch", "driver", "recipe", "engine")
@@ -364,7 +363,7 @@ def cache_key(c, **f):
     opts = _plan_options(c, f, packages=[package])
     s = _session(c, f)
     _check_recipes(s, opts)
-    cli.finish(s, s.run("cache.key", build_ops.key_op(opts, package)), report.render_key)
+    cli.finish(s, s.run("cache.key", build_ops.key_op(opts)), report.render_key)
 
 
 @task("json", "store", name="list")

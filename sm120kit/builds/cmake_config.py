@@ -5,8 +5,8 @@
   REQUIRED)``) and a ``libcuda.so`` for ``CUDA::cuda_driver`` (mscclpp links it; the toolkit's
   ``lib64/stubs`` stub is enough). Missing ones stop the run with their names, in plan too.
   A missing libnuma is installed by the Steps of `numa_steps` (a pure planner).
-- `configure_targets`: runs `configure_steps` (a pure planner: what plan shows for the build is
-  what runs): ``cmake -S <tree> -B <scratch>`` with the exact defines the wheel build passes
+- `configure_steps` (a pure planner: what plan shows for the build is what runs; the build
+  runs it, `sm120kit/ops/compile.py::configure_targets`): ``cmake -S <tree> -B <scratch>`` with the exact defines the wheel build passes
   through scikit-build-core (plus what scikit-build-core adds itself, and, with a CPU torch,
   what a CUDA torch would have defined), then the compile commands per target
   (``remote/cmake_probe.py``). `require_arch` refuses a build whose main targets carry no code
@@ -22,9 +22,7 @@ from typing import Any
 
 from ..drivers import CudaVersion
 from ..errors import HostFailed
-from ..packages import registry
-from ..runner.pool import HostContext
-from ..runner.step_run import run_steps
+from ..recipes.resolved import PackageValues
 from ..state import ProvisionState
 from ..steps import Step
 from . import cmake_defines
@@ -32,14 +30,12 @@ from . import sources as srcstore
 from .knobs import Knobs, parse_arch_list
 
 
-def cmake_checked(state: ProvisionState, name: str) -> bool:
-    """Whether `name` gets these checks: its descriptor asks for them and it is built from the
-    tool's own sources (its recipe lists the FetchContent dependencies, so the tree is
-    upstream's CMake build)."""
-
-    return registry.descriptor(name).cmake_checked and srcstore.is_managed(
-        state.resolved.packages[name]
-    )
+def cmake_checked(pkg: PackageValues) -> bool:
+    """Whether resolved package `pkg` gets these checks: its descriptor asks for them and it is
+    built from the tool's own sources (its recipe lists the FetchContent dependencies, so the
+    tree is upstream's CMake build). Asked once per build (`plays/build.py::ensure_package`),
+    which hands the answer to the steps that act on it."""
+    return pkg.descriptor.cmake_checked and srcstore.is_managed(pkg)
 
 
 def numa_hint(name: str) -> str:
@@ -167,38 +163,12 @@ def configure_steps(state: ProvisionState, knobs: Knobs, tree: str) -> list[Step
     return [Step("script", name="cmake_probe", python=state.host.python, args=args, path=path)]
 
 
-def configure_targets(
-    ctx: HostContext,
-    state: ProvisionState,
-    name: str,
-    tree: str,
-    knobs: Knobs,
-    ran: list[Step] | None = None,
-) -> dict[str, Any]:
-    """Run `configure_steps` on the host and return ``{"targets": {target: {"units", "sass",
-    "ptx"}}, "seconds"}``; the Steps are appended to `ran` (what the step shows it ran)."""
-    assert state.toolkit is not None and state.env is not None
-    steps = configure_steps(state, knobs, tree)
-    if ran is not None:
-        ran += steps
-
-    def failed(_step: Step, doc: dict[str, Any]) -> str:
-        ctx.log.error("configure of %s failed:\n%s", name, "\n".join(doc.get("log_tail") or []))
-        return f"{name}: configuring {tree} failed: {doc.get('error') or 'no error reported'}"
-
-    try:
-        return run_steps(ctx, steps, failed=failed, timeout=1200)
-    except HostFailed as exc:
-        if str(exc).startswith(f"{name}: configuring "):
-            raise
-        raise HostFailed(f"{name}: configuring {tree} failed: {exc}") from None
-
-
-def require_arch(name: str, targets: dict[str, Any], arch_list: list[str]) -> None:
-    """Refuse a build whose main targets (the descriptor's `arch_targets`) carry no code for
-    an arch in their compile commands."""
+def require_arch(pkg: PackageValues, targets: dict[str, Any], arch_list: list[str]) -> None:
+    """Refuse a build of `pkg` whose main targets (its descriptor's `arch_targets`) carry no
+    code for an arch in their compile commands."""
+    name = pkg.name
     sass = {t: list((info or {}).get("sass") or []) for t, info in targets.items()}
-    main = registry.descriptor(name).arch_targets
+    main = pkg.descriptor.arch_targets
     have = {code for target in main for code in sass.get(target, [])}
     for arch, options in zip(arch_list, wanted_codes(arch_list), strict=True):
         if not have & set(options):

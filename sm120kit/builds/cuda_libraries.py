@@ -23,11 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..packages import registry
-
-# Defined with the descriptors that name it, which must not import this module (it imports
-# their registry).
-from ..packages.base import ATEN_CUDA
+# ATEN_CUDA is defined with the descriptors that name it, which must not import this module.
+from ..packages.base import ATEN_CUDA, PackageDescriptor
 from ..remote.lib.cudalibs import COMPONENT_FILES
 
 __all__ = [
@@ -66,13 +63,13 @@ COMPONENTS: dict[str, Component] = {
 }
 
 
-def package_needs(name: str) -> tuple[str, ...]:
-    """The components recipe package `name`'s build needs with a CUDA torch (its descriptor)."""
-    return registry.descriptor(name).cuda_libraries
+def package_needs(desc: PackageDescriptor) -> tuple[str, ...]:
+    """The components a build by descriptor `desc` needs with a CUDA torch."""
+    return desc.cuda_libraries
 
 
-def needed(packages: Iterable[str]) -> tuple[str, ...]:
-    """The components the builds of `packages` need, in table order."""
+def needed(packages: Iterable[PackageDescriptor]) -> tuple[str, ...]:
+    """The components the builds of `packages` (their descriptors) need, in table order."""
     want = {c for p in packages for c in package_needs(p)}
     return tuple(name for name in COMPONENTS if name in want)
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from .. import python_choice as host_python
 from ..cache.key import KeyInputs
-from ..packages import registry
 from ..packages.base import TreeFacts
 from ..state import ProvisionState
 from ..toolchain.toolkit_spec import choose_compiler
@@ -24,7 +23,7 @@ from .patching import Patch, for_package
 
 def package_knobs(state: ProvisionState, name: str) -> Knobs:
     """Knobs for `name` on this host: recipe knobs, host vars max_jobs/nvcc_threads, run flags."""
-    desc = registry.descriptor(name)
+    desc = state.resolved.packages[name].descriptor
     overrides: dict[str, Any] = dict(state.resolved.packages[name].knobs)
     # Not a build setting: where compiles are cached changes no binary (builds/compile_cache.py).
     overrides.pop(compile_cache.KNOB, None)
@@ -201,7 +200,7 @@ def key_inputs(
         version=pkg.version,
         source_digest=source_digest,
         patches=patches,
-        build_env=_key_env(knobs, registry.descriptor(name).oom_thread_defines),
+        build_env=_key_env(knobs, pkg.descriptor.oom_thread_defines),
         arch_list=tuple(state.arch_list),
         cuda_version=cuda,
         torch_version=torch,

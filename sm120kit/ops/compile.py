@@ -15,8 +15,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from ..builds import compile_cache
-from ..builds.cmake_config import cmake_checked, configure_targets, driver_link, require_arch
+from ..builds import cmake_config, compile_cache
+from ..builds.cmake_config import driver_link, require_arch
 from ..builds.inputs import build_env
 from ..builds.knobs import Knobs, lowered_for_oom
 from ..cache.request import BuiltWheel
@@ -24,7 +24,6 @@ from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
 from ..errors import HostFailed
 from ..inventory.host import host_file
-from ..packages import registry
 from ..remote.lib.frontend import build_command
 from ..runner.build_progress import poll_progress
 from ..runner.host_context import HostContext
@@ -172,20 +171,25 @@ def make_builder(
     knobs: Knobs,
     key: str,
     ran: list[Step] | None = None,
+    *,
+    cmake_checked: bool,
 ) -> Callable[[], BuiltWheel]:
     """The closure `WheelCache.obtain` runs on a miss: build_wheel.py in a fresh copy of `tree`
-    (the Steps that ran are appended to `ran`: one build, or more after an OOM kill)."""
+    (the Steps that ran are appended to `ran`: one build, or more after an OOM kill). With
+    `cmake_checked` (`cmake_config.cmake_checked`, asked once by the play) a real configure
+    first checks that the compile commands carry code for the recipe's arch."""
     done: list[Step] = [] if ran is None else ran
 
     def build() -> BuiltWheel:
         where = _build_paths(state, name, key)
         work, log = where["work"], where["log"]
 
-        if cmake_checked(state, name):
+        if cmake_checked:
             # A few seconds of configure before hours of compiling: the compile commands
             # must carry code for the recipe's arch.
             configured = configure_targets(ctx, state, name, tree, knobs, done)
-            require_arch(name, configured.get("targets") or {}, list(state.arch_list))
+            pkg = state.resolved.packages[name]
+            require_arch(pkg, configured.get("targets") or {}, list(state.arch_list))
         cache_spec = compile_cache_spec(ctx, state, name)
         retries = int(state.host.vars.get("oom_retries", DEFAULT_OOM_RETRIES))
         now = knobs
@@ -225,6 +229,33 @@ def make_builder(
     return build
 
 
+def configure_targets(
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    tree: str,
+    knobs: Knobs,
+    ran: list[Step] | None = None,
+) -> dict[str, Any]:
+    """Run `cmake_config.configure_steps` on the host and return ``{"targets": {target: {"units", "sass",
+    "ptx"}}, "seconds"}``; the Steps are appended to `ran` (what the step shows it ran)."""
+    assert state.toolkit is not None and state.env is not None
+    steps = cmake_config.configure_steps(state, knobs, tree)
+    if ran is not None:
+        ran += steps
+
+    def failed(_step: Step, doc: dict[str, Any]) -> str:
+        ctx.log.error("configure of %s failed:\n%s", name, "\n".join(doc.get("log_tail") or []))
+        return f"{name}: configuring {tree} failed: {doc.get('error') or 'no error reported'}"
+
+    try:
+        return run_steps(ctx, steps, failed=failed, timeout=1200)
+    except HostFailed as exc:
+        if str(exc).startswith(f"{name}: configuring "):
+            raise
+        raise HostFailed(f"{name}: configuring {tree} failed: {exc}") from None
+
+
 def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> dict[str, Any] | None:
     """build_wheel.py's ``compile_cache`` argument for `name` on this host, or None when the
     host var or the package's knob turns it off. S3 credentials for the team store go into
@@ -241,7 +272,7 @@ def compile_cache_spec(ctx: HostContext, state: ProvisionState, name: str) -> di
         state.env.path,
         name,
         stores,
-        cmake=registry.descriptor(name).cmake,
+        cmake=state.resolved.packages[name].descriptor.cmake,
     )
     if "s3" in spec:
         profile = next((s.get("profile") for s in stores if s.get("type") == "s3"), None)

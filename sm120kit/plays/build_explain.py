@@ -10,7 +10,7 @@ import posixpath
 
 from ..builds import compile_cache
 from ..builds import sources as srcstore
-from ..builds.cmake_config import cmake_checked, configure_targets, target_rows
+from ..builds.cmake_config import target_rows
 from ..builds.cmake_defines import defines_from_pip_args
 from ..builds.inputs import toolchain_env
 from ..builds.knobs import Knobs
@@ -18,7 +18,7 @@ from ..cache.resolve import host_store_specs
 from ..cache.wheels import cache_for
 from ..ops.build_patches import Patched, package_patches
 from ..ops.build_source import Source
-from ..packages import registry
+from ..ops.compile import configure_targets
 from ..runner.host_context import HostContext
 from ..state import ProvisionState
 
@@ -75,12 +75,19 @@ def dependency_rows(state: ProvisionState, name: str) -> list[dict[str, str]]:
 
 
 def target_explain(
-    ctx: HostContext, state: ProvisionState, name: str, knobs: Knobs, tree: str
+    ctx: HostContext,
+    state: ProvisionState,
+    name: str,
+    knobs: Knobs,
+    tree: str,
+    *,
+    cmake_checked: bool,
 ) -> list[dict[str, str]]:
     """--explain rows: the gencodes of each target, from a real configure of `tree` when it
-    is on the host (a CMake-checked package), else predicted from the recipe (known versions)."""
+    is on the host (a CMake-checked package: `cmake_checked`, the play's one answer), else
+    predicted from the recipe (known versions)."""
 
-    if not cmake_checked(state, name):
+    if not cmake_checked:
         return []
     if tree:
         doc = configure_targets(ctx, state, name, tree, knobs)
@@ -89,7 +96,7 @@ def target_explain(
     defines = defines_from_pip_args(knobs.pip_args)
     cuda = state.toolkit.release if state.toolkit is not None else state.resolved.cuda.version.xy
     version = state.resolved.packages[name].version
-    predict = registry.descriptor(name).predict_targets
+    predict = state.resolved.packages[name].descriptor.predict_targets
     predicted = predict(version, cuda, defines) if predict is not None else None
     if predicted is None:
         return [

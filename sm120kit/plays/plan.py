@@ -44,6 +44,14 @@ class PlanOptions:
         if self.extra:
             self.flags = RunFlags.from_mapping(self.extra)
 
+    @property
+    def package(self) -> str:
+        """The one package of a single-package task (``build``, ``cache.key``: its
+        ``--package``), carried only here so that the task names it once."""
+        if not self.packages or len(self.packages) != 1:
+            raise ValueError(f"one package is needed here, not {self.packages!r}")
+        return self.packages[0]
+
     def recipes(self) -> dict[str, Recipe]:
         """Recipes are loaded (and validated) once per run, before any host is touched."""
         if self._recipes is None:

@@ -286,6 +286,13 @@ class ResolvedRecipe:
         """The package entries these values came from, one per name."""
         return list(self.specs)
 
+    def descriptor(self, name: str) -> PackageDescriptor:
+        """The descriptor building package `name`: its resolved entry's (`PackageValues.
+        descriptor`), or, for a name this recipe lacks (a host var naming another package),
+        the registry's answer for it."""
+        pkg = self.packages.get(name)
+        return pkg.descriptor if pkg is not None else registry.descriptor(name)
+
     def package(self, name: str) -> dict[str, Any]:
         """One package's values as a nested dict (``source`` and ``knobs`` as sub-dicts)."""
         if name not in self.package_names():
@@ -410,6 +417,8 @@ def _package_values(
         torch=torch,
         needs_cuda_torch=needs_cuda_torch,
         dependencies=tuple(frozen(d) for d in dependencies),
+        # The one lookup of the package's identity: everything after reads pkg.descriptor.
+        descriptor=registry.descriptor(spec.name),
     )
     return pkg, where
 
@@ -449,7 +458,7 @@ def _package_problems(
             f"source.ref is not pinned: which commit of {pkg.source.get('url')} to build "
             f"is not known; pass it as the inventory var recipe.{base}source.ref (host or group)"
         )
-    return problems + _arch_knob_problems(pkg, arch, sources, registry.descriptor(pkg.name))
+    return problems + _arch_knob_problems(pkg, arch, sources, pkg.descriptor)
 
 
 def _arch_knob_problems(

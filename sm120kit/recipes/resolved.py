@@ -14,11 +14,12 @@ operations read. Operations never read a dotted key (tests/rules/test_no_dotted_
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from ..drivers import CudaVersion
+from ..packages.base import PackageDescriptor
 from ..remote.lib.arch import Arch
 from .target_arch import TargetArch
 
@@ -56,7 +57,9 @@ class TorchValues:
 
 @dataclass(frozen=True)
 class PackageValues:
-    """One recipe package after overrides (``packages.<name>.*``)."""
+    """One recipe package after overrides (``packages.<name>.*``), with the descriptor that
+    builds it (`sm120kit.packages.registry.descriptor`, looked up once at resolution: every
+    operation reads ``pkg.descriptor``, none asks the registry again)."""
 
     name: str
     version: str
@@ -66,6 +69,8 @@ class PackageValues:
     torch: str  # the package's torch specifier, "" for any
     needs_cuda_torch: bool
     dependencies: tuple[Mapping[str, object], ...]
+    # Not a value of the recipe: left out of equality and of the repr.
+    descriptor: PackageDescriptor = field(compare=False, repr=False, kw_only=True)
 
     def as_dict(self) -> dict[str, Any]:
         """The nested dict `sm120kit.builds.sources` and the build layer's records take."""

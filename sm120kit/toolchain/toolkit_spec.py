@@ -113,8 +113,9 @@ class ToolkitSpec:
         version, release, method = str(cuda.version), cuda.version.xy, cuda.method
         prefix = f"/usr/local/cuda-{release}" if method == "apt" else state.paths.toolkit(version)
         users = component_users(state)
+        descs = [state.resolved.descriptor(p) for p in users]
         apt = cuda.apt_packages
-        components = cudalibs.needed(users)
+        components = cudalibs.needed(descs)
         if method == "apt" and components:
             apt += tuple(drv.apt_library_packages(release, components))
         return cls(
@@ -135,7 +136,7 @@ class ToolkitSpec:
             mirror=cuda.mirror or drv.DEFAULT_MIRROR,
             work_root=state.paths.work_root,
             components=components,
-            components_for=tuple(p for p in users if cudalibs.package_needs(p)),
+            components_for=tuple(p for p, d in zip(users, descs, strict=True) if d.cuda_libraries),
         )
 
     @property

@@ -19,17 +19,18 @@ import pytest
 from sm120kit import drivers as drv
 from sm120kit.builds import cuda_libraries as cudalibs
 from sm120kit.ops import toolkit as tk
+from sm120kit.packages.registry import descriptor
 from sm120kit.remote import facts_probe, lib_closure, script_source
 from tests.conftest import invoke_env, json_of, run_invoke
 from tests.real.test_toolkit import _entry, _spec, step_of, tree_hash, write_inventory
 from tests.support.fleet import Fleet
 
-SGL = cudalibs.needed(["sgl-kernel"])
+SGL = cudalibs.needed([descriptor("sgl-kernel")])
 
 
 def test_sgl_kernel_needs_aten_headers_curand_and_nvrtc() -> None:
     assert SGL == ("cublas", "cusparse", "cusolver", "curand", "nvrtc")
-    assert cudalibs.needed(["minikernel", "flash-attn"]) == ()
+    assert cudalibs.needed([descriptor("minikernel"), descriptor("flash-attn")]) == ()
     assert cudalibs.meta_requirement(SGL, "13.0.2") == (
         "cuda-toolkit[cublas,cusparse,cusolver,curand,nvrtc]==13.0.2"
     )

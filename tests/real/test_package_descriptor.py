@@ -79,7 +79,7 @@ def test_builtin_descriptors_answer_what_the_ops_ask() -> None:
     assert registry.descriptor("flash-attn").threads_knob == "NVCC_THREADS"
     assert registry.descriptor("anything-else").kind == "torch-ext"
     assert set(registry.kinds()) == {"sgl-kernel", "flash-attn", "torch-ext"}
-    assert cuda_libraries.package_needs("flash-attn") == ()
+    assert cuda_libraries.package_needs(registry.descriptor("flash-attn")) == ()
 
 
 #: Outside its descriptor, a package's name stands only in help and error examples that
@@ -130,7 +130,9 @@ def test_descriptor_alone_gives_the_knobs(mypkg: None) -> None:
     # Another package's switch is refused by name.
     with pytest.raises(RecipeError, match="sm120_only is for sgl-kernel only"):
         resolve_knobs("mypkg", "mypkg", ["12.0"], FACTS, {"sm120_only": True})
-    assert build_tools(["mypkg"]) == build_tools(["minikernel"])
+    assert build_tools([registry.descriptor("mypkg")]) == build_tools(
+        [registry.descriptor("minikernel")]
+    )
 
 
 def test_recipe_problem_from_the_descriptor(mypkg: None, recipes_dir: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from sm120kit.errors import HostFailed
 from sm120kit.inventory.host import Host
 from sm120kit.ops import pyenv
+from sm120kit.packages.registry import descriptor
 from sm120kit.plays import env as env_play
 from sm120kit.plays.plan import PlanOptions
 from sm120kit.remote import make_env
@@ -49,8 +50,13 @@ TARGET = ["--driver", "580.95.05", "--arch", "12.0"]  # gpu3 has no GPU: r580, C
 
 def test_flavour_and_tools() -> None:
     assert pyenv.flavour("13.0") == "cu130" and pyenv.flavour("cpu") == "cpu"
-    assert pyenv.build_tools(["minikernel"]) == ["ninja", "setuptools", "wheel", "packaging"]
-    assert pyenv.build_tools(["minikernel", "sgl-kernel"])[-2:] == [
+    assert pyenv.build_tools([descriptor("minikernel")]) == [
+        "ninja",
+        "setuptools",
+        "wheel",
+        "packaging",
+    ]
+    assert pyenv.build_tools([descriptor("minikernel"), descriptor("sgl-kernel")])[-2:] == [
         "cmake==3.31.1",
         "scikit-build-core>=0.10",
     ]

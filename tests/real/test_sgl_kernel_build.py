@@ -154,10 +154,12 @@ def test_store_managed_sources_configure_on_the_host(
         from sm120kit.plays.build import add_dependency_defines
 
         add_dependency_defines(knobs, deps.dirs, deps.reasons)
-        rows = target_explain(ctx, state, "sgl-kernel", knobs, patched.tree)
+        rows = target_explain(ctx, state, "sgl-kernel", knobs, patched.tree, cmake_checked=True)
         targets = {r["name"][len("target ") :]: r["value"] for r in rows}
         require_arch(
-            "sgl-kernel", {t: {"sass": v.split(", ")} for t, v in targets.items()}, ["12.0"]
+            state.resolved.packages["sgl-kernel"],
+            {t: {"sass": v.split(", ")} for t, v in targets.items()},
+            ["12.0"],
         )
         ctx.set(
             digest=source.digest,
