@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.fleet import DEAD_HOSTS, TEST_HOSTS, Fleet
 from tests.support.stack_hosts import kept_uv_wheel
+from tests.support.tinypkg import make_tiny_wheels
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,6 +85,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 def uv_wheel() -> Path:
     """uv's pinned wheel, fetched once per machine and checked by sha256 (stack tests)."""
     return kept_uv_wheel()
+
+
+@pytest.fixture(scope="session")
+def tiny_wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real wheels of tinypkg 0.1 and 0.2, built with pip once (wheel-cache tests)."""
+    return make_tiny_wheels(tmp_path_factory.mktemp("tiny-wheels"))
 
 
 @pytest.fixture(scope="session")

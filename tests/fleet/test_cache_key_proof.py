@@ -20,7 +20,7 @@ import pytest
 from sm120kit.cache.key import compute_key
 from sm120kit.cache.store import CorruptEntry, LocalStore, entry_dir
 from tests.conftest import json_of, run_invoke
-from tests.real.test_wheelcache import (
+from tests.support.wheel_cache_runs import (
     Builds,
     all_ok,
     cli_env,
@@ -29,7 +29,6 @@ from tests.real.test_wheelcache import (
     hosts_of,
     obtain_run,
     tiny_inputs,
-    tiny_wheels,  # noqa: F401 - the module fixture
     wheel_from,
 )
 
@@ -42,7 +41,7 @@ def copy_entry(root: Path, src_key: str, dst_key: str) -> None:
     shutil.copytree(root / entry_dir(src_key), dst)
 
 
-def test_entry_under_another_key_is_corrupt(tmp_path: Path, tiny_wheels: dict[str, Path]) -> None:  # noqa: F811
+def test_entry_under_another_key_is_corrupt(tmp_path: Path, tiny_wheels: dict[str, Path]) -> None:
     store = LocalStore(tmp_path / "store")
     keys = fill_store(store, tiny_wheels)
     intruder = compute_key(tiny_inputs(version="9.9"))
@@ -57,7 +56,7 @@ def test_entry_under_another_key_is_corrupt(tmp_path: Path, tiny_wheels: dict[st
 
 def test_entry_whose_inputs_do_not_hash_to_its_key_is_corrupt(
     tmp_path: Path,
-    tiny_wheels: dict[str, Path],  # noqa: F811
+    tiny_wheels: dict[str, Path],
 ) -> None:
     store = LocalStore(tmp_path / "store")
     keys = fill_store(store, tiny_wheels)
@@ -82,7 +81,7 @@ def test_entry_whose_inputs_do_not_hash_to_its_key_is_corrupt(
 
 def test_cache_verify_reports_and_quarantines_unproven_entries(
     tmp_path: Path,
-    tiny_wheels: dict[str, Path],  # noqa: F811
+    tiny_wheels: dict[str, Path],
 ) -> None:
     env = cli_env(tmp_path)
     store = LocalStore(tmp_path / "xdg" / "sm120kit" / "wheels")

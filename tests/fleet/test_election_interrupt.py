@@ -17,7 +17,7 @@ import pytest
 
 from sm120kit.errors import Interrupted
 from sm120kit.runner.connection import cancel_all, reset_cancel
-from tests.real.test_wheelcache import Builds, config, hosts_of, obtain_run, tiny_inputs
+from tests.support.wheel_cache_runs import Builds, config, hosts_of, obtain_run, tiny_inputs
 
 pytestmark = pytest.mark.timeout(120)
 
