@@ -97,7 +97,9 @@ def fetched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """`invoke sources.fetch --package sgl-kernel` from the mirror into a fresh store."""
     tmp = tmp_path_factory.mktemp("sources")
     env = invoke_env(None, tmp, XDG_CACHE_HOME=str(tmp / "xdg"))
-    proc = run_invoke(["sources.fetch", "--package", "sgl-kernel", "--mirror", REAL, "--json"], env)
+    # r570's sgl-kernel 0.3.21: the tree the mirror holds (r580's 0.4.10 is sglang's kernels/aot).
+    argv = ["sources.fetch", "--package", "sgl-kernel", "--recipe", "r570", "--mirror", REAL]
+    proc = run_invoke([*argv, "--json"], env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return {"doc": json.loads(proc.stdout), "env": env, "tmp": tmp}
 
@@ -229,7 +231,16 @@ def test_sources_fetch_from_the_mirror(fetched: dict[str, Any]) -> None:
         assert by_dir["cutlass"]["note"] == ""
 
     again = run_invoke(
-        ["sources.fetch", "--package", "sgl-kernel", "--mirror", REAL, "--json"],
+        [
+            "sources.fetch",
+            "--package",
+            "sgl-kernel",
+            "--recipe",
+            "r570",
+            "--mirror",
+            REAL,
+            "--json",
+        ],
         fetched["env"],
     )
     assert again.returncode == 0, again.stderr[-2000:]
